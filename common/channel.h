@@ -1,0 +1,36 @@
+// The client side of every service-to-service call: one factory so that TLS,
+// keepalive and message-size limits are the same everywhere.
+#ifndef TRIBUTARY_COMMON_CHANNEL_H_
+#define TRIBUTARY_COMMON_CHANNEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/statusor.h"
+#include "common/tls.h"
+
+namespace tributary {
+
+struct ChannelOptions {
+  TlsFiles tls;
+  // Largest message this client accepts (a partition plus framing for PS traffic).
+  int64_t max_receive_bytes = 64 << 20;
+  // Pings keep idle streams alive through NATs/proxies and find dead peers.
+  int keepalive_time_ms = 20000;
+  int keepalive_timeout_ms = 10000;
+};
+
+// ChannelOptions with the TLS files of --tls_cert/--tls_key/--tls_ca.
+ChannelOptions ChannelOptionsFromFlags();
+
+// A lazily connecting channel to "host:port". INVALID_ARGUMENT for an empty address;
+// TLS file errors are returned as they are.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
+                                                           const ChannelOptions& options);
+
+}  // namespace tributary
+
+#endif  // TRIBUTARY_COMMON_CHANNEL_H_

@@ -1,0 +1,53 @@
+#include "common/http_server.h"
+
+#include <prometheus/text_serializer.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace tributary {
+
+std::string RenderMetrics(const prometheus::Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
+HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
+                       std::function<bool()> serving)
+    : registry_(std::move(registry)), serving_(std::move(serving)) {
+  server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(RenderMetrics(*registry_), "text/plain; version=0.0.4");
+  });
+  server_.Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
+    const bool serving = serving_();
+    response.status = serving ? 200 : 503;
+    response.set_content(serving ? "SERVING\n" : "NOT_SERVING\n", "text/plain");
+  });
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Get(const std::string& path, Handler handler) {
+  server_.Get(path, std::move(handler));
+}
+
+absl::Status HttpServer::Start(const std::string& host, int port) {
+  if (port == 0) {
+    port_ = server_.bind_to_any_port(host);
+  } else {
+    port_ = server_.bind_to_port(host, port) ? port : -1;
+  }
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind the HTTP port ", host, ":", port, " (in use?)"));
+  }
+  thread_ = std::thread([this] { server_.listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  if (thread_.joinable()) {
+    server_.stop();
+    thread_.join();
+  }
+}
+
+}  // namespace tributary

@@ -1,0 +1,36 @@
+// Counts every RPC a server answers, by method and status code, and times it.
+// Installed by ServiceHost on every server, so each service exports
+//   tributary_rpc_total{method="/tributary.v1.Coordinator/Heartbeat",code="OK"}
+//   tributary_rpc_duration_seconds{method=...} (histogram)
+#ifndef TRIBUTARY_COMMON_RPC_METRICS_H_
+#define TRIBUTARY_COMMON_RPC_METRICS_H_
+
+#include <memory>
+
+#include <grpcpp/support/server_interceptor.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace tributary {
+
+class RpcMetricsInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcMetricsInterceptorFactory(prometheus::Registry& registry);
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+ private:
+  prometheus::Family<prometheus::Counter>& calls_;
+  prometheus::Family<prometheus::Histogram>& durations_;
+};
+
+// Name of a gRPC status code as grpcurl prints it ("OK", "INVALID_ARGUMENT", ...).
+const char* StatusCodeName(int code);
+
+}  // namespace tributary
+
+#endif  // TRIBUTARY_COMMON_RPC_METRICS_H_

@@ -1,0 +1,24 @@
+#include "common/server_flags.h"
+
+#include "absl/flags/flag.h"
+
+// --- Security ---
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this process. With --tls_key, serves TLS and presents "
+          "it to other services. Default: empty (plaintext).");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM private key matching --tls_cert. Default: empty (plaintext).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle. Servers require and verify client certificates signed by it "
+          "(mutual TLS); clients verify servers with it. Default: empty.");
+
+// --- Lifecycle ---
+ABSL_FLAG(double, drain_seconds, 2.0,
+          "Seconds between going NOT_SERVING on SIGTERM/SIGINT and shutting the gRPC server "
+          "down, so load balancers and peers notice. Default: 2.");
+ABSL_FLAG(std::string, port_file, "",
+          "Write {\"grpc_port\":N,\"http_port\":M} to this file once serving (useful with "
+          "port 0). Written atomically. Default: empty (not written).");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Host name or IP other services use to reach this process. Default: empty "
+          "(the machine's host name; 127.0.0.1 when listening on loopback).");

@@ -1,0 +1,75 @@
+#include "common/shutdown.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <glog/logging.h>
+
+namespace tributary {
+namespace {
+
+sigset_t ShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+ShutdownSignal::ShutdownSignal() {
+  sigset_t set = ShutdownSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A peer that vanishes mid-write must give an error, not kill the process.
+  signal(SIGPIPE, SIG_IGN);
+  watcher_ = std::thread([this] { WatchSignals(); });
+}
+
+ShutdownSignal::~ShutdownSignal() {
+  stop_watching_ = true;
+  watcher_.join();
+}
+
+void ShutdownSignal::WatchSignals() {
+  sigset_t set = ShutdownSignals();
+  const timespec tick{0, 200 * 1000 * 1000};
+  while (!stop_watching_) {
+    const int signal_number = sigtimedwait(&set, nullptr, &tick);
+    if (signal_number < 0) continue;
+    const std::string name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (requested()) {
+      // A second signal while draining: the operator wants out now.
+      LOG(WARNING) << name << " again while shutting down: exiting immediately";
+      _exit(128 + signal_number);
+    }
+    LOG(INFO) << name << " received: shutting down (send again to exit at once)";
+    Request(name);
+  }
+}
+
+void ShutdownSignal::Request(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (requested_) return;
+  requested_ = true;
+  reason_ = reason;
+}
+
+std::string ShutdownSignal::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&requested_));
+  return reason_;
+}
+
+bool ShutdownSignal::WaitFor(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&requested_), timeout);
+}
+
+bool ShutdownSignal::requested() const {
+  absl::MutexLock lock(&mu_);
+  return requested_;
+}
+
+}  // namespace tributary
