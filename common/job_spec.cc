@@ -1,0 +1,221 @@
+#include "common/job_spec.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/optimizer.h"
+
+namespace tributary {
+namespace {
+
+template <typename T>
+absl::Status Bad(const std::string& field, const T& value, const std::string& rule) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", rule, ", got ", value));
+}
+
+std::string Sizes(const google::protobuf::RepeatedField<uint32_t>& sizes) {
+  return absl::StrCat("[", absl::StrJoin(sizes, ","), "]");
+}
+
+bool AllPositive(const google::protobuf::RepeatedField<uint32_t>& sizes) {
+  for (uint32_t size : sizes) {
+    if (size == 0) return false;
+  }
+  return true;
+}
+
+void ModelDefaults(v1::ModelSpec& model) {
+  if (model.name().empty()) model.set_name("mlp");
+  if (model.name() == "mlp" && model.layer_sizes().empty()) {
+    for (uint32_t size : {784, 256, 128, 10}) model.add_layer_sizes(size);
+  }
+  if (model.name() == "logreg" && model.layer_sizes().empty()) {
+    for (uint32_t size : {784, 10}) model.add_layer_sizes(size);
+  }
+  if (model.name() == "cnn") {
+    if (model.layer_sizes().empty()) {
+      for (uint32_t size : {128, 10}) model.add_layer_sizes(size);
+    }
+    if (model.conv_channels().empty()) {
+      for (uint32_t size : {32, 64}) model.add_conv_channels(size);
+    }
+    if (model.input_shape().empty()) {
+      for (uint32_t size : {1, 28, 28}) model.add_input_shape(size);
+    }
+  }
+}
+
+void DatasetDefaults(v1::DatasetSpec& dataset) {
+  if (dataset.format() == v1::DATASET_FORMAT_UNSPECIFIED) dataset.set_format(v1::IDX);
+  if (dataset.format() == v1::IDX && dataset.directory().empty()) {
+    dataset.set_directory(kDefaultIdxDirectory);
+  }
+  if (dataset.format() == v1::SYNTHETIC) {
+    if (dataset.synthetic_train_samples() == 0) dataset.set_synthetic_train_samples(4096);
+    if (dataset.synthetic_test_samples() == 0) dataset.set_synthetic_test_samples(1024);
+    if (dataset.synthetic_features() == 0) dataset.set_synthetic_features(784);
+    if (dataset.synthetic_classes() == 0) dataset.set_synthetic_classes(10);
+  }
+}
+
+void OptimizerDefaults(v1::OptimizerSpec& optimizer) {
+  if (optimizer.type() == v1::OPTIMIZER_TYPE_UNSPECIFIED) optimizer.set_type(v1::SGD);
+  const bool adam = optimizer.type() == v1::ADAM || optimizer.type() == v1::ADAMW;
+  if (optimizer.learning_rate() == 0) optimizer.set_learning_rate(adam ? 0.001f : 0.1f);
+  if (optimizer.type() == v1::MOMENTUM && optimizer.momentum() == 0) {
+    optimizer.set_momentum(0.9f);
+  }
+  if (adam) {
+    if (optimizer.beta1() == 0) optimizer.set_beta1(0.9f);
+    if (optimizer.beta2() == 0) optimizer.set_beta2(0.999f);
+    if (optimizer.epsilon() == 0) optimizer.set_epsilon(1e-8f);
+  }
+  v1::LrSchedule& schedule = *optimizer.mutable_schedule();
+  if (schedule.kind() == v1::LR_SCHEDULE_KIND_UNSPECIFIED) schedule.set_kind(v1::CONSTANT);
+  if (schedule.kind() == v1::STEP && schedule.gamma() == 0) schedule.set_gamma(0.1f);
+}
+
+absl::Status ValidateModel(const v1::ModelSpec& model) {
+  const std::string& name = model.name();
+  if (name != "mlp" && name != "logreg" && name != "cnn") {
+    return Bad("model.name", "'" + name + "'", "must be one of logreg, mlp, cnn");
+  }
+  const auto& sizes = model.layer_sizes();
+  if (!AllPositive(sizes)) return Bad("model.layer_sizes", Sizes(sizes), "sizes must be > 0");
+  if (name == "logreg" && sizes.size() != 2) {
+    return Bad("model.layer_sizes", Sizes(sizes), "logreg needs [inputs, classes]");
+  }
+  if (name == "mlp" && sizes.size() < 2) {
+    return Bad("model.layer_sizes", Sizes(sizes), "mlp needs [inputs, hidden..., classes]");
+  }
+  if (name == "cnn") {
+    if (sizes.empty()) {
+      return Bad("model.layer_sizes", Sizes(sizes), "cnn needs [hidden..., classes]");
+    }
+    if (model.conv_channels().size() != 2 || !AllPositive(model.conv_channels())) {
+      return Bad("model.conv_channels", Sizes(model.conv_channels()),
+                 "cnn needs two positive channel counts");
+    }
+    if (model.input_shape().size() != 3 || !AllPositive(model.input_shape())) {
+      return Bad("model.input_shape", Sizes(model.input_shape()),
+                 "cnn needs [channels, height, width]");
+    }
+    if (model.input_shape(1) < 4 || model.input_shape(2) < 4) {
+      return Bad("model.input_shape", Sizes(model.input_shape()),
+                 "cnn needs height and width of at least 4 (two 2x2 poolings)");
+    }
+  }
+  if (!(model.dropout() >= 0 && model.dropout() < 1)) {
+    return Bad("model.dropout", model.dropout(), "must be in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
+  switch (dataset.format()) {
+    case v1::IDX:
+      if (dataset.directory().empty()) {
+        return Bad("dataset.directory", "''", "IDX needs the directory of the IDX files");
+      }
+      break;
+    case v1::CSV:
+      if (dataset.train_path().empty()) {
+        return Bad("dataset.train_path", "''", "CSV needs a training file");
+      }
+      break;
+    case v1::SYNTHETIC:
+      if (dataset.synthetic_classes() < 2) {
+        return Bad("dataset.synthetic_classes", dataset.synthetic_classes(), "must be >= 2");
+      }
+      break;
+    default:
+      return Bad("dataset.format", dataset.format(), "must be IDX, CSV or SYNTHETIC");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+v1::JobSpec WithDefaults(v1::JobSpec spec) {
+  if (spec.name().empty()) spec.set_name("job");
+  ModelDefaults(*spec.mutable_model());
+  DatasetDefaults(*spec.mutable_dataset());
+  if (spec.global_batch_size() == 0) spec.set_global_batch_size(64);
+  if (spec.epochs() == 0 && spec.max_steps() == 0) spec.set_epochs(1);
+  OptimizerDefaults(*spec.mutable_optimizer());
+  if (spec.mode() == v1::TRAINING_MODE_UNSPECIFIED) spec.set_mode(v1::SYNC);
+  if (spec.mode() == v1::BOUNDED_STALENESS && spec.staleness() == 0) spec.set_staleness(4);
+  if (spec.nodes_min() == 0) spec.set_nodes_min(1);
+  if (spec.nodes_max() == 0) spec.set_nodes_max(spec.nodes_min());
+  if (spec.replicas_per_worker() == 0) spec.set_replicas_per_worker(1);
+  if (spec.devices() == v1::DEVICE_KIND_UNSPECIFIED) spec.set_devices(v1::AUTO);
+  if (spec.partition_bytes() == 0) spec.set_partition_bytes(kDefaultPartitionBytes);
+  if (spec.wire_dtype() == v1::DTYPE_UNSPECIFIED) spec.set_wire_dtype(v1::FLOAT32);
+  if (spec.seed() == 0) spec.set_seed(1);
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (spec.name().size() > 128) return Bad("name", spec.name().size(), "must be <= 128 chars");
+  if (absl::Status model = ValidateModel(spec.model()); !model.ok()) return model;
+  if (absl::Status dataset = ValidateDataset(spec.dataset()); !dataset.ok()) return dataset;
+  if (spec.global_batch_size() == 0) return Bad("global_batch_size", 0, "must be > 0");
+  if (spec.epochs() == 0 && spec.max_steps() == 0) {
+    return Bad("epochs", 0, "epochs or max_steps must be > 0");
+  }
+  if (absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), 1);
+      !optimizer.ok()) {
+    return optimizer.status();
+  }
+  if (!v1::TrainingMode_IsValid(spec.mode()) || spec.mode() == v1::TRAINING_MODE_UNSPECIFIED) {
+    return Bad("mode", spec.mode(), "must be SYNC, ASYNC or BOUNDED_STALENESS");
+  }
+  if (spec.mode() == v1::BOUNDED_STALENESS && spec.staleness() == 0) {
+    return Bad("staleness", 0, "must be > 0 for BOUNDED_STALENESS");
+  }
+  if (spec.nodes_min() == 0) return Bad("nodes_min", 0, "must be > 0");
+  if (spec.nodes_max() < spec.nodes_min()) {
+    return Bad("nodes_max", spec.nodes_max(),
+               absl::StrCat("must be >= nodes_min (", spec.nodes_min(), ")"));
+  }
+  if (spec.replicas_per_worker() == 0 || spec.replicas_per_worker() > 64) {
+    return Bad("replicas_per_worker", spec.replicas_per_worker(), "must be in [1, 64]");
+  }
+  if (!v1::DeviceKind_IsValid(spec.devices()) || spec.devices() == v1::DEVICE_KIND_UNSPECIFIED) {
+    return Bad("devices", spec.devices(), "must be AUTO, CPU or GPU");
+  }
+  if (spec.partition_bytes() < kMinPartitionBytes ||
+      spec.partition_bytes() > kMaxPartitionBytes || spec.partition_bytes() % 4 != 0) {
+    return Bad("partition_bytes", spec.partition_bytes(),
+               absl::StrCat("must be a multiple of 4 in [", kMinPartitionBytes, ", ",
+                            kMaxPartitionBytes, "]"));
+  }
+  if (!v1::DType_IsValid(spec.wire_dtype()) || spec.wire_dtype() == v1::DTYPE_UNSPECIFIED) {
+    return Bad("wire_dtype", spec.wire_dtype(), "must be FLOAT32, FLOAT16 or BFLOAT16");
+  }
+  return absl::OkStatus();
+}
+
+uint64_t StepsPerEpoch(const v1::JobSpec& spec, uint64_t train_samples) {
+  const uint64_t batch = spec.global_batch_size();
+  return batch == 0 ? 0 : (train_samples + batch - 1) / batch;
+}
+
+uint64_t TotalSteps(const v1::JobSpec& spec, uint64_t train_samples) {
+  uint64_t steps = spec.epochs() > 0 ? spec.epochs() * StepsPerEpoch(spec, train_samples)
+                                     : spec.max_steps();
+  if (spec.max_steps() > 0 && spec.max_steps() < steps) steps = spec.max_steps();
+  return steps;
+}
+
+uint64_t BatchSizeOfStep(const v1::JobSpec& spec, uint64_t train_samples, uint64_t step) {
+  const uint64_t per_epoch = StepsPerEpoch(spec, train_samples);
+  if (per_epoch == 0) return 0;
+  const uint64_t index = step % per_epoch;
+  const uint64_t batch = spec.global_batch_size();
+  return index + 1 < per_epoch ? batch : train_samples - index * batch;
+}
+
+}  // namespace tributary

@@ -1,0 +1,41 @@
+// Defaults and validation of a JobSpec, shared by the coordinator (which checks
+// what operators submit), the workers, the PS and the single-process trainer (which
+// all read the spec with the same defaults).
+#ifndef TRIBUTARY_COMMON_JOB_SPEC_H_
+#define TRIBUTARY_COMMON_JOB_SPEC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "proto/job.pb.h"
+
+namespace tributary {
+
+inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
+inline constexpr int64_t kMinPartitionBytes = 256;
+inline constexpr int64_t kMaxPartitionBytes = 256 << 20;
+inline constexpr char kDefaultIdxDirectory[] = "/usr/share/datasets/fashion-mnist";
+
+// Every unset field gets the default its comment in proto/job.proto gives. Values that
+// are set are kept as they are, even when invalid (ValidateJobSpec reports them).
+v1::JobSpec WithDefaults(v1::JobSpec spec);
+
+// OK, or INVALID_ARGUMENT naming the first bad field and its value, e.g.
+// "global_batch_size: must be > 0, got 0". Expects WithDefaults to have been applied.
+// Checks what can be checked without the data: a missing dataset file is the
+// worker's to report.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// ceil(train_samples / global_batch_size): the last batch of an epoch may be short.
+uint64_t StepsPerEpoch(const v1::JobSpec& spec, uint64_t train_samples);
+
+// Steps the job runs: epochs * StepsPerEpoch, capped by max_steps when that is set.
+uint64_t TotalSteps(const v1::JobSpec& spec, uint64_t train_samples);
+
+// Samples in step `step` (0-based) of an epoch: global_batch_size, or what is left
+// for the last step of the epoch.
+uint64_t BatchSizeOfStep(const v1::JobSpec& spec, uint64_t train_samples, uint64_t step);
+
+}  // namespace tributary
+
+#endif  // TRIBUTARY_COMMON_JOB_SPEC_H_

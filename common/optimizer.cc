@@ -1,0 +1,150 @@
+#include "common/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tributary {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+absl::Status Bad(const char* field, double value, const char* rule) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer.", field, ": ", rule, ", got ", value));
+}
+
+}  // namespace
+
+absl::StatusOr<Optimizer> Optimizer::Create(const v1::OptimizerSpec& spec,
+                                            uint64_t total_steps) {
+  if (spec.type() == v1::OPTIMIZER_TYPE_UNSPECIFIED || !v1::OptimizerType_IsValid(spec.type())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.type: unknown optimizer ", spec.type()));
+  }
+  if (!(spec.learning_rate() > 0) || !std::isfinite(spec.learning_rate())) {
+    return Bad("learning_rate", spec.learning_rate(), "must be a finite number > 0");
+  }
+  if (!(spec.weight_decay() >= 0) || !std::isfinite(spec.weight_decay())) {
+    return Bad("weight_decay", spec.weight_decay(), "must be a finite number >= 0");
+  }
+  if (spec.type() == v1::MOMENTUM && !(spec.momentum() >= 0 && spec.momentum() < 1)) {
+    return Bad("momentum", spec.momentum(), "must be in [0, 1)");
+  }
+  if (spec.type() == v1::ADAM || spec.type() == v1::ADAMW) {
+    if (!(spec.beta1() >= 0 && spec.beta1() < 1)) return Bad("beta1", spec.beta1(), "must be in [0, 1)");
+    if (!(spec.beta2() >= 0 && spec.beta2() < 1)) return Bad("beta2", spec.beta2(), "must be in [0, 1)");
+    if (!(spec.epsilon() > 0)) return Bad("epsilon", spec.epsilon(), "must be > 0");
+  }
+  const v1::LrSchedule& schedule = spec.schedule();
+  if (!v1::LrScheduleKind_IsValid(schedule.kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.schedule.kind: unknown schedule ", schedule.kind()));
+  }
+  if (schedule.kind() == v1::STEP) {
+    if (schedule.step_size() == 0) {
+      return Bad("schedule.step_size", 0, "must be > 0 for a STEP schedule");
+    }
+    if (!(schedule.gamma() > 0 && schedule.gamma() <= 1)) {
+      return Bad("schedule.gamma", schedule.gamma(), "must be in (0, 1]");
+    }
+  }
+  if (schedule.kind() == v1::COSINE &&
+      !(schedule.min_lr() >= 0 && schedule.min_lr() <= spec.learning_rate())) {
+    return Bad("schedule.min_lr", schedule.min_lr(), "must be in [0, learning_rate]");
+  }
+  return Optimizer(spec, total_steps);
+}
+
+Optimizer::Optimizer(v1::OptimizerSpec spec, uint64_t total_steps)
+    : spec_(std::move(spec)), total_steps_(total_steps) {
+  switch (spec_.type()) {
+    case v1::MOMENTUM:
+      state_slots_ = 1;
+      break;
+    case v1::ADAM:
+    case v1::ADAMW:
+      state_slots_ = 2;
+      break;
+    default:
+      state_slots_ = 0;
+  }
+}
+
+float Optimizer::LearningRate(uint64_t step) const {
+  const v1::LrSchedule& schedule = spec_.schedule();
+  const double base = spec_.learning_rate();
+  double rate = base;
+  switch (schedule.kind()) {
+    case v1::STEP:
+      rate = base * std::pow(static_cast<double>(schedule.gamma()),
+                             static_cast<double>(step / schedule.step_size()));
+      break;
+    case v1::COSINE: {
+      const double progress =
+          total_steps_ == 0 ? 1.0
+                            : std::min<double>(1.0, static_cast<double>(step) / total_steps_);
+      rate = schedule.min_lr() + (base - schedule.min_lr()) * (1 + std::cos(kPi * progress)) / 2;
+      break;
+    }
+    default:
+      break;
+  }
+  if (step < schedule.warmup_steps()) {
+    rate *= static_cast<double>(step + 1) / static_cast<double>(schedule.warmup_steps());
+  }
+  return static_cast<float>(rate);
+}
+
+void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* state,
+                      size_t n) const {
+  const float lr = LearningRate(step);
+  const float wd = spec_.weight_decay();
+  switch (spec_.type()) {
+    case v1::MOMENTUM: {
+      const float mu = spec_.momentum();
+      float* velocity = state;
+      if (spec_.nesterov()) {
+        for (size_t i = 0; i < n; ++i) {
+          const float g = grad[i] + wd * params[i];
+          velocity[i] = mu * velocity[i] + g;
+          params[i] -= lr * (g + mu * velocity[i]);
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          const float g = grad[i] + wd * params[i];
+          velocity[i] = mu * velocity[i] + g;
+          params[i] -= lr * velocity[i];
+        }
+      }
+      break;
+    }
+    case v1::ADAM:
+    case v1::ADAMW: {
+      const float b1 = spec_.beta1();
+      const float b2 = spec_.beta2();
+      const float eps = spec_.epsilon();
+      const double t = static_cast<double>(step) + 1;
+      const float correction1 = static_cast<float>(1 - std::pow(static_cast<double>(b1), t));
+      const float correction2 = static_cast<float>(1 - std::pow(static_cast<double>(b2), t));
+      const bool decoupled = spec_.type() == v1::ADAMW;
+      float* m = state;
+      float* v = state + n;
+      for (size_t i = 0; i < n; ++i) {
+        if (decoupled) params[i] -= lr * wd * params[i];
+        const float g = decoupled ? grad[i] : grad[i] + wd * params[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const float m_hat = m[i] / correction1;
+        const float v_hat = v[i] / correction2;
+        params[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+      }
+      break;
+    }
+    default:  // SGD
+      for (size_t i = 0; i < n; ++i) params[i] -= lr * (grad[i] + wd * params[i]);
+  }
+}
+
+}  // namespace tributary

@@ -1,0 +1,47 @@
+// The optimizers and learning-rate schedules of a job, on plain float ranges.
+// The PS shards apply them to one partition at a time and the single-process
+// trainer to the whole flat buffer; both run this code, so SYNC training and the
+// single-replica reference agree bit for bit given the same mean gradient.
+#ifndef TRIBUTARY_COMMON_OPTIMIZER_H_
+#define TRIBUTARY_COMMON_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace tributary {
+
+class Optimizer {
+ public:
+  // spec must have its defaults filled in (WithDefaults in common/job_spec.h).
+  // INVALID_ARGUMENT naming the field for a bad value. total_steps is used by COSINE.
+  static absl::StatusOr<Optimizer> Create(const v1::OptimizerSpec& spec, uint64_t total_steps);
+
+  // Floats of state per parameter element: 0 (SGD), 1 (MOMENTUM), 2 (ADAM, ADAMW).
+  int state_slots() const { return state_slots_; }
+
+  // Learning rate of update number `step` (0-based), schedule and warm-up applied.
+  float LearningRate(uint64_t step) const;
+
+  // One update of params[0, n) with the mean gradient grad[0, n), as update number
+  // `step` (0-based; Adam's bias correction uses step + 1). state holds
+  // state_slots() * n floats laid out slot by slot (all of slot 0, then slot 1), zero
+  // before the first update. Elementwise: applying it to sub-ranges (partitions) gives
+  // exactly the same result as applying it to the whole buffer.
+  void Apply(uint64_t step, float* params, const float* grad, float* state, size_t n) const;
+
+  const v1::OptimizerSpec& spec() const { return spec_; }
+
+ private:
+  Optimizer(v1::OptimizerSpec spec, uint64_t total_steps);
+
+  v1::OptimizerSpec spec_;
+  uint64_t total_steps_;
+  int state_slots_;
+};
+
+}  // namespace tributary
+
+#endif  // TRIBUTARY_COMMON_OPTIMIZER_H_
