@@ -1,0 +1,48 @@
+// The cut of a model's flat parameter buffer into partitions and their placement
+// on PS shards. A pure function of (layout, partition_bytes, num_shards): workers
+// and PS shards compute or check the same plan and compare it by fingerprint.
+#ifndef TRIBUTARY_COMMON_PARTITION_PLAN_H_
+#define TRIBUTARY_COMMON_PARTITION_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/tensor.pb.h"
+
+namespace tributary {
+
+// OK, or INVALID_ARGUMENT naming the first tensor that breaks the layout rules:
+// non-empty unique names, lengths > 0 equal to the product of the shape, offsets
+// contiguous from 0 in buffer order, total_elements equal to the sum.
+absl::Status ValidateParameterLayout(const v1::ParameterLayout& layout);
+
+// Cuts the flat buffer into N contiguous partitions of nearly equal length (lengths
+// differ by at most one element; a partition may cut a tensor), where N is the
+// fewest partitions of at most partition_bytes each, raised to num_shards when the
+// model has that many elements so that every shard holds something. Partitions are
+// placed in buffer order on the shard with the fewest bytes so far (ties: lowest
+// index), which balances bytes across shards. The fingerprint covers the plan and
+// the layout's names, shapes and offsets.
+// INVALID_ARGUMENT for a bad layout, partition_bytes not a positive multiple of 4,
+// or num_shards == 0.
+absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& layout,
+                                                    int64_t partition_bytes,
+                                                    uint32_t num_shards);
+
+// Structural check of a plan received from elsewhere (the fingerprint cannot be
+// recomputed without the layout): ids 0..N-1 in order, contiguous ranges covering
+// total_elements, lengths within partition_bytes, shards < num_shards, a non-empty
+// fingerprint. INVALID_ARGUMENT naming the first bad partition or field.
+absl::Status ValidatePartitionPlan(const v1::PartitionPlan& plan);
+
+// Ids of the partitions owned by `shard`, ascending.
+std::vector<uint32_t> PartitionsOfShard(const v1::PartitionPlan& plan, uint32_t shard);
+
+// Bytes (FLOAT32) owned by `shard`.
+int64_t BytesOfShard(const v1::PartitionPlan& plan, uint32_t shard);
+
+}  // namespace tributary
+
+#endif  // TRIBUTARY_COMMON_PARTITION_PLAN_H_

@@ -1,0 +1,168 @@
+#include "common/partition_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace tributary {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Tensors of the given lengths, named t0, t1, ..., laid out back to back.
+v1::ParameterLayout Layout(const std::vector<int64_t>& lengths) {
+  v1::ParameterLayout layout;
+  int64_t offset = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    v1::TensorView* tensor = layout.add_tensors();
+    tensor->set_name("t" + std::to_string(i));
+    tensor->add_shape(lengths[i]);
+    tensor->set_offset(offset);
+    tensor->set_length(lengths[i]);
+    offset += lengths[i];
+  }
+  layout.set_total_elements(offset);
+  return layout;
+}
+
+v1::PartitionPlan MustPlan(const v1::ParameterLayout& layout, int64_t bytes, uint32_t shards) {
+  absl::StatusOr<v1::PartitionPlan> plan = MakePartitionPlan(layout, bytes, shards);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : v1::PartitionPlan();
+}
+
+TEST(PartitionPlanTest, CutsEvenlyAcrossTensorBoundaries) {
+  // 1000 elements, at most 64 per partition (256 bytes) -> 16 partitions of 62 or 63.
+  const v1::PartitionPlan plan = MustPlan(Layout({300, 10, 690}), 256, 1);
+  ASSERT_EQ(plan.partitions_size(), 16);
+  int64_t offset = 0;
+  for (const v1::Partition& partition : plan.partitions()) {
+    EXPECT_EQ(partition.offset(), offset);
+    EXPECT_TRUE(partition.length() == 62 || partition.length() == 63) << partition.length();
+    EXPECT_LE(partition.length() * 4, 256);
+    EXPECT_EQ(partition.shard(), 0u);
+    offset += partition.length();
+  }
+  EXPECT_EQ(offset, 1000);
+  EXPECT_EQ(plan.total_elements(), 1000);
+  EXPECT_EQ(plan.partitions(0).length(), 63);   // 1000 = 16 * 62 + 8: the first 8 are longer.
+  EXPECT_EQ(plan.partitions(15).length(), 62);
+  EXPECT_TRUE(ValidatePartitionPlan(plan).ok());
+}
+
+TEST(PartitionPlanTest, BalancesBytesAcrossShards) {
+  const v1::PartitionPlan plan = MustPlan(Layout({4096, 4096, 1000, 17}), 1024, 3);
+  int64_t most = 0, least = INT64_MAX;
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    most = std::max(most, BytesOfShard(plan, shard));
+    least = std::min(least, BytesOfShard(plan, shard));
+  }
+  // Greedy placement of near-equal partitions: shards differ by at most one partition.
+  EXPECT_LE(most - least, 1024);
+  EXPECT_EQ(BytesOfShard(plan, 0) + BytesOfShard(plan, 1) + BytesOfShard(plan, 2),
+            plan.total_elements() * 4);
+  std::vector<uint32_t> all;
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    for (uint32_t id : PartitionsOfShard(plan, shard)) all.push_back(id);
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(plan.partitions_size()));
+}
+
+TEST(PartitionPlanTest, EveryShardGetsAPartitionOfASmallModel) {
+  // 7850 floats fit one 4 MiB partition, but two shards should both work.
+  const v1::PartitionPlan plan = MustPlan(Layout({7840, 10}), 4 << 20, 2);
+  ASSERT_EQ(plan.partitions_size(), 2);
+  EXPECT_EQ(plan.partitions(0).shard(), 0u);
+  EXPECT_EQ(plan.partitions(1).shard(), 1u);
+  EXPECT_EQ(plan.partitions(0).length(), 3925);
+  // More shards than elements: every element still has exactly one home.
+  const v1::PartitionPlan tiny = MustPlan(Layout({3}), 4 << 20, 5);
+  EXPECT_EQ(tiny.partitions_size(), 3);
+  EXPECT_TRUE(PartitionsOfShard(tiny, 4).empty());
+}
+
+TEST(PartitionPlanTest, IsAPureFunctionWithAStableFingerprint) {
+  const v1::ParameterLayout layout = Layout({500, 20});
+  const v1::PartitionPlan a = MustPlan(layout, 400, 2);
+  const v1::PartitionPlan b = MustPlan(layout, 400, 2);
+  EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
+  EXPECT_EQ(a.fingerprint().size(), 32u);
+
+  // Anything that changes the plan or the layout's names/shapes changes the digest.
+  EXPECT_NE(MustPlan(layout, 800, 2).fingerprint(), a.fingerprint());
+  EXPECT_NE(MustPlan(layout, 400, 3).fingerprint(), a.fingerprint());
+  v1::ParameterLayout renamed = layout;
+  renamed.mutable_tensors(1)->set_name("bias");
+  EXPECT_NE(MustPlan(renamed, 400, 2).fingerprint(), a.fingerprint());
+  v1::ParameterLayout reshaped = layout;
+  reshaped.mutable_tensors(0)->clear_shape();
+  reshaped.mutable_tensors(0)->add_shape(20);
+  reshaped.mutable_tensors(0)->add_shape(25);
+  EXPECT_NE(MustPlan(reshaped, 400, 2).fingerprint(), a.fingerprint());
+}
+
+TEST(PartitionPlanTest, RejectsBadLayouts) {
+  v1::ParameterLayout gap = Layout({10, 10});
+  gap.mutable_tensors(1)->set_offset(11);
+  EXPECT_THAT(MakePartitionPlan(gap, 256, 1).status().message(),
+              HasSubstr("tensor 1 't1': offset must be 10"));
+
+  v1::ParameterLayout bad_shape = Layout({10});
+  bad_shape.mutable_tensors(0)->add_shape(3);
+  EXPECT_THAT(ValidateParameterLayout(bad_shape).message(),
+              HasSubstr("shape [10,3] does not hold length 10"));
+
+  v1::ParameterLayout twice = Layout({4, 4});
+  twice.mutable_tensors(1)->set_name("t0");
+  EXPECT_THAT(ValidateParameterLayout(twice).message(), HasSubstr("name used twice"));
+
+  v1::ParameterLayout total = Layout({4});
+  total.set_total_elements(5);
+  EXPECT_THAT(ValidateParameterLayout(total).message(), HasSubstr("got 5"));
+
+  EXPECT_THAT(ValidateParameterLayout(v1::ParameterLayout()).message(), HasSubstr("no tensors"));
+  v1::ParameterLayout huge_dims = Layout({6});
+  huge_dims.mutable_tensors(0)->clear_shape();
+  huge_dims.mutable_tensors(0)->add_shape(INT64_MAX);
+  huge_dims.mutable_tensors(0)->add_shape(INT64_MAX);
+  EXPECT_FALSE(ValidateParameterLayout(huge_dims).ok());
+}
+
+TEST(PartitionPlanTest, RejectsBadSizesAndShardCounts) {
+  const v1::ParameterLayout layout = Layout({10});
+  EXPECT_THAT(MakePartitionPlan(layout, 6, 1).status().message(),
+              HasSubstr("positive multiple of 4, got 6"));
+  EXPECT_THAT(MakePartitionPlan(layout, 0, 1).status().message(), HasSubstr("got 0"));
+  EXPECT_THAT(MakePartitionPlan(layout, 256, 0).status().message(),
+              HasSubstr("num_shards must be > 0"));
+}
+
+TEST(PartitionPlanTest, ValidatePlanNamesTheBadPartition) {
+  v1::PartitionPlan plan = MustPlan(Layout({100}), 64, 2);
+  ASSERT_TRUE(ValidatePartitionPlan(plan).ok());
+
+  v1::PartitionPlan overlong = plan;
+  overlong.mutable_partitions(2)->set_length(17);
+  EXPECT_THAT(ValidatePartitionPlan(overlong).message(),
+              HasSubstr("partition 2: length must be in [1, 16], got 17"));
+
+  v1::PartitionPlan bad_shard = plan;
+  bad_shard.mutable_partitions(1)->set_shard(2);
+  EXPECT_THAT(ValidatePartitionPlan(bad_shard).message(),
+              HasSubstr("partition 1: shard must be < 2, got 2"));
+
+  v1::PartitionPlan short_cover = plan;
+  short_cover.set_total_elements(101);
+  EXPECT_THAT(ValidatePartitionPlan(short_cover).message(), HasSubstr("cover 100 elements"));
+
+  v1::PartitionPlan unnamed = plan;
+  unnamed.clear_fingerprint();
+  EXPECT_FALSE(ValidatePartitionPlan(unnamed).ok());
+}
+
+}  // namespace
+}  // namespace tributary
