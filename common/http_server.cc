@@ -1,5 +1,7 @@
 #include "common/http_server.h"
 
+#include <chrono>
+
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,9 @@ absl::Status HttpServer::Start(const std::string& host, int port) {
         absl::StrCat("cannot bind the HTTP port ", host, ":", port, " (in use?)"));
   }
   thread_ = std::thread([this] { server_.listen_after_bind(); });
+  // stop() before the listen loop has started would be lost and leave the thread
+  // blocked for good, so return only once it runs.
+  while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return absl::OkStatus();
 }
 

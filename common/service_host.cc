@@ -87,6 +87,9 @@ absl::Status ServiceHost::Start() {
   // Clients ping every 20 s; allow down to 5 s so a client tuned lower is not cut off.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // gRPC binds with SO_REUSEPORT by default: a second server on a busy port would then
+  // silently share its traffic instead of failing to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(*registry_));

@@ -1,0 +1,89 @@
+#include "common/job_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace tributary {
+namespace {
+
+TEST(JobSpecTest, AnEmptySpecGetsTheDocumentedDefaults) {
+  const v1::JobSpec spec = WithDefaults(v1::JobSpec());
+  EXPECT_EQ(spec.name(), "job");
+  EXPECT_EQ(spec.model().name(), "mlp");
+  EXPECT_EQ(spec.model().layer_sizes().size(), 4);
+  EXPECT_EQ(spec.dataset().format(), v1::IDX);
+  EXPECT_EQ(spec.dataset().directory(), kDefaultIdxDirectory);
+  EXPECT_EQ(spec.global_batch_size(), 64u);
+  EXPECT_EQ(spec.epochs(), 1u);
+  EXPECT_EQ(spec.optimizer().type(), v1::SGD);
+  EXPECT_FLOAT_EQ(spec.optimizer().learning_rate(), 0.1f);
+  EXPECT_EQ(spec.mode(), v1::SYNC);
+  EXPECT_EQ(spec.nodes_min(), 1u);
+  EXPECT_EQ(spec.nodes_max(), 1u);
+  EXPECT_EQ(spec.replicas_per_worker(), 1u);
+  EXPECT_EQ(spec.devices(), v1::AUTO);
+  EXPECT_EQ(spec.partition_bytes(), kDefaultPartitionBytes);
+  EXPECT_EQ(spec.wire_dtype(), v1::FLOAT32);
+  EXPECT_EQ(spec.seed(), 1u);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(JobSpecTest, ModelAndOptimizerDefaultsDependOnTheirKind) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("cnn");
+  spec.mutable_optimizer()->set_type(v1::ADAM);
+  spec = WithDefaults(spec);
+  EXPECT_EQ(spec.model().conv_channels().size(), 2);
+  EXPECT_EQ(spec.model().input_shape().size(), 3);
+  EXPECT_FLOAT_EQ(spec.optimizer().learning_rate(), 0.001f);
+  EXPECT_FLOAT_EQ(spec.optimizer().beta2(), 0.999f);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+// Each case breaks one field; the error must name that field and the value.
+TEST(JobSpecTest, InvalidFieldsAreNamedOneByOne) {
+  struct Case {
+    std::function<void(v1::JobSpec&)> mutate;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::JobSpec& s) { s.mutable_model()->set_name("resnet"); }, "model.name: "},
+      {[](v1::JobSpec& s) { s.mutable_model()->set_layer_sizes(1, 0); }, "model.layer_sizes"},
+      {[](v1::JobSpec& s) { s.mutable_model()->set_dropout(1.0f); }, "model.dropout"},
+      {[](v1::JobSpec& s) { s.mutable_dataset()->set_format(v1::CSV); }, "dataset.train_path"},
+      {[](v1::JobSpec& s) { s.mutable_optimizer()->set_learning_rate(-1); },
+       "optimizer.learning_rate: must be a finite number > 0, got -1"},
+      {[](v1::JobSpec& s) { s.set_nodes_max(0); s.set_nodes_min(2); }, "nodes_max"},
+      {[](v1::JobSpec& s) { s.set_replicas_per_worker(65); }, "replicas_per_worker"},
+      {[](v1::JobSpec& s) { s.set_partition_bytes(1001); }, "partition_bytes"},
+      {[](v1::JobSpec& s) { s.set_partition_bytes(16); }, "partition_bytes"},
+      {[](v1::JobSpec& s) { s.set_mode(static_cast<v1::TrainingMode>(9)); }, "mode"},
+      {[](v1::JobSpec& s) { s.set_mode(v1::BOUNDED_STALENESS); s.set_staleness(0); },
+       "staleness"},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = WithDefaults(v1::JobSpec());
+    c.mutate(spec);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.expected;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos)
+        << "wanted '" << c.expected << "' in: " << status.message();
+  }
+}
+
+TEST(JobSpecTest, StepsAndTheShortLastBatch) {
+  v1::JobSpec spec = WithDefaults(v1::JobSpec());
+  spec.set_global_batch_size(64);
+  spec.set_epochs(3);
+  EXPECT_EQ(StepsPerEpoch(spec, 1000), 16u);  // 15 full batches + 40
+  EXPECT_EQ(TotalSteps(spec, 1000), 48u);
+  EXPECT_EQ(BatchSizeOfStep(spec, 1000, 0), 64u);
+  EXPECT_EQ(BatchSizeOfStep(spec, 1000, 15), 40u);
+  EXPECT_EQ(BatchSizeOfStep(spec, 1000, 16), 64u);  // next epoch
+  spec.set_max_steps(20);
+  EXPECT_EQ(TotalSteps(spec, 1000), 20u);
+  spec.set_epochs(0);
+  EXPECT_EQ(TotalSteps(spec, 1000), 20u);
+}
+
+}  // namespace
+}  // namespace tributary

@@ -1,0 +1,179 @@
+#include "common/optimizer.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace tributary {
+namespace {
+
+v1::OptimizerSpec Spec(v1::OptimizerType type, float lr) {
+  v1::OptimizerSpec spec;
+  spec.set_type(type);
+  spec.set_learning_rate(lr);
+  spec.mutable_schedule()->set_kind(v1::CONSTANT);
+  if (type == v1::ADAM || type == v1::ADAMW) {
+    spec.set_beta1(0.9f);
+    spec.set_beta2(0.999f);
+    spec.set_epsilon(1e-8f);
+  }
+  return spec;
+}
+
+Optimizer Make(const v1::OptimizerSpec& spec, uint64_t total_steps = 100) {
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec, total_steps);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  return *optimizer;
+}
+
+TEST(OptimizerTest, SgdWithAndWithoutWeightDecay) {
+  v1::OptimizerSpec spec = Spec(v1::SGD, 0.1f);
+  float p = 1.0f;
+  const float g = 0.5f;
+  Make(spec).Apply(0, &p, &g, nullptr, 1);
+  EXPECT_FLOAT_EQ(p, 0.95f);
+  spec.set_weight_decay(0.1f);
+  p = 1.0f;
+  Make(spec).Apply(0, &p, &g, nullptr, 1);
+  EXPECT_FLOAT_EQ(p, 0.94f);  // 1 - 0.1 * (0.5 + 0.1 * 1)
+}
+
+TEST(OptimizerTest, MomentumAndNesterovByHand) {
+  v1::OptimizerSpec spec = Spec(v1::MOMENTUM, 0.1f);
+  spec.set_momentum(0.9f);
+  Optimizer momentum = Make(spec);
+  ASSERT_EQ(momentum.state_slots(), 1);
+  float p = 1.0f, v = 0.0f;
+  const float g = 0.5f;
+  momentum.Apply(0, &p, &g, &v, 1);
+  EXPECT_FLOAT_EQ(v, 0.5f);
+  EXPECT_FLOAT_EQ(p, 0.95f);
+  momentum.Apply(1, &p, &g, &v, 1);
+  EXPECT_FLOAT_EQ(v, 0.95f);   // 0.9 * 0.5 + 0.5
+  EXPECT_FLOAT_EQ(p, 0.855f);  // 0.95 - 0.1 * 0.95
+
+  spec.set_nesterov(true);
+  p = 1.0f;
+  v = 0.0f;
+  Make(spec).Apply(0, &p, &g, &v, 1);
+  EXPECT_FLOAT_EQ(p, 0.905f);  // 1 - 0.1 * (0.5 + 0.9 * 0.5)
+}
+
+TEST(OptimizerTest, AdamAndAdamWByHand) {
+  Optimizer adam = Make(Spec(v1::ADAM, 0.001f));
+  ASSERT_EQ(adam.state_slots(), 2);
+  float p = 1.0f;
+  float state[2] = {0, 0};
+  const float g = 0.5f;
+  adam.Apply(0, &p, &g, state, 1);
+  EXPECT_FLOAT_EQ(state[0], 0.05f);     // m = 0.1 * g
+  EXPECT_NEAR(state[1], 0.00025f, 1e-8);  // v = (1 - beta2) * g^2, beta2 in float
+  // m_hat = 0.5, v_hat = 0.25: p = 1 - 0.001 * 0.5 / (0.5 + 1e-8)
+  EXPECT_NEAR(p, 0.999f, 1e-7);
+
+  v1::OptimizerSpec spec = Spec(v1::ADAMW, 0.001f);
+  spec.set_weight_decay(0.01f);
+  p = 1.0f;
+  state[0] = state[1] = 0;
+  Make(spec).Apply(0, &p, &g, state, 1);
+  EXPECT_NEAR(p, 1.0f - 0.001f * 0.01f - 0.001f, 1e-7);
+
+  // Adam's L2 form adds wd * p to the gradient instead.
+  spec = Spec(v1::ADAM, 0.001f);
+  spec.set_weight_decay(0.01f);
+  p = 1.0f;
+  state[0] = state[1] = 0;
+  Make(spec).Apply(0, &p, &g, state, 1);
+  EXPECT_FLOAT_EQ(state[0], 0.1f * 0.51f);
+}
+
+TEST(OptimizerTest, Schedules) {
+  v1::OptimizerSpec spec = Spec(v1::SGD, 1.0f);
+  spec.mutable_schedule()->set_kind(v1::STEP);
+  spec.mutable_schedule()->set_step_size(10);
+  spec.mutable_schedule()->set_gamma(0.5f);
+  Optimizer step = Make(spec);
+  EXPECT_FLOAT_EQ(step.LearningRate(9), 1.0f);
+  EXPECT_FLOAT_EQ(step.LearningRate(10), 0.5f);
+  EXPECT_FLOAT_EQ(step.LearningRate(25), 0.25f);
+
+  spec.mutable_schedule()->set_kind(v1::COSINE);
+  spec.mutable_schedule()->set_min_lr(0.0f);
+  Optimizer cosine = Make(spec, 100);
+  EXPECT_FLOAT_EQ(cosine.LearningRate(0), 1.0f);
+  EXPECT_NEAR(cosine.LearningRate(50), 0.5f, 1e-6);
+  EXPECT_NEAR(cosine.LearningRate(100), 0.0f, 1e-6);
+  EXPECT_NEAR(cosine.LearningRate(500), 0.0f, 1e-6);
+
+  spec.mutable_schedule()->set_kind(v1::CONSTANT);
+  spec.mutable_schedule()->set_warmup_steps(4);
+  Optimizer warm = Make(spec);
+  EXPECT_FLOAT_EQ(warm.LearningRate(0), 0.25f);
+  EXPECT_FLOAT_EQ(warm.LearningRate(3), 1.0f);
+  EXPECT_FLOAT_EQ(warm.LearningRate(4), 1.0f);
+}
+
+// What makes PS partitions and the single-process trainer agree: applying the update
+// to ranges (with their own slot-major state) equals applying it to the whole buffer.
+TEST(OptimizerTest, RangesGiveTheSameBitsAsTheWholeBuffer) {
+  for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
+    v1::OptimizerSpec spec = Spec(type, 0.01f);
+    spec.set_weight_decay(0.001f);
+    if (type == v1::MOMENTUM) {
+      spec.set_momentum(0.9f);
+      spec.set_nesterov(true);
+    }
+    Optimizer optimizer = Make(spec);
+    const size_t n = 1000;
+    const int slots = optimizer.state_slots();
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> whole(n), grad(n);
+    for (size_t i = 0; i < n; ++i) {
+      whole[i] = normal(rng);
+      grad[i] = normal(rng);
+    }
+    std::vector<float> parts = whole;
+    std::vector<float> whole_state(slots * n, 0.0f);
+    const std::vector<size_t> cuts = {0, 333, 334, 1000};
+    std::vector<std::vector<float>> part_states;
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      part_states.emplace_back(slots * (cuts[c + 1] - cuts[c]), 0.0f);
+    }
+    for (uint64_t step = 0; step < 3; ++step) {
+      optimizer.Apply(step, whole.data(), grad.data(), whole_state.data(), n);
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        optimizer.Apply(step, parts.data() + cuts[c], grad.data() + cuts[c],
+                        part_states[c].data(), cuts[c + 1] - cuts[c]);
+      }
+    }
+    EXPECT_EQ(whole, parts) << v1::OptimizerType_Name(type);
+  }
+}
+
+TEST(OptimizerTest, BadSpecsNameTheField) {
+  v1::OptimizerSpec spec = Spec(v1::SGD, 0.0f);
+  absl::StatusOr<Optimizer> bad = Optimizer::Create(spec, 10);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("optimizer.learning_rate"), std::string::npos);
+
+  spec = Spec(v1::MOMENTUM, 0.1f);
+  spec.set_momentum(1.5f);
+  bad = Optimizer::Create(spec, 10);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("optimizer.momentum"), std::string::npos);
+
+  spec = Spec(v1::SGD, 0.1f);
+  spec.mutable_schedule()->set_kind(v1::STEP);
+  bad = Optimizer::Create(spec, 10);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("schedule.step_size"), std::string::npos);
+
+  spec = Spec(v1::SGD, NAN);
+  EXPECT_FALSE(Optimizer::Create(spec, 10).ok());
+}
+
+}  // namespace
+}  // namespace tributary
