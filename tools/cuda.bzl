@@ -12,7 +12,9 @@ NVCC_ARCH_FLAGS = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
-def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None):
+def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None, tags = []):
+    """tags go to both targets: tags = ["manual"] keeps `bazel build //...` without
+    --config=cuda from running nvcc; a select() on //tools:cuda_enabled pulls it in."""
     archive = "lib%s_cu.a" % name
     native.genrule(
         name = name + "_nvcc",
@@ -31,6 +33,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None):
             "-o $@",
         ] + ["$(location %s)" % s for s in srcs]),
         message = "nvcc " + name,
+        tags = tags,
     )
     native.cc_library(
         name = name,
@@ -39,4 +42,5 @@ def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None):
         deps = deps + ["@local_cuda//:cudart"],
         alwayslink = True,
         visibility = visibility,
+        tags = tags,
     )

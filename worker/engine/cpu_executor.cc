@@ -1,0 +1,323 @@
+#include "worker/engine/cpu_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <Eigen/Core>
+
+#include "worker/engine/counter_rng.h"
+
+namespace tributary::engine {
+namespace {
+
+template <typename S>
+using Matrix = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename S>
+using MatrixMap = Eigen::Map<Matrix<S>>;
+template <typename S>
+using ConstMatrixMap = Eigen::Map<const Matrix<S>>;
+template <typename S>
+using RowVectorMap = Eigen::Map<Eigen::Matrix<S, 1, Eigen::Dynamic>>;
+template <typename S>
+using ConstRowVectorMap = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>;
+template <typename S>
+using VectorMap = Eigen::Map<Eigen::Matrix<S, Eigen::Dynamic, 1>>;
+template <typename S>
+using ConstVectorMap = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, 1>>;
+
+// col[(c*k + ki)*k + kj][oh*OW + ow] = x[c][oh*s - p + ki][ow*s - p + kj] (0 outside).
+template <typename S>
+void Im2Col(const LayerSpec& l, const S* x, S* col) {
+  const int64_t ohw = l.out.height * l.out.width;
+  for (int64_t c = 0; c < l.in.channels; ++c) {
+    for (int ki = 0; ki < l.kernel; ++ki) {
+      for (int kj = 0; kj < l.kernel; ++kj) {
+        S* row = col + ((c * l.kernel + ki) * l.kernel + kj) * ohw;
+        for (int64_t oh = 0; oh < l.out.height; ++oh) {
+          const int64_t ih = oh * l.stride - l.padding + ki;
+          for (int64_t ow = 0; ow < l.out.width; ++ow) {
+            const int64_t iw = ow * l.stride - l.padding + kj;
+            const bool inside = ih >= 0 && ih < l.in.height && iw >= 0 && iw < l.in.width;
+            row[oh * l.out.width + ow] =
+                inside ? x[(c * l.in.height + ih) * l.in.width + iw] : S(0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: dx (zeroed by the caller) += scatter of dcol.
+template <typename S>
+void Col2Im(const LayerSpec& l, const S* dcol, S* dx) {
+  const int64_t ohw = l.out.height * l.out.width;
+  for (int64_t c = 0; c < l.in.channels; ++c) {
+    for (int ki = 0; ki < l.kernel; ++ki) {
+      for (int kj = 0; kj < l.kernel; ++kj) {
+        const S* row = dcol + ((c * l.kernel + ki) * l.kernel + kj) * ohw;
+        for (int64_t oh = 0; oh < l.out.height; ++oh) {
+          const int64_t ih = oh * l.stride - l.padding + ki;
+          if (ih < 0 || ih >= l.in.height) continue;
+          for (int64_t ow = 0; ow < l.out.width; ++ow) {
+            const int64_t iw = ow * l.stride - l.padding + kj;
+            if (iw < 0 || iw >= l.in.width) continue;
+            dx[(c * l.in.height + ih) * l.in.width + iw] += row[oh * l.out.width + ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void SetCpuMatmulThreads(int threads) { Eigen::setNbThreads(std::max(1, threads)); }
+int CpuMatmulThreads() { return Eigen::nbThreads(); }
+
+template <typename Scalar>
+CpuExecutor<Scalar>::CpuExecutor(ModelDef model)
+    : model_(std::move(model)),
+      activations_(model_.layers.size() + 1),
+      dropout_scale_(model_.layers.size()),
+      pool_argmax_(model_.layers.size()) {}
+
+template <typename Scalar>
+LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& batch,
+                                          const DropoutKey* dropout, Scalar* dlogits) {
+  using S = Scalar;
+  const int64_t n = batch.count;
+  std::vector<S>& input = activations_[0];
+  input.resize(n * model_.input.size());
+  std::copy(batch.features, batch.features + input.size(), input.begin());
+
+  for (size_t i = 0; i < model_.layers.size(); ++i) {
+    const LayerSpec& l = model_.layers[i];
+    const std::vector<S>& x = activations_[i];
+    std::vector<S>& y = activations_[i + 1];
+    const int64_t in_size = l.in.size();
+    const int64_t out_size = l.out.size();
+    y.resize(n * out_size);
+    switch (l.kind) {
+      case LayerKind::kLinear: {
+        ConstMatrixMap<S> xm(x.data(), n, in_size);
+        ConstMatrixMap<S> w(params + l.weight.offset, out_size, in_size);
+        ConstRowVectorMap<S> b(params + l.bias.offset, out_size);
+        MatrixMap<S> ym(y.data(), n, out_size);
+        ym.noalias() = xm * w.transpose();
+        ym.rowwise() += b;
+        break;
+      }
+      case LayerKind::kConv2d: {
+        const int64_t ckk = l.in.channels * l.kernel * l.kernel;
+        const int64_t ohw = l.out.height * l.out.width;
+        col_.resize(ckk * ohw);
+        ConstMatrixMap<S> w(params + l.weight.offset, l.out.channels, ckk);
+        ConstVectorMap<S> b(params + l.bias.offset, l.out.channels);
+        ConstMatrixMap<S> col(col_.data(), ckk, ohw);
+        for (int64_t s = 0; s < n; ++s) {
+          Im2Col(l, x.data() + s * in_size, col_.data());
+          MatrixMap<S> out(y.data() + s * out_size, l.out.channels, ohw);
+          out.noalias() = w * col;
+          out.colwise() += b;
+        }
+        break;
+      }
+      case LayerKind::kMaxPool2d: {
+        std::vector<int32_t>& argmax = pool_argmax_[i];
+        argmax.resize(n * out_size);
+        const int k = l.kernel;
+        for (int64_t s = 0; s < n; ++s) {
+          const S* xs = x.data() + s * in_size;
+          for (int64_t c = 0; c < l.out.channels; ++c) {
+            for (int64_t oh = 0; oh < l.out.height; ++oh) {
+              for (int64_t ow = 0; ow < l.out.width; ++ow) {
+                int64_t best = (c * l.in.height + oh * k) * l.in.width + ow * k;
+                for (int ki = 0; ki < k; ++ki) {
+                  for (int kj = 0; kj < k; ++kj) {
+                    const int64_t at = (c * l.in.height + oh * k + ki) * l.in.width + ow * k + kj;
+                    if (xs[at] > xs[best]) best = at;
+                  }
+                }
+                const int64_t o = s * out_size + (c * l.out.height + oh) * l.out.width + ow;
+                y[o] = xs[best];
+                argmax[o] = static_cast<int32_t>(best);
+              }
+            }
+          }
+        }
+        break;
+      }
+      case LayerKind::kRelu:
+        for (int64_t j = 0; j < n * out_size; ++j) y[j] = x[j] > 0 ? x[j] : S(0);
+        break;
+      case LayerKind::kTanh:
+        for (int64_t j = 0; j < n * out_size; ++j) y[j] = std::tanh(x[j]);
+        break;
+      case LayerKind::kFlatten:
+        std::copy(x.begin(), x.begin() + n * out_size, y.begin());
+        break;
+      case LayerKind::kDropout: {
+        if (dropout == nullptr) {
+          std::copy(x.begin(), x.begin() + n * out_size, y.begin());
+          break;
+        }
+        std::vector<S>& scale = dropout_scale_[i];
+        scale.resize(n * out_size);
+        const S keep_scale = S(1) / (S(1) - S(l.dropout));
+        for (int64_t s = 0; s < n; ++s) {
+          for (int64_t e = 0; e < out_size; ++e) {
+            const bool keep = DropoutKeeps(dropout->seed, dropout->step, batch.sample_ids[s],
+                                           l.dropout_index, e, l.dropout);
+            scale[s * out_size + e] = keep ? keep_scale : S(0);
+          }
+        }
+        for (int64_t j = 0; j < n * out_size; ++j) y[j] = x[j] * scale[j];
+        break;
+      }
+    }
+  }
+
+  // Softmax cross-entropy, summed over the batch; dlogits = softmax - onehot.
+  LossStats stats;
+  stats.samples = n;
+  const std::vector<S>& logits = activations_.back();
+  const int64_t classes = model_.num_classes;
+  for (int64_t s = 0; s < n; ++s) {
+    const S* z = logits.data() + s * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c) {
+      if (z[c] > z[best]) best = c;
+    }
+    const int32_t label = batch.labels[s];
+    if (best == label) ++stats.correct;
+    const S max = z[best];
+    S total = 0;
+    for (int64_t c = 0; c < classes; ++c) total += std::exp(z[c] - max);
+    const S log_total = std::log(total);
+    stats.loss_sum += static_cast<double>(log_total + max - z[label]);
+    if (dlogits != nullptr) {
+      S* d = dlogits + s * classes;
+      for (int64_t c = 0; c < classes; ++c) d[c] = std::exp(z[c] - max - log_total);
+      d[label] -= S(1);
+    }
+  }
+  return stats;
+}
+
+template <typename Scalar>
+LossStats CpuExecutor<Scalar>::Forward(const Scalar* params, const Batch& batch) {
+  return RunForward(params, batch, nullptr, nullptr);
+}
+
+template <typename Scalar>
+LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch& batch,
+                                               const DropoutKey* dropout, Scalar* grads,
+                                               const GradientReadyFn& on_ready) {
+  using S = Scalar;
+  const int64_t n = batch.count;
+  grad_out_.resize(n * model_.num_classes);
+  const LossStats stats = RunForward(params, batch, dropout, grad_out_.data());
+
+  auto ready = [&](const TensorRange& range, int64_t tensor_offset) {
+    if (!on_ready) return;
+    on_ready(model_.TensorAt(tensor_offset), range.offset, range.length);
+  };
+
+  for (size_t i = model_.layers.size(); i-- > 0;) {
+    const LayerSpec& l = model_.layers[i];
+    const std::vector<S>& x = activations_[i];
+    const std::vector<S>& y = activations_[i + 1];
+    const int64_t in_size = l.in.size();
+    const int64_t out_size = l.out.size();
+    // The first layer's input gradient is never needed; its parameters' are.
+    const bool need_input_grad = i > 0;
+    grad_in_.resize(n * in_size);
+    switch (l.kind) {
+      case LayerKind::kLinear: {
+        ConstMatrixMap<S> dy(grad_out_.data(), n, out_size);
+        ConstMatrixMap<S> xm(x.data(), n, in_size);
+        ConstMatrixMap<S> w(params + l.weight.offset, out_size, in_size);
+        MatrixMap<S> dw(grads + l.weight.offset, out_size, in_size);
+        RowVectorMap<S> db(grads + l.bias.offset, out_size);
+        if (n == 0) {
+          dw.setZero();
+          db.setZero();
+        } else {
+          dw.noalias() = dy.transpose() * xm;
+          db.noalias() = dy.colwise().sum();
+        }
+        ready(l.bias, l.bias.offset);
+        ready(l.weight, l.weight.offset);
+        if (need_input_grad) {
+          MatrixMap<S> dx(grad_in_.data(), n, in_size);
+          dx.noalias() = dy * w;
+        }
+        break;
+      }
+      case LayerKind::kConv2d: {
+        const int64_t ckk = l.in.channels * l.kernel * l.kernel;
+        const int64_t ohw = l.out.height * l.out.width;
+        col_.resize(ckk * ohw);
+        dcol_.resize(ckk * ohw);
+        ConstMatrixMap<S> w(params + l.weight.offset, l.out.channels, ckk);
+        MatrixMap<S> dw(grads + l.weight.offset, l.out.channels, ckk);
+        VectorMap<S> db(grads + l.bias.offset, l.out.channels);
+        MatrixMap<S> col(col_.data(), ckk, ohw);
+        MatrixMap<S> dcol(dcol_.data(), ckk, ohw);
+        dw.setZero();
+        db.setZero();
+        if (need_input_grad) std::fill(grad_in_.begin(), grad_in_.end(), S(0));
+        for (int64_t s = 0; s < n; ++s) {
+          ConstMatrixMap<S> dout(grad_out_.data() + s * out_size, l.out.channels, ohw);
+          Im2Col(l, x.data() + s * in_size, col_.data());
+          dw.noalias() += dout * col.transpose();
+          db.noalias() += dout.rowwise().sum();
+          if (need_input_grad) {
+            dcol.noalias() = w.transpose() * dout;
+            Col2Im(l, dcol_.data(), grad_in_.data() + s * in_size);
+          }
+        }
+        ready(l.bias, l.bias.offset);
+        ready(l.weight, l.weight.offset);
+        break;
+      }
+      case LayerKind::kMaxPool2d: {
+        if (!need_input_grad) break;
+        std::fill(grad_in_.begin(), grad_in_.end(), S(0));
+        const std::vector<int32_t>& argmax = pool_argmax_[i];
+        for (int64_t s = 0; s < n; ++s) {
+          for (int64_t o = 0; o < out_size; ++o) {
+            grad_in_[s * in_size + argmax[s * out_size + o]] += grad_out_[s * out_size + o];
+          }
+        }
+        break;
+      }
+      case LayerKind::kRelu:
+        for (int64_t j = 0; j < n * out_size; ++j) grad_in_[j] = y[j] > 0 ? grad_out_[j] : S(0);
+        break;
+      case LayerKind::kTanh:
+        for (int64_t j = 0; j < n * out_size; ++j) grad_in_[j] = grad_out_[j] * (S(1) - y[j] * y[j]);
+        break;
+      case LayerKind::kFlatten:
+        std::copy(grad_out_.begin(), grad_out_.begin() + n * out_size, grad_in_.begin());
+        break;
+      case LayerKind::kDropout:
+        if (dropout == nullptr) {
+          std::copy(grad_out_.begin(), grad_out_.begin() + n * out_size, grad_in_.begin());
+        } else {
+          const std::vector<S>& scale = dropout_scale_[i];
+          for (int64_t j = 0; j < n * out_size; ++j) grad_in_[j] = grad_out_[j] * scale[j];
+        }
+        break;
+    }
+    std::swap(grad_out_, grad_in_);
+  }
+  return stats;
+}
+
+template class CpuExecutor<float>;
+template class CpuExecutor<double>;
+
+}  // namespace tributary::engine

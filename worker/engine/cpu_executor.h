@@ -1,0 +1,54 @@
+// Forward/backward of a ModelDef on the CPU through Eigen, templated on the scalar
+// type: the replicas run it in float; the finite-difference tests run the very same
+// code in double so they can check gradients tightly.
+#ifndef TRIBUTARY_WORKER_ENGINE_CPU_EXECUTOR_H_
+#define TRIBUTARY_WORKER_ENGINE_CPU_EXECUTOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/engine/model.h"
+#include "worker/engine/replica.h"
+
+namespace tributary::engine {
+
+// Threads each Eigen matrix product may use (process-wide, OpenMP). A process
+// running R replicas concurrently on C cores sets max(1, C / R).
+void SetCpuMatmulThreads(int threads);
+int CpuMatmulThreads();
+
+template <typename Scalar>
+class CpuExecutor {
+ public:
+  explicit CpuExecutor(ModelDef model);
+
+  const ModelDef& model() const { return model_; }
+
+  // Summed loss/gradient of the batch at `params`; grads (num_parameters) is
+  // overwritten. dropout == nullptr runs without dropout. The batch must have passed
+  // CheckBatch. on_ready may be empty.
+  LossStats ForwardBackward(const Scalar* params, const Batch& batch, const DropoutKey* dropout,
+                            Scalar* grads, const GradientReadyFn& on_ready);
+
+  // Forward only, no dropout.
+  LossStats Forward(const Scalar* params, const Batch& batch);
+
+ private:
+  LossStats RunForward(const Scalar* params, const Batch& batch, const DropoutKey* dropout,
+                       Scalar* dlogits);
+
+  ModelDef model_;
+  // activations_[i] is the input of layer i; activations_.back() holds the logits.
+  std::vector<std::vector<Scalar>> activations_;
+  std::vector<std::vector<Scalar>> dropout_scale_;   // Per layer: mask / (1 - p).
+  std::vector<std::vector<int32_t>> pool_argmax_;    // Per layer: input index of each max.
+  std::vector<Scalar> grad_out_, grad_in_;           // Ping-pong activation gradients.
+  std::vector<Scalar> col_, dcol_;                   // im2col scratch of one sample.
+};
+
+extern template class CpuExecutor<float>;
+extern template class CpuExecutor<double>;
+
+}  // namespace tributary::engine
+
+#endif  // TRIBUTARY_WORKER_ENGINE_CPU_EXECUTOR_H_

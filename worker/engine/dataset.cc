@@ -1,0 +1,371 @@
+#include "worker/engine/dataset.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sys/stat.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "worker/engine/counter_rng.h"
+
+namespace tributary::engine {
+namespace {
+
+constexpr uint32_t kIdxImagesMagic = 0x00000803;  // unsigned bytes, 3 dimensions.
+constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // unsigned bytes, 1 dimension.
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The whole (decompressed) content of a plain or gzip file.
+absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
+  if (!FileExists(path)) {
+    return absl::NotFoundError(absl::StrCat("dataset file ", path, ": does not exist"));
+  }
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset file ", path, ": cannot open: ", std::strerror(errno)));
+  }
+  std::string data;
+  char buffer[1 << 16];
+  while (true) {
+    const int n = gzread(file, buffer, sizeof(buffer));
+    if (n < 0) {
+      int code = 0;
+      const std::string message = gzerror(file, &code);
+      gzclose(file);
+      return absl::DataLossError(absl::StrCat("dataset file ", path,
+                                              ": corrupt gzip data after ", data.size(),
+                                              " decompressed bytes: ", message));
+    }
+    if (n == 0) break;
+    data.append(buffer, n);
+  }
+  // gzread reports a stream cut short as end of file; gzclose_r then says so.
+  const int closed = gzclose(file);
+  if (closed != Z_OK) {
+    return absl::DataLossError(absl::StrCat("dataset file ", path,
+                                            ": gzip stream is truncated or corrupt (zlib error ",
+                                            closed, ") after ", data.size(), " bytes"));
+  }
+  return data;
+}
+
+uint32_t BigEndian32(const std::string& data, size_t at) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data() + at);
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+absl::Status CheckIdxSize(const std::string& path, const std::string& data, size_t header,
+                          uint64_t expected_body, const std::string& what) {
+  if (data.size() < header + expected_body) {
+    return absl::DataLossError(absl::StrCat("dataset file ", path, ": truncated: header says ",
+                                            what, " (", expected_body, " bytes) but only ",
+                                            data.size() - header, " follow the header"));
+  }
+  if (data.size() > header + expected_body) {
+    return absl::DataLossError(absl::StrCat("dataset file ", path, ": header says ", what, " (",
+                                            expected_body, " bytes) but ",
+                                            data.size() - header - expected_body,
+                                            " extra bytes follow"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMagic(const std::string& path, const std::string& data, size_t header,
+                        uint32_t magic, const char* kind) {
+  if (data.size() < header) {
+    return absl::DataLossError(absl::StrCat("dataset file ", path, ": ", data.size(),
+                                            " bytes is shorter than the ", header,
+                                            "-byte IDX header"));
+  }
+  const uint32_t found = BigEndian32(data, 0);
+  if (found != magic) {
+    return absl::DataLossError(absl::StrCat(
+        "dataset file ", path, ": not an IDX ", kind, " file: magic 0x",
+        absl::Hex(found, absl::kZeroPad8), ", expected 0x", absl::Hex(magic, absl::kZeroPad8)));
+  }
+  return absl::OkStatus();
+}
+
+int64_t MaxLabelPlusOne(const std::vector<int32_t>& labels) {
+  int32_t max = -1;
+  for (int32_t label : labels) max = std::max(max, label);
+  return max + 1;
+}
+
+}  // namespace
+
+void Dataset::Gather(const uint64_t* ids, int64_t count, float* features_out,
+                     int32_t* labels_out) const {
+  const int64_t width = feature_size();
+  for (int64_t i = 0; i < count; ++i) {
+    const float* src = features.data() + ids[i] * width;
+    std::copy(src, src + width, features_out + i * width);
+    labels_out[i] = labels[ids[i]];
+  }
+}
+
+void Dataset::Truncate(uint64_t limit) {
+  if (limit == 0 || limit >= labels.size()) return;
+  labels.resize(limit);
+  features.resize(limit * feature_size());
+}
+
+absl::StatusOr<std::string> FindIdxFile(const std::string& directory, const std::string& name) {
+  const std::string base = absl::StrCat(directory, "/", name);
+  if (FileExists(base + ".gz")) return base + ".gz";
+  if (FileExists(base)) return base;
+  return absl::NotFoundError(absl::StrCat("dataset directory ", directory, ": neither ", base,
+                                          ".gz nor ", base, " exists"));
+}
+
+absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path) {
+  absl::StatusOr<std::string> images = ReadMaybeGzip(images_path);
+  if (!images.ok()) return images.status();
+  absl::StatusOr<std::string> labels = ReadMaybeGzip(labels_path);
+  if (!labels.ok()) return labels.status();
+
+  if (absl::Status s = CheckMagic(images_path, *images, 16, kIdxImagesMagic, "images"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckMagic(labels_path, *labels, 8, kIdxLabelsMagic, "labels"); !s.ok()) {
+    return s;
+  }
+  const uint64_t count = BigEndian32(*images, 4);
+  const uint64_t rows = BigEndian32(*images, 8);
+  const uint64_t cols = BigEndian32(*images, 12);
+  const uint64_t label_count = BigEndian32(*labels, 4);
+  if (count == 0 || rows == 0 || cols == 0 || rows * cols > (1u << 24)) {
+    return absl::DataLossError(absl::StrCat("dataset file ", images_path, ": bad dimensions ",
+                                            count, " x ", rows, " x ", cols));
+  }
+  if (absl::Status s = CheckIdxSize(images_path, *images, 16, count * rows * cols,
+                                    absl::StrCat(count, " images of ", rows, "x", cols));
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckIdxSize(labels_path, *labels, 8, label_count, absl::StrCat(label_count, " labels"));
+      !s.ok()) {
+    return s;
+  }
+  if (label_count != count) {
+    return absl::DataLossError(absl::StrCat("dataset files ", images_path, " and ", labels_path,
+                                            ": ", count, " images but ", label_count, " labels"));
+  }
+
+  Dataset data;
+  data.source = images_path;
+  data.sample_shape = Shape{1, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+  data.features.resize(count * rows * cols);
+  const auto* pixels = reinterpret_cast<const unsigned char*>(images->data() + 16);
+  for (size_t i = 0; i < data.features.size(); ++i) data.features[i] = pixels[i] / 255.0f;
+  data.labels.resize(count);
+  const auto* label_bytes = reinterpret_cast<const unsigned char*>(labels->data() + 8);
+  for (size_t i = 0; i < count; ++i) data.labels[i] = label_bytes[i];
+  data.num_classes = MaxLabelPlusOne(data.labels);
+  return data;
+}
+
+absl::StatusOr<Dataset> ReadCsv(const std::string& path, uint32_t label_column, bool has_header) {
+  std::ifstream in(path);
+  if (!FileExists(path) || !in) {
+    return absl::NotFoundError(absl::StrCat("dataset file ", path, ": cannot open CSV file"));
+  }
+  Dataset data;
+  data.source = path;
+  std::string line;
+  int64_t line_number = 0;
+  size_t columns = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (has_header && line_number == 1) continue;
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty()) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(text, ',');
+    if (columns == 0) {
+      columns = fields.size();
+      if (columns < 2 || label_column >= columns) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "dataset file ", path, ":", line_number, ": ", columns, " columns; need a label ",
+            "column ", label_column, " and at least one feature"));
+      }
+    } else if (fields.size() != columns) {
+      return absl::DataLossError(absl::StrCat("dataset file ", path, ":", line_number, ": ",
+                                              fields.size(), " columns, expected ", columns));
+    }
+    for (size_t c = 0; c < fields.size(); ++c) {
+      absl::string_view field = absl::StripAsciiWhitespace(fields[c]);
+      if (c == label_column) {
+        int32_t label;
+        if (!absl::SimpleAtoi(field, &label) || label < 0) {
+          return absl::DataLossError(absl::StrCat("dataset file ", path, ":", line_number,
+                                                  ": label '", field,
+                                                  "' is not an integer >= 0"));
+        }
+        data.labels.push_back(label);
+      } else {
+        float value;
+        if (!absl::SimpleAtof(field, &value) || !std::isfinite(value)) {
+          return absl::DataLossError(absl::StrCat("dataset file ", path, ":", line_number,
+                                                  ": column ", c, ": '", field,
+                                                  "' is not a finite number"));
+        }
+        data.features.push_back(value);
+      }
+    }
+  }
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("dataset file ", path, ": read error at line ",
+                                            line_number));
+  }
+  if (data.labels.empty()) {
+    return absl::DataLossError(absl::StrCat("dataset file ", path, ": holds no samples"));
+  }
+  data.sample_shape = Shape{static_cast<int64_t>(columns - 1), 1, 1};
+  data.num_classes = MaxLabelPlusOne(data.labels);
+  return data;
+}
+
+Dataset MakeSynthetic(uint64_t seed, int split, uint64_t samples, uint32_t features,
+                      uint32_t classes) {
+  // Centres spread so that classes overlap a little: the task is learnable but not
+  // trivially separable in one step.
+  CounterRng centre_rng(seed, kSyntheticStream, 0);
+  auto gaussian = [](CounterRng& rng) {
+    const double u1 = 1.0 - rng.NextDouble();  // (0, 1]
+    const double u2 = rng.NextDouble();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  };
+  const double centre_scale = 3.0 / std::sqrt(static_cast<double>(features));
+  std::vector<double> centres(static_cast<size_t>(classes) * features);
+  for (double& c : centres) c = centre_scale * gaussian(centre_rng);
+
+  Dataset data;
+  data.source = absl::StrCat("synthetic(seed=", seed, split == 0 ? ", train)" : ", test)");
+  data.sample_shape = Shape{features, 1, 1};
+  data.num_classes = classes;
+  data.features.resize(samples * features);
+  data.labels.resize(samples);
+  CounterRng rng(seed, kSyntheticStream, 1 + static_cast<uint64_t>(split));
+  const double noise = 1.0 / std::sqrt(static_cast<double>(features));
+  for (uint64_t i = 0; i < samples; ++i) {
+    const uint32_t label = static_cast<uint32_t>(rng.NextBelow(classes));
+    data.labels[i] = static_cast<int32_t>(label);
+    for (uint32_t f = 0; f < features; ++f) {
+      data.features[i * features + f] =
+          static_cast<float>(centres[label * features + f] + noise * gaussian(rng));
+    }
+  }
+  return data;
+}
+
+void Normalize(Datasets& data) {
+  const int64_t width = data.train.feature_size();
+  const int64_t n = data.train.size();
+  if (n == 0) return;
+  std::vector<double> mean(width, 0), var(width, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t f = 0; f < width; ++f) mean[f] += data.train.features[i * width + f];
+  }
+  for (double& m : mean) m /= n;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t f = 0; f < width; ++f) {
+      const double d = data.train.features[i * width + f] - mean[f];
+      var[f] += d * d;
+    }
+  }
+  std::vector<float> shift(width), scale(width);
+  for (int64_t f = 0; f < width; ++f) {
+    const double stddev = std::sqrt(var[f] / n);
+    shift[f] = static_cast<float>(mean[f]);
+    scale[f] = stddev > 1e-6 ? static_cast<float>(1.0 / stddev) : 1.0f;
+  }
+  for (Dataset* set : {&data.train, &data.test}) {
+    if (set->feature_size() != width) continue;
+    for (int64_t i = 0; i < set->size(); ++i) {
+      for (int64_t f = 0; f < width; ++f) {
+        float& x = set->features[i * width + f];
+        x = (x - shift[f]) * scale[f];
+      }
+    }
+  }
+}
+
+absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed) {
+  Datasets data;
+  switch (spec.format()) {
+    case v1::IDX: {
+      std::string paths[4];
+      const char* names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+      for (int i = 0; i < 4; ++i) {
+        absl::StatusOr<std::string> path = FindIdxFile(spec.directory(), names[i]);
+        if (!path.ok()) return path.status();
+        paths[i] = *path;
+      }
+      absl::StatusOr<Dataset> train = ReadIdx(paths[0], paths[1]);
+      if (!train.ok()) return train.status();
+      absl::StatusOr<Dataset> test = ReadIdx(paths[2], paths[3]);
+      if (!test.ok()) return test.status();
+      data.train = *std::move(train);
+      data.test = *std::move(test);
+      break;
+    }
+    case v1::CSV: {
+      absl::StatusOr<Dataset> train =
+          ReadCsv(spec.train_path(), spec.label_column(), spec.csv_has_header());
+      if (!train.ok()) return train.status();
+      data.train = *std::move(train);
+      if (!spec.test_path().empty()) {
+        absl::StatusOr<Dataset> test =
+            ReadCsv(spec.test_path(), spec.label_column(), spec.csv_has_header());
+        if (!test.ok()) return test.status();
+        data.test = *std::move(test);
+      }
+      break;
+    }
+    case v1::SYNTHETIC:
+      if (spec.synthetic_classes() < 2 || spec.synthetic_features() == 0 ||
+          spec.synthetic_train_samples() == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "dataset: SYNTHETIC needs classes >= 2, features > 0 and train samples > 0, got ",
+            spec.synthetic_classes(), ", ", spec.synthetic_features(), ", ",
+            spec.synthetic_train_samples()));
+      }
+      data.train = MakeSynthetic(seed, 0, spec.synthetic_train_samples(),
+                                 spec.synthetic_features(), spec.synthetic_classes());
+      data.test = MakeSynthetic(seed, 1, spec.synthetic_test_samples(),
+                                spec.synthetic_features(), spec.synthetic_classes());
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset.format: must be IDX, CSV or SYNTHETIC, got ", spec.format()));
+  }
+  if (data.test.size() > 0 && !(data.test.sample_shape == data.train.sample_shape)) {
+    return absl::DataLossError(absl::StrCat("dataset: test samples from ", data.test.source,
+                                            " have ", data.test.feature_size(),
+                                            " features, training samples from ",
+                                            data.train.source, " have ",
+                                            data.train.feature_size()));
+  }
+  data.train.Truncate(spec.train_limit());
+  data.test.Truncate(spec.test_limit());
+  data.train.num_classes = std::max(data.train.num_classes, data.test.num_classes);
+  data.test.num_classes = data.train.num_classes;
+  if (spec.normalize()) Normalize(data);
+  return data;
+}
+
+}  // namespace tributary::engine

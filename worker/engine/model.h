@@ -1,0 +1,125 @@
+// A model as the engine runs it: a sequence of layers over one flat float32
+// parameter buffer, with named tensor views in a stable order. Backends (CPU, GPU)
+// execute a ModelDef; they never own its structure. Models are built with
+// ModelBuilder and registered by name (model_registry.h).
+#ifndef TRIBUTARY_WORKER_ENGINE_MODEL_H_
+#define TRIBUTARY_WORKER_ENGINE_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/tensor.pb.h"
+
+namespace tributary::engine {
+
+enum class LayerKind { kLinear, kRelu, kTanh, kConv2d, kMaxPool2d, kFlatten, kDropout };
+
+const char* LayerKindName(LayerKind kind);
+
+// Shape of one sample's activations: [channels, height, width] for images, and
+// [features, 1, 1] for vectors. Activations are stored sample-major ([N, C, H, W]).
+struct Shape {
+  int64_t channels = 0;
+  int64_t height = 1;
+  int64_t width = 1;
+  int64_t size() const { return channels * height * width; }
+  bool operator==(const Shape& o) const {
+    return channels == o.channels && height == o.height && width == o.width;
+  }
+};
+
+// A parameter tensor's place in the flat buffer.
+struct TensorRange {
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+struct LayerSpec {
+  LayerKind kind;
+  std::string name;  // "fc1", "conv2", "relu3", ...
+  Shape in;
+  Shape out;
+  // kLinear: weight [out, in] row-major, bias [out].
+  // kConv2d: weight [out_channels, in_channels, kernel, kernel], bias [out_channels].
+  TensorRange weight;
+  TensorRange bias;
+  int kernel = 0;   // kConv2d, kMaxPool2d: square window side.
+  int stride = 1;   // kConv2d, kMaxPool2d.
+  int padding = 0;  // kConv2d: zeros on each side.
+  float dropout = 0;          // kDropout: probability of zeroing an element.
+  uint32_t dropout_index = 0; // kDropout: 0-based among the model's dropout layers.
+  bool has_parameters() const { return weight.length > 0; }
+};
+
+// One named parameter tensor (a view into the flat buffer).
+struct TensorInfo {
+  std::string name;            // "fc1.weight"
+  std::vector<int64_t> shape;  // [256, 784]
+  int64_t offset = 0;
+  int64_t length = 0;
+  int64_t fan_in = 0;          // Inputs feeding one output: sets the init bound.
+  int layer = 0;               // Index into ModelDef::layers.
+};
+
+// The executable description of a model. Immutable once built; shared by all replicas.
+struct ModelDef {
+  std::string name;
+  Shape input;
+  int64_t num_classes = 0;
+  std::vector<LayerSpec> layers;
+  std::vector<TensorInfo> tensors;  // Buffer order: by layer, weight before bias.
+  int64_t num_parameters = 0;       // Length of the flat buffer.
+
+  // The layout proto the worker and the PS share (tensor.proto).
+  v1::ParameterLayout Layout() const;
+  // Index into `tensors` of the tensor holding flat element `offset`, or -1.
+  int TensorAt(int64_t offset) const;
+  // Multiply-adds of one sample's forward pass (backward costs about twice that).
+  int64_t ForwardMacsPerSample() const;
+};
+
+// Writes the initial parameters of `model` for `seed` into params[0, num_parameters):
+// weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's default for Linear and
+// Conv2d), each element a pure function of (seed, flat index), so every party gets
+// the same bits.
+void InitParameters(const ModelDef& model, uint64_t seed, float* params);
+
+// Builds a ModelDef layer by layer, checking shapes as it goes. Errors are kept and
+// returned by Build(), so a factory can chain calls without checking each one.
+//
+//   ModelBuilder b("cnn", Shape{1, 28, 28});
+//   b.Conv2d("conv1", 32, /*kernel=*/3, /*stride=*/1, /*padding=*/1).Relu().MaxPool2d(2)
+//    .Flatten().Linear("fc1", 128).Relu().Dropout(0.5).Linear("fc2", 10);
+//   absl::StatusOr<ModelDef> model = std::move(b).Build();
+class ModelBuilder {
+ public:
+  ModelBuilder(std::string model_name, Shape input);
+
+  ModelBuilder& Linear(const std::string& name, int64_t outputs);
+  ModelBuilder& Conv2d(const std::string& name, int64_t out_channels, int kernel, int stride,
+                       int padding);
+  ModelBuilder& MaxPool2d(int kernel);  // stride == kernel, floor division.
+  ModelBuilder& Relu();
+  ModelBuilder& Tanh();
+  ModelBuilder& Flatten();
+  ModelBuilder& Dropout(float p);  // p == 0 adds nothing.
+
+  // The finished model; the last layer's output size is the number of classes.
+  absl::StatusOr<ModelDef> Build() &&;
+
+ private:
+  LayerSpec& Add(LayerKind kind, std::string name, Shape out);
+  TensorRange AddTensor(const std::string& name, std::vector<int64_t> shape, int64_t fan_in);
+
+  ModelDef model_;
+  Shape current_;
+  uint32_t dropout_layers_ = 0;
+  absl::Status error_;
+};
+
+}  // namespace tributary::engine
+
+#endif  // TRIBUTARY_WORKER_ENGINE_MODEL_H_

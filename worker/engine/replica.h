@@ -1,0 +1,108 @@
+// The replica interface: one model copy that runs forward/backward on its slice of
+// a batch. The worker holds R of them (one per device, each driven by its own
+// thread) and the single-process trainer drives the same objects, so both take
+// the same split/sum path.
+//
+// Contract (what the rest of the system relies on):
+//  - Gradients are SUMS over the batch's samples (the loss is summed, not
+//    averaged): the gradients of a batch split across replicas, added up, equal the
+//    gradient of the whole batch. Whoever applies them divides by the total count.
+//  - ForwardBackward overwrites the replica's whole gradient buffer.
+//  - Backward reports each parameter tensor's gradient as final through
+//    GradientReadyFn, in strictly decreasing offset order (last layer first, bias
+//    before weight): when it reports offset o, gradients [o, num_parameters) are final.
+//  - Dropout masks depend on (seed, step, dataset sample id, layer, element) only.
+//  - A replica is not thread-safe: one thread drives it. Different replicas may run
+//    concurrently; CPU replicas may share one read-only parameter buffer.
+//
+//   std::unique_ptr<Replica> r = CreateCpuReplica(model, params.data());
+//   LossStats s = *r->ForwardBackward(batch, {seed, step},
+//       [&](int tensor, int64_t offset, int64_t length) { push.Ready(offset, length); });
+//   r->CopyGradients(0, model.num_parameters, sum.data());
+#ifndef TRIBUTARY_WORKER_ENGINE_REPLICA_H_
+#define TRIBUTARY_WORKER_ENGINE_REPLICA_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/model.h"
+
+namespace tributary::engine {
+
+// A batch (or a replica's slice of one) in host memory.
+struct Batch {
+  const float* features = nullptr;       // count * model.input.size(), sample-major.
+  const int32_t* labels = nullptr;       // count labels in [0, num_classes).
+  const uint64_t* sample_ids = nullptr;  // count dataset indices: key the dropout masks.
+  int64_t count = 0;
+};
+
+// What makes a training step's dropout masks: the job seed and the global step.
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
+// Summed over the samples of the batch.
+struct LossStats {
+  double loss_sum = 0;   // Sum of the samples' cross-entropy losses (natural log).
+  int64_t correct = 0;   // Samples whose highest score is their label (first max wins).
+  int64_t samples = 0;
+
+  LossStats& operator+=(const LossStats& o) {
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    samples += o.samples;
+    return *this;
+  }
+  double mean_loss() const { return samples == 0 ? 0 : loss_sum / samples; }
+  double accuracy() const { return samples == 0 ? 0 : static_cast<double>(correct) / samples; }
+};
+
+// tensor: index into ModelDef::tensors; [offset, offset + length) of the flat buffer.
+using GradientReadyFn = std::function<void(int tensor, int64_t offset, int64_t length)>;
+
+class Replica {
+ public:
+  virtual ~Replica() = default;
+
+  virtual const ModelDef& model() const = 0;
+  // "cpu" or "cuda:N".
+  virtual std::string device() const = 0;
+
+  // Makes [offset, offset + length) of the host parameter buffer `host` current on
+  // this replica before the next ForwardBackward/Evaluate. CPU replicas that read a
+  // shared host buffer copy nothing (host must be that buffer); GPU replicas copy the
+  // range to the device. The caller must not change the buffer while a call runs.
+  virtual absl::Status SetParameters(const float* host, int64_t offset, int64_t length) = 0;
+
+  // Forward and backward over `batch` with dropout keyed by `key`. Overwrites the
+  // gradient buffer with the summed gradient; calls on_ready (may be empty) per tensor.
+  // GPU: on_ready fires once the tensor's gradient work is enqueued on the replica's
+  // stream, i.e. work enqueued on that stream afterwards sees the final values;
+  // CopyGradients synchronises. An empty batch gives zero gradients.
+  virtual absl::StatusOr<LossStats> ForwardBackward(const Batch& batch, const DropoutKey& key,
+                                                    const GradientReadyFn& on_ready) = 0;
+
+  // Forward only, dropout off: loss and accuracy of the batch.
+  virtual absl::StatusOr<LossStats> Evaluate(const Batch& batch) = 0;
+
+  // Copies gradient elements [offset, offset + length) to host memory dst.
+  virtual absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) = 0;
+
+  // The gradient buffer in host memory when the replica keeps it there (CPU), else null.
+  virtual const float* host_gradients() const { return nullptr; }
+};
+
+// Checks a batch against the model: pointers set, labels in range. For replicas.
+absl::Status CheckBatch(const ModelDef& model, const Batch& batch);
+
+// Checks that [offset, offset + length) lies in a buffer of `total` elements.
+absl::Status CheckRange(const char* what, int64_t offset, int64_t length, int64_t total);
+
+}  // namespace tributary::engine
+
+#endif  // TRIBUTARY_WORKER_ENGINE_REPLICA_H_

@@ -1,0 +1,137 @@
+#include "worker/engine/trainer.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "worker/engine/cpu_executor.h"
+#include "worker/engine/model_registry.h"
+
+namespace tributary::engine {
+
+void MeanGradient(const float* sum, int64_t n, uint64_t samples, float* mean) {
+  const float count = static_cast<float>(samples);
+  for (int64_t j = 0; j < n; ++j) mean[j] = sum[j] / count;
+}
+
+absl::Status CheckModelFitsData(const ModelDef& model, const Dataset& data) {
+  if (data.feature_size() != model.input.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model.name, " takes ", model.input.size(), " inputs but dataset ",
+        data.source, " has ", data.feature_size(), " features per sample"));
+  }
+  if (data.num_classes > model.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model.name, " has ", model.num_classes, " classes but dataset ", data.source,
+        " has labels up to ", data.num_classes - 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
+    const v1::JobSpec& spec, const TrainerOptions& options) {
+  const v1::JobSpec full = WithDefaults(spec);
+  if (absl::Status status = ValidateJobSpec(full); !status.ok()) return status;
+  absl::StatusOr<Datasets> data = LoadDatasets(full.dataset(), full.seed());
+  if (!data.ok()) return data.status();
+  return Create(full, options, *std::move(data));
+}
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
+    const v1::JobSpec& spec, const TrainerOptions& options, Datasets data) {
+  const v1::JobSpec full = WithDefaults(spec);
+  if (absl::Status status = ValidateJobSpec(full); !status.ok()) return status;
+  if (options.replicas == 0 || options.replicas > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas: must be in [1, 64], got ", options.replicas));
+  }
+  if (options.eval_batch_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval_batch_size: must be > 0, got ", options.eval_batch_size));
+  }
+  if (data.train.size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset ", data.train.source, ": no training samples"));
+  }
+  absl::StatusOr<ModelDef> model = BuildModel(full.model());
+  if (!model.ok()) return model.status();
+  if (absl::Status status = CheckModelFitsData(*model, data.train); !status.ok()) return status;
+
+  const uint64_t total_steps = TotalSteps(full, data.train.size());
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(full.optimizer(), total_steps);
+  if (!optimizer.ok()) return optimizer.status();
+
+  const int cores = options.cpu_threads > 0
+                        ? options.cpu_threads
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  SetCpuMatmulThreads(std::max(1, cores / static_cast<int>(options.replicas)));
+
+  std::vector<float> parameters(model->num_parameters);
+  InitParameters(*model, full.seed(), parameters.data());
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (uint32_t i = 0; i < options.replicas; ++i) {
+    DeviceSpec device{options.device, static_cast<int>(i)};
+    absl::StatusOr<std::unique_ptr<Replica>> replica =
+        CreateReplica(*model, device, parameters.data());
+    if (!replica.ok()) return replica.status();
+    replicas.push_back(*std::move(replica));
+  }
+  auto group = std::make_unique<ReplicaGroup>(std::move(replicas));
+  return std::unique_ptr<LocalTrainer>(new LocalTrainer(full, options, std::move(data),
+                                                        *std::move(optimizer),
+                                                        std::move(parameters), std::move(group)));
+}
+
+LocalTrainer::LocalTrainer(v1::JobSpec spec, TrainerOptions options, Datasets data,
+                           Optimizer optimizer, std::vector<float> parameters,
+                           std::unique_ptr<ReplicaGroup> group)
+    : spec_(std::move(spec)),
+      options_(options),
+      data_(std::move(data)),
+      sampler_(spec_, data_.train.size()),
+      optimizer_(std::move(optimizer)),
+      total_steps_(TotalSteps(spec_, data_.train.size())),
+      parameters_(std::move(parameters)),
+      sum_(parameters_.size()),
+      mean_(parameters_.size()),
+      state_(parameters_.size() * optimizer_.state_slots(), 0.0f),
+      group_(std::move(group)) {}
+
+absl::StatusOr<StepResult> LocalTrainer::Step() {
+  if (done()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer: all ", total_steps_, " steps have run"));
+  }
+  StepResult result;
+  result.step = step_;
+  result.epoch = sampler_.EpochOf(step_);
+  result.learning_rate = optimizer_.LearningRate(step_);
+  const std::vector<uint64_t> batch = sampler_.GlobalBatch(step_);
+  if (absl::Status s = group_->SetParameters(parameters_.data()); !s.ok()) return s;
+  absl::StatusOr<LossStats> stats = group_->ComputeGradientSum(
+      data_.train, batch, DropoutKey{spec_.seed(), step_}, sum_.data());
+  if (!stats.ok()) return stats.status();
+  result.stats = *stats;
+  MeanGradient(sum_.data(), static_cast<int64_t>(sum_.size()), batch.size(), mean_.data());
+  optimizer_.Apply(step_, parameters_.data(), mean_.data(), state_.data(), parameters_.size());
+  ++step_;
+  return result;
+}
+
+absl::StatusOr<LossStats> LocalTrainer::Evaluate() {
+  if (data_.test.size() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer: dataset ", data_.train.source, " has no test split"));
+  }
+  if (absl::Status s = group_->SetParameters(parameters_.data()); !s.ok()) return s;
+  return group_->Evaluate(data_.test, options_.eval_batch_size);
+}
+
+absl::StatusOr<LossStats> LocalTrainer::EvaluateTrain() {
+  if (absl::Status s = group_->SetParameters(parameters_.data()); !s.ok()) return s;
+  return group_->Evaluate(data_.train, options_.eval_batch_size);
+}
+
+}  // namespace tributary::engine
