@@ -33,7 +33,9 @@ def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None, tags = [])
             "-o $@",
         ] + ["$(location %s)" % s for s in srcs]),
         message = "nvcc " + name,
-        tags = tags,
+        # nvcc finds cicc, ptxas and its headers relative to itself; a sandbox would hold
+        # only the nvcc binary, so it runs where the whole toolkit is reachable.
+        tags = tags + ["no-sandbox"],
     )
     native.cc_library(
         name = name,

@@ -22,7 +22,9 @@ filegroup(name = "headers", srcs = [":cuda_missing"])
 _FOUND = """
 cc_library(
     name = "headers_lib",
-    hdrs = glob(["cuda/include/**/*.h", "cuda/include/**/*.hpp", "cuda/include/**/*.inl"],
+    # nv/target (no extension) is included by cuda_fp16.h, hence by cublas_v2.h.
+    hdrs = glob(["cuda/include/**/*.h", "cuda/include/**/*.hpp", "cuda/include/**/*.inl",
+                 "cuda/include/nv/**"],
                 allow_empty = True),
     includes = ["cuda/include"],
 )
