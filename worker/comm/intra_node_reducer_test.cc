@@ -1,0 +1,189 @@
+// The intra-node reducers on real CPU replicas: threads inside one process, and
+// Gloo between "processes" played by threads that rendezvous through an in-memory
+// store. The leader must end up with the sum of every replica's gradient, the
+// others with the leader's parameters, and a missing peer must give an error, not a
+// hang.
+#include "worker/comm/intra_node_reducer.h"
+
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "worker/comm/in_memory_rendezvous.h"
+#include "worker/engine/cpu_replica.h"
+#include "worker/engine/model_registry.h"
+
+namespace tributary::worker {
+namespace {
+
+engine::ModelDef SmallMlp() {
+  v1::ModelSpec spec;
+  spec.set_name("mlp");
+  for (uint32_t size : {12, 16, 4}) spec.add_layer_sizes(size);
+  absl::StatusOr<engine::ModelDef> model = engine::BuildModel(spec);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *model;
+}
+
+// One "process": R CPU replicas sharing a parameter buffer, each with its own batch.
+struct Process {
+  Process(const engine::ModelDef& model, int replicas, int seed)
+      : params(model.num_parameters) {
+    engine::InitParameters(model, 7, params.data());
+    std::vector<std::unique_ptr<engine::Replica>> list;
+    for (int r = 0; r < replicas; ++r) {
+      list.push_back(std::make_unique<engine::CpuReplica>(model, params.data()));
+    }
+    group = std::make_unique<engine::ReplicaGroup>(std::move(list));
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    const int per_replica = 5;
+    features.resize(replicas * per_replica * model.input.size());
+    for (float& x : features) x = normal(rng);
+    for (int i = 0; i < replicas * per_replica; ++i) {
+      labels.push_back(i % model.num_classes);
+      ids.push_back(seed * 1000 + i);
+    }
+    EXPECT_TRUE(group
+                    ->RunOnAll([&](int r) -> absl::Status {
+                      engine::Batch batch;
+                      batch.features = features.data() + r * per_replica * model.input.size();
+                      batch.labels = labels.data() + r * per_replica;
+                      batch.sample_ids = ids.data() + r * per_replica;
+                      batch.count = per_replica;
+                      return group->replica(r).ForwardBackward(batch, {1, 0}, nullptr).status();
+                    })
+                    .ok());
+  }
+
+  // Sum of this process's replica gradients, in replica order.
+  std::vector<float> GradientSum() {
+    std::vector<float> sum(params.size(), 0.0f);
+    for (int r = 0; r < group->size(); ++r) {
+      const float* g = group->replica(r).host_gradients();
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += g[i];
+    }
+    return sum;
+  }
+
+  std::vector<float> params;
+  std::unique_ptr<engine::ReplicaGroup> group;
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  std::vector<uint64_t> ids;
+};
+
+TEST(ThreadReducerTest, SumsTheReplicasOfTheProcess) {
+  const engine::ModelDef model = SmallMlp();
+  Process process(model, 3, 1);
+  std::unique_ptr<IntraNodeReducer> reducer = MakeThreadReducer(*process.group);
+  EXPECT_EQ(reducer->name(), "threads");
+  const std::vector<float> expected = process.GradientSum();
+  std::vector<float> out(model.num_parameters, -1.0f);
+  // Two ranges, last first (the order backward finishes them).
+  const int64_t half = model.num_parameters / 2;
+  ASSERT_TRUE(reducer->ReduceGradients(half, model.num_parameters - half, out.data() + half).ok());
+  ASSERT_TRUE(reducer->ReduceGradients(0, half, out.data()).ok());
+  EXPECT_EQ(out, expected);
+}
+
+TEST(GlooReducerTest, ReducesOntoTheLeaderAndBroadcastsItsParameters) {
+  const engine::ModelDef model = SmallMlp();
+  const int processes = 3;
+  std::vector<std::unique_ptr<Process>> group;
+  for (int p = 0; p < processes; ++p) group.push_back(std::make_unique<Process>(model, 2, p + 1));
+  std::vector<float> expected(model.num_parameters, 0.0f);
+  for (auto& process : group) {
+    const std::vector<float> sum = process->GradientSum();
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] += sum[i];
+  }
+  // The leader's parameters are what everyone must hold after the broadcast.
+  for (float& x : group[0]->params) x += 0.5f;
+  const std::vector<float> leader_params = group[0]->params;
+
+  InMemoryRendezvous rendezvous;
+  std::vector<std::vector<float>> outs(processes, std::vector<float>(model.num_parameters));
+  std::vector<absl::Status> results(processes);
+  std::vector<std::string> names(processes);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < processes; ++p) {
+    threads.emplace_back([&, p] {
+      GroupOptions options;
+      options.local_rank = p;
+      options.local_world_size = processes;
+      options.timeout = absl::Seconds(20);
+      auto reducer = MakeGlooReducer(*group[p]->group, rendezvous, options);
+      if (!reducer.ok()) {
+        results[p] = reducer.status();
+        return;
+      }
+      names[p] = (*reducer)->name();
+      const int64_t n = model.num_parameters;
+      const int64_t cut = n / 3;
+      absl::Status s = (*reducer)->ReduceGradients(cut, n - cut, outs[p].data() + cut);
+      if (s.ok()) s = (*reducer)->ReduceGradients(0, cut, outs[p].data());
+      if (s.ok()) s = (*reducer)->BroadcastParameters(group[p]->params.data(), 0, n);
+      results[p] = s;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p = 0; p < processes; ++p) {
+    ASSERT_TRUE(results[p].ok()) << "process " << p << ": " << results[p];
+    EXPECT_EQ(names[p], "gloo");
+    EXPECT_EQ(group[p]->params, leader_params) << "process " << p;
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(outs[0][i], expected[i], 1e-5f * (1 + std::abs(expected[i]))) << i;
+  }
+}
+
+TEST(GlooReducerTest, AMissingPeerIsATimeoutNotAHang) {
+  const engine::ModelDef model = SmallMlp();
+  Process alone(model, 1, 1);
+  InMemoryRendezvous rendezvous;
+  GroupOptions options;
+  options.local_rank = 0;
+  options.local_world_size = 2;
+  options.timeout = absl::Milliseconds(500);
+  auto reducer = MakeGlooReducer(*alone.group, rendezvous, options);
+  ASSERT_FALSE(reducer.ok());
+  EXPECT_EQ(reducer.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(reducer.status().message().find("rendezvous of 2 processes"), std::string::npos)
+      << reducer.status();
+}
+
+TEST(GlooReducerTest, APeerThatStopsMakesTheCallFail) {
+  const engine::ModelDef model = SmallMlp();
+  Process first(model, 1, 1), second(model, 1, 2);
+  InMemoryRendezvous rendezvous;
+  absl::Status leader_result;
+  std::unique_ptr<IntraNodeReducer> follower;
+  std::thread leader([&] {
+    GroupOptions options;
+    options.local_world_size = 2;
+    options.timeout = absl::Seconds(2);
+    auto reducer = MakeGlooReducer(*first.group, rendezvous, options);
+    if (!reducer.ok()) {
+      leader_result = reducer.status();
+      return;
+    }
+    std::vector<float> out(model.num_parameters);
+    // The follower never reduces: the leader must give up after the timeout.
+    leader_result = (*reducer)->ReduceGradients(0, model.num_parameters, out.data());
+  });
+  GroupOptions options;
+  options.local_rank = 1;
+  options.local_world_size = 2;
+  options.timeout = absl::Seconds(2);
+  auto reducer = MakeGlooReducer(*second.group, rendezvous, options);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  follower = std::move(*reducer);
+  leader.join();
+  EXPECT_FALSE(leader_result.ok());
+  EXPECT_NE(leader_result.message().find("gloo reduce"), std::string::npos) << leader_result;
+}
+
+}  // namespace
+}  // namespace tributary::worker
