@@ -58,6 +58,24 @@ struct GroupOptions {
 absl::StatusOr<std::unique_ptr<IntraNodeReducer>> MakeGlooReducer(
     engine::ReplicaGroup& replicas, RendezvousClient& rendezvous, const GroupOptions& options);
 
+// The NCCL clique of a node group: one NCCL rank per GPU replica of every worker of
+// the node, ranks in the order of the Assignment's replica indices.
+struct NcclGroupOptions {
+  int first_rank = 0;    // Assignment.first_replica - Assignment.node_first_replica.
+  int world_size = 1;    // Assignment.node_replicas.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// Several GPU replicas of one node, in this process and in the node's other worker
+// processes: NCCL reduce onto rank 0 (the node leader's first replica) and broadcast
+// from it, on the replicas' own streams. NCCL rank 0 publishes its ncclUniqueId under
+// "nccl/unique_id" in `rendezvous`; the others wait for it. A peer that stops answering
+// aborts the communicator after `timeout` and the call fails. UNAVAILABLE in a build
+// without --config=cuda, or when a replica is not a GPU replica.
+absl::StatusOr<std::unique_ptr<IntraNodeReducer>> MakeNcclReducer(
+    engine::ReplicaGroup& replicas, RendezvousClient& rendezvous,
+    const NcclGroupOptions& options);
+
 }  // namespace tributary::worker
 
 #endif  // TRIBUTARY_WORKER_COMM_INTRA_NODE_REDUCER_H_

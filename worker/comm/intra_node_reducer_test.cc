@@ -14,6 +14,7 @@
 #include "worker/comm/in_memory_rendezvous.h"
 #include "worker/engine/cpu_replica.h"
 #include "worker/engine/model_registry.h"
+#include "worker/engine/replica_factory.h"
 
 namespace tributary::worker {
 namespace {
@@ -183,6 +184,54 @@ TEST(GlooReducerTest, APeerThatStopsMakesTheCallFail) {
   leader.join();
   EXPECT_FALSE(leader_result.ok());
   EXPECT_NE(leader_result.message().find("gloo reduce"), std::string::npos) << leader_result;
+}
+
+}  // namespace
+}  // namespace tributary::worker
+
+namespace tributary::worker {
+namespace {
+
+// One GPU is enough for a clique of one rank: the reduce must hand back the
+// replica's own gradient and the broadcast must leave the parameters on the device.
+TEST(NcclReducerTest, SingleRankCliqueOnOneGpu) {
+  const engine::ModelDef model = SmallMlp();
+  std::vector<float> params(model.num_parameters);
+  engine::InitParameters(model, 3, params.data());
+  if (!engine::BuiltWithCuda()) {
+    Process cpu(model, 1, 1);
+    InMemoryRendezvous rendezvous;
+    auto reducer = MakeNcclReducer(*cpu.group, rendezvous, NcclGroupOptions());
+    ASSERT_FALSE(reducer.ok());
+    EXPECT_NE(reducer.status().message().find("--config=cuda"), std::string::npos);
+    GTEST_SKIP() << "CPU-only build: NCCL needs --config=cuda (the error above was checked)";
+  }
+  std::string why;
+  if (engine::CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+
+  absl::StatusOr<std::unique_ptr<engine::Replica>> gpu =
+      engine::CreateReplica(model, {engine::DeviceSpec::Kind::kGpu, 0}, params.data());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<std::unique_ptr<engine::Replica>> list;
+  list.push_back(std::move(*gpu));
+  engine::ReplicaGroup group(std::move(list));
+  std::vector<float> features(4 * model.input.size(), 0.25f);
+  std::vector<int32_t> labels = {0, 1, 2, 3};
+  std::vector<uint64_t> ids = {1, 2, 3, 4};
+  engine::Batch batch{features.data(), labels.data(), ids.data(), 4};
+  ASSERT_TRUE(group.replica(0).ForwardBackward(batch, {1, 0}, nullptr).ok());
+  std::vector<float> expected(model.num_parameters);
+  ASSERT_TRUE(group.replica(0).CopyGradients(0, model.num_parameters, expected.data()).ok());
+
+  InMemoryRendezvous rendezvous;
+  auto reducer = MakeNcclReducer(group, rendezvous, NcclGroupOptions());
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  EXPECT_EQ((*reducer)->name(), "nccl");
+  std::vector<float> out(model.num_parameters);
+  ASSERT_TRUE((*reducer)->ReduceGradients(0, model.num_parameters, out.data()).ok());
+  EXPECT_EQ(out, expected);
+  for (float& x : params) x *= 2;
+  ASSERT_TRUE((*reducer)->BroadcastParameters(params.data(), 0, model.num_parameters).ok());
 }
 
 }  // namespace
