@@ -324,8 +324,9 @@ int main(int argc, char** argv) {
     const uint64_t interval = spec.eval_interval_steps();
     const bool due = interval > 0 ? done % interval == 0 : epoch_end;
     if ((due || trainer.done()) && trainer.data().test.size() > 0) {
+      const auto eval_start = std::chrono::steady_clock::now();
       if (absl::Status s = evaluate(done, result->epoch); !s.ok()) return Fail(s);
-      window_start = std::chrono::steady_clock::now();
+      window_start += std::chrono::steady_clock::now() - eval_start;  // Not training time.
     }
   }
 

@@ -1,0 +1,142 @@
+// GPU replicas against the CPU reference (skipped, with the reason, where no CUDA
+// device is visible or the build has no --config=cuda). Tolerance: per element
+// |gpu - cpu| <= 1e-4 * |cpu| + 1e-5 * max|cpu|; loss sums within 1e-5 relative.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/batch_split.h"
+#include "gtest/gtest.h"
+#include "proto/job.pb.h"
+#include "worker/engine/cpu_replica.h"
+#include "worker/engine/model_registry.h"
+#include "worker/engine/replica_factory.h"
+#include "worker/engine/test_util.h"
+
+namespace tributary::engine {
+namespace {
+
+using testing::OwnedBatch;
+using testing::RandomBatch;
+
+std::vector<ModelDef> Models() {
+  std::vector<ModelDef> models;
+  v1::ModelSpec logreg;
+  logreg.set_name("logreg");
+  for (uint32_t s : {20, 4}) logreg.add_layer_sizes(s);
+  models.push_back(*BuildModel(logreg));
+  v1::ModelSpec mlp;
+  mlp.set_name("mlp");
+  for (uint32_t s : {30, 40, 20, 5}) mlp.add_layer_sizes(s);
+  mlp.set_dropout(0.3f);
+  models.push_back(*BuildModel(mlp));
+  v1::ModelSpec cnn;
+  cnn.set_name("cnn");
+  for (uint32_t s : {16, 10}) cnn.add_layer_sizes(s);
+  for (uint32_t s : {4, 8}) cnn.add_conv_channels(s);
+  for (uint32_t s : {1, 12, 12}) cnn.add_input_shape(s);
+  cnn.set_dropout(0.5f);
+  models.push_back(*BuildModel(cnn));
+  ModelBuilder tanh("tanh_strided", Shape{2, 9, 7});
+  tanh.Conv2d("conv1", 3, 3, 2, 0).Tanh().Flatten().Linear("fc1", 3);
+  models.push_back(*std::move(tanh).Build());
+  return models;
+}
+
+class GpuReplicaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+};
+
+void ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu) {
+  float max = 0;
+  for (float g : cpu) max = std::max(max, std::abs(g));
+  for (size_t j = 0; j < cpu.size(); ++j) {
+    ASSERT_NEAR(gpu[j], cpu[j], 1e-4 * std::abs(cpu[j]) + 1e-5 * max) << "element " << j;
+  }
+}
+
+TEST_F(GpuReplicaTest, MatchesTheCpuForEveryModel) {
+  for (const ModelDef& model : Models()) {
+    SCOPED_TRACE(model.name);
+    const OwnedBatch batch = RandomBatch(model, 37, 3);
+    std::vector<float> params(model.num_parameters);
+    InitParameters(model, 4, params.data());
+    CpuReplica cpu(model, params.data());
+    absl::StatusOr<std::unique_ptr<Replica>> gpu =
+        CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const DropoutKey key{4, 12};
+    absl::StatusOr<LossStats> cpu_stats = cpu.ForwardBackward(batch.View(), key, nullptr);
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    absl::StatusOr<LossStats> gpu_stats = (*gpu)->ForwardBackward(
+        batch.View(), key, [&](int, int64_t offset, int64_t length) {
+          calls.emplace_back(offset, length);
+        });
+    ASSERT_TRUE(cpu_stats.ok() && gpu_stats.ok()) << gpu_stats.status();
+    EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-5 * std::abs(cpu_stats->loss_sum));
+    EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
+    std::vector<float> gpu_grads(model.num_parameters);
+    ASSERT_TRUE((*gpu)->CopyGradients(0, model.num_parameters, gpu_grads.data()).ok());
+    ExpectClose(gpu_grads, std::vector<float>(cpu.host_gradients(),
+                                              cpu.host_gradients() + model.num_parameters));
+    int64_t frontier = model.num_parameters;
+    for (const auto& [offset, length] : calls) {
+      EXPECT_EQ(offset + length, frontier);
+      frontier = offset;
+    }
+    EXPECT_EQ(frontier, 0);
+
+    absl::StatusOr<LossStats> cpu_eval = cpu.Evaluate(batch.View());
+    absl::StatusOr<LossStats> gpu_eval = (*gpu)->Evaluate(batch.View());
+    ASSERT_TRUE(gpu_eval.ok()) << gpu_eval.status();
+    EXPECT_NEAR(gpu_eval->loss_sum, cpu_eval->loss_sum, 1e-5 * std::abs(cpu_eval->loss_sum));
+  }
+}
+
+TEST_F(GpuReplicaTest, SplitAcrossGpuReplicasEqualsWholeBatch) {
+  const ModelDef model = Models()[2];
+  const OwnedBatch batch = RandomBatch(model, 11, 8);
+  std::vector<float> params(model.num_parameters);
+  InitParameters(model, 6, params.data());
+  const DropoutKey key{6, 1};
+  absl::StatusOr<std::unique_ptr<Replica>> whole =
+      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE((*whole)->ForwardBackward(batch.View(), key, nullptr).ok());
+  std::vector<float> expected(model.num_parameters), sum(model.num_parameters, 0), part(
+      model.num_parameters);
+  ASSERT_TRUE((*whole)->CopyGradients(0, model.num_parameters, expected.data()).ok());
+  for (uint32_t r = 0; r < 3; ++r) {
+    const SampleRange range = PartsRange(11, 3, r, 1);
+    absl::StatusOr<std::unique_ptr<Replica>> replica =
+        CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+    ASSERT_TRUE(replica.ok());
+    ASSERT_TRUE((*replica)->ForwardBackward(batch.View(range.offset, range.count), key, nullptr).ok());
+    ASSERT_TRUE((*replica)->CopyGradients(0, model.num_parameters, part.data()).ok());
+    for (int64_t j = 0; j < model.num_parameters; ++j) sum[j] += part[j];
+  }
+  ExpectClose(sum, expected);
+}
+
+TEST(GpuAvailabilityTest, CpuOnlyBuildsSayWhyThereIsNoGpu) {
+  std::string why;
+  if (CudaDeviceCount(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_FALSE(why.empty());
+  v1::ModelSpec spec;
+  spec.set_name("logreg");
+  for (uint32_t s : {4, 2}) spec.add_layer_sizes(s);
+  const ModelDef model = *BuildModel(spec);
+  std::vector<float> params(model.num_parameters);
+  absl::StatusOr<std::unique_ptr<Replica>> gpu =
+      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_NE(gpu.status().message().find("cuda:0"), std::string::npos) << gpu.status();
+}
+
+}  // namespace
+}  // namespace tributary::engine

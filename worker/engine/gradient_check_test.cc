@@ -1,0 +1,207 @@
+// Finite-difference checks of every layer and every registered model. The checks
+// run the CPU executor in double precision (the same template the float replicas
+// run), so central differences are accurate to ~1e-9 and the tolerance can be tight;
+// the float executor is then compared against the double one.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "proto/job.pb.h"
+#include "worker/engine/cpu_executor.h"
+#include "worker/engine/model_registry.h"
+#include "worker/engine/test_util.h"
+
+namespace tributary::engine {
+namespace {
+
+using testing::OwnedBatch;
+using testing::RandomBatch;
+
+struct Case {
+  std::string name;
+  ModelDef model;
+};
+
+ModelDef Must(absl::StatusOr<ModelDef> model) {
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *std::move(model);
+}
+
+std::vector<Case> LayerCases() {
+  std::vector<Case> cases;
+  {
+    ModelBuilder b("linear", Shape{5, 1, 1});
+    b.Linear("fc1", 3);
+    cases.push_back({"Linear", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("relu", Shape{5, 1, 1});
+    b.Linear("fc1", 6).Relu().Linear("fc2", 3);
+    cases.push_back({"ReLU", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("tanh", Shape{5, 1, 1});
+    b.Linear("fc1", 6).Tanh().Linear("fc2", 3);
+    cases.push_back({"Tanh", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("dropout", Shape{5, 1, 1});
+    b.Linear("fc1", 8).Relu().Dropout(0.4f).Linear("fc2", 3);
+    cases.push_back({"Dropout", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("conv_padded", Shape{2, 5, 5});
+    b.Conv2d("conv1", 3, 3, 1, 1).Flatten().Linear("fc1", 3);
+    cases.push_back({"Conv2dPadded", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("conv_strided", Shape{1, 7, 6});
+    b.Conv2d("conv1", 2, 3, 2, 0).Tanh().Flatten().Linear("fc1", 4);
+    cases.push_back({"Conv2dStrided", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("pool", Shape{1, 5, 4});
+    b.Conv2d("conv1", 2, 3, 1, 1).MaxPool2d(2).Flatten().Linear("fc1", 3);
+    cases.push_back({"MaxPool2dAndFlatten", Must(std::move(b).Build())});
+  }
+  {
+    ModelBuilder b("stack", Shape{1, 6, 6});
+    b.Conv2d("conv1", 2, 3, 1, 1).Relu().MaxPool2d(2).Conv2d("conv2", 3, 3, 1, 1).Relu();
+    b.Flatten().Linear("fc1", 5).Relu().Dropout(0.3f).Linear("fc2", 3);
+    cases.push_back({"ConvStack", Must(std::move(b).Build())});
+  }
+  return cases;
+}
+
+std::vector<Case> ModelCases() {
+  std::vector<Case> cases;
+  v1::ModelSpec logreg;
+  logreg.set_name("logreg");
+  for (uint32_t s : {6, 3}) logreg.add_layer_sizes(s);
+  cases.push_back({"logreg", Must(BuildModel(logreg))});
+  v1::ModelSpec mlp;
+  mlp.set_name("mlp");
+  for (uint32_t s : {6, 5, 4, 3}) mlp.add_layer_sizes(s);
+  mlp.set_dropout(0.25f);
+  cases.push_back({"mlp", Must(BuildModel(mlp))});
+  v1::ModelSpec cnn;
+  cnn.set_name("cnn");
+  for (uint32_t s : {5, 3}) cnn.add_layer_sizes(s);
+  for (uint32_t s : {2, 3}) cnn.add_conv_channels(s);
+  for (uint32_t s : {1, 8, 8}) cnn.add_input_shape(s);
+  cnn.set_dropout(0.2f);
+  cases.push_back({"cnn", Must(BuildModel(cnn))});
+  return cases;
+}
+
+// Checks d(loss sum)/d(param) against central differences for every parameter.
+void CheckGradients(const Case& c) {
+  SCOPED_TRACE(c.name);
+  const ModelDef& model = c.model;
+  const OwnedBatch batch = RandomBatch(model, 4, 5);
+  std::vector<float> init(model.num_parameters);
+  InitParameters(model, 11, init.data());
+  std::vector<double> params(init.begin(), init.end());
+  const DropoutKey key{3, 17};
+
+  CpuExecutor<double> executor(model);
+  std::vector<double> grads(model.num_parameters);
+  const LossStats stats =
+      executor.ForwardBackward(params.data(), batch.View(), &key, grads.data(), nullptr);
+  EXPECT_EQ(stats.samples, 4);
+  ASSERT_TRUE(std::isfinite(stats.loss_sum));
+
+  auto loss_at = [&](int64_t j, double value) {
+    const double saved = params[j];
+    params[j] = value;
+    std::vector<double> scratch(model.num_parameters);
+    const double loss = executor
+                            .ForwardBackward(params.data(), batch.View(), &key, scratch.data(),
+                                             nullptr)
+                            .loss_sum;
+    params[j] = saved;
+    return loss;
+  };
+  const double eps = 1e-5;
+  int checked = 0;
+  double max_error = 0;
+  for (int64_t j = 0; j < model.num_parameters; ++j) {
+    const double numeric = (loss_at(j, params[j] + eps) - loss_at(j, params[j] - eps)) / (2 * eps);
+    const double error = std::abs(numeric - grads[j]);
+    max_error = std::max(max_error, error);
+    EXPECT_LE(error, 1e-6 + 1e-5 * std::abs(numeric))
+        << "parameter " << j << " (" << model.tensors[model.TensorAt(j)].name << "): analytic "
+        << grads[j] << ", numeric " << numeric;
+    ++checked;
+  }
+  EXPECT_EQ(checked, model.num_parameters);
+
+  // The float executor (what replicas run) agrees with the double one.
+  CpuExecutor<float> float_executor(model);
+  std::vector<float> float_grads(model.num_parameters);
+  const LossStats float_stats = float_executor.ForwardBackward(
+      init.data(), batch.View(), &key, float_grads.data(), nullptr);
+  EXPECT_NEAR(float_stats.loss_sum, stats.loss_sum, 1e-5 * std::abs(stats.loss_sum) + 1e-6);
+  for (int64_t j = 0; j < model.num_parameters; ++j) {
+    EXPECT_NEAR(float_grads[j], grads[j], 1e-5 + 1e-4 * std::abs(grads[j])) << "parameter " << j;
+  }
+}
+
+TEST(GradientCheckTest, EveryLayer) {
+  for (const Case& c : LayerCases()) CheckGradients(c);
+}
+
+TEST(GradientCheckTest, EveryModel) {
+  for (const Case& c : ModelCases()) CheckGradients(c);
+}
+
+TEST(GradientCheckTest, ReadyCallbacksRunLastLayerFirstAndCoverTheBuffer) {
+  for (const Case& c : ModelCases()) {
+    SCOPED_TRACE(c.name);
+    const OwnedBatch batch = RandomBatch(c.model, 3, 1);
+    std::vector<float> params(c.model.num_parameters);
+    InitParameters(c.model, 1, params.data());
+    std::vector<float> grads(c.model.num_parameters);
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    CpuExecutor<float> executor(c.model);
+    const DropoutKey key{1, 0};
+    executor.ForwardBackward(params.data(), batch.View(), &key, grads.data(),
+                             [&](int tensor, int64_t offset, int64_t length) {
+                               EXPECT_EQ(c.model.tensors[tensor].offset, offset);
+                               EXPECT_EQ(c.model.tensors[tensor].length, length);
+                               calls.emplace_back(offset, length);
+                             });
+    ASSERT_EQ(calls.size(), c.model.tensors.size());
+    int64_t frontier = c.model.num_parameters;
+    for (const auto& [offset, length] : calls) {
+      EXPECT_EQ(offset + length, frontier);  // Strictly decreasing, no gaps.
+      frontier = offset;
+    }
+    EXPECT_EQ(frontier, 0);
+  }
+}
+
+TEST(GradientCheckTest, DropoutChangesWithStepAndIsOffInEvaluation) {
+  const ModelDef model = ModelCases()[1].model;  // mlp with dropout
+  const OwnedBatch batch = RandomBatch(model, 6, 2);
+  std::vector<float> params(model.num_parameters);
+  InitParameters(model, 1, params.data());
+  CpuExecutor<float> executor(model);
+  std::vector<float> a(model.num_parameters), b(model.num_parameters), c(model.num_parameters);
+  const DropoutKey step0{1, 0}, step1{1, 1};
+  const LossStats sa = executor.ForwardBackward(params.data(), batch.View(), &step0, a.data(), {});
+  const LossStats sb = executor.ForwardBackward(params.data(), batch.View(), &step0, b.data(), {});
+  executor.ForwardBackward(params.data(), batch.View(), &step1, c.data(), {});
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(sa.loss_sum, sb.loss_sum);
+  EXPECT_NE(a, c);
+  const LossStats eval = executor.Forward(params.data(), batch.View());
+  const LossStats no_dropout = executor.ForwardBackward(params.data(), batch.View(), nullptr,
+                                                        c.data(), {});
+  EXPECT_EQ(eval.loss_sum, no_dropout.loss_sum);
+  EXPECT_NE(eval.loss_sum, sa.loss_sum);
+}
+
+}  // namespace
+}  // namespace tributary::engine

@@ -1,0 +1,122 @@
+#include "worker/engine/trainer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace tributary::engine {
+namespace {
+
+TEST(TrainerTest, LossFallsOnAFashionMnistSubset) {
+  if (!FindIdxFile(kDefaultIdxDirectory, "train-images-idx3-ubyte").ok()) {
+    GTEST_SKIP() << "Fashion-MNIST not installed in " << kDefaultIdxDirectory;
+  }
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("mlp");
+  for (uint32_t s : {784, 64, 10}) spec.mutable_model()->add_layer_sizes(s);
+  spec.mutable_dataset()->set_train_limit(2000);
+  spec.mutable_dataset()->set_test_limit(500);
+  spec.set_global_batch_size(50);
+  spec.set_max_steps(80);
+  spec.mutable_optimizer()->set_type(v1::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(0.002f);
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer = LocalTrainer::Create(spec, {});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<LossStats> before = (*trainer)->Evaluate();
+  ASSERT_TRUE(before.ok()) << before.status();
+  LossStats first, last;
+  while (!(*trainer)->done()) {
+    absl::StatusOr<StepResult> step = (*trainer)->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(step->stats.samples, 50);
+    if (step->step < 10) first += step->stats;
+    if (step->step >= 70) last += step->stats;
+  }
+  EXPECT_EQ((*trainer)->step(), 80u);
+  EXPECT_LT(last.mean_loss(), 0.6 * first.mean_loss());
+  absl::StatusOr<LossStats> after = (*trainer)->Evaluate();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->samples, 500);
+  EXPECT_LT(after->mean_loss(), 0.6 * before->mean_loss());
+  EXPECT_GT(after->accuracy(), 0.6);
+  EXPECT_EQ((*trainer)->Step().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+v1::JobSpec SyntheticSpec() {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("mlp");
+  for (uint32_t s : {16, 12, 4}) spec.mutable_model()->add_layer_sizes(s);
+  spec.mutable_model()->set_dropout(0.25f);
+  spec.mutable_dataset()->set_format(v1::SYNTHETIC);
+  spec.mutable_dataset()->set_synthetic_train_samples(100);
+  spec.mutable_dataset()->set_synthetic_test_samples(40);
+  spec.mutable_dataset()->set_synthetic_features(16);
+  spec.mutable_dataset()->set_synthetic_classes(4);
+  spec.set_global_batch_size(23);  // 5 steps per epoch, the last one of 8 samples.
+  spec.set_epochs(2);
+  spec.mutable_optimizer()->set_type(v1::MOMENTUM);
+  spec.set_seed(21);
+  return spec;
+}
+
+TEST(TrainerTest, ReplicasGiveTheSameParametersAsOne) {
+  std::vector<float> reference;
+  for (uint32_t replicas : {1u, 3u, 4u}) {
+    TrainerOptions options;
+    options.replicas = replicas;
+    absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer =
+        LocalTrainer::Create(SyntheticSpec(), options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    EXPECT_EQ((*trainer)->total_steps(), 10u);
+    while (!(*trainer)->done()) ASSERT_TRUE((*trainer)->Step().ok());
+    const std::vector<float>& params = (*trainer)->parameters();
+    if (reference.empty()) {
+      reference = params;
+      continue;
+    }
+    ASSERT_EQ(params.size(), reference.size());
+    for (size_t j = 0; j < params.size(); ++j) {
+      ASSERT_NEAR(params[j], reference[j], 1e-5 + 1e-5 * std::abs(reference[j]))
+          << replicas << " replicas, element " << j;
+    }
+  }
+}
+
+TEST(TrainerTest, OneStepIsTheOptimizerOnTheMeanGradient) {
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer =
+      LocalTrainer::Create(SyntheticSpec(), {});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const std::vector<float> before = (*trainer)->parameters();
+  absl::StatusOr<StepResult> step = (*trainer)->Step();
+  ASSERT_TRUE(step.ok());
+  // MOMENTUM with zero velocity: p1 = p0 - lr * g.
+  const float lr = (*trainer)->spec().optimizer().learning_rate();
+  const std::vector<float>& mean = (*trainer)->last_mean_gradient();
+  for (size_t j = 0; j < before.size(); ++j) {
+    EXPECT_FLOAT_EQ((*trainer)->parameters()[j], before[j] - lr * mean[j]);
+  }
+}
+
+TEST(TrainerTest, BadSpecsAreRejectedWithTheField) {
+  v1::JobSpec spec = SyntheticSpec();
+  spec.mutable_model()->set_dropout(1.5f);
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer = LocalTrainer::Create(spec, {});
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("model.dropout"), std::string::npos);
+
+  spec = SyntheticSpec();
+  spec.mutable_model()->set_layer_sizes(0, 15);
+  trainer = LocalTrainer::Create(spec, {});
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("takes 15 inputs"), std::string::npos)
+      << trainer.status();
+
+  TrainerOptions options;
+  options.replicas = 0;
+  EXPECT_FALSE(LocalTrainer::Create(SyntheticSpec(), options).ok());
+}
+
+}  // namespace
+}  // namespace tributary::engine
