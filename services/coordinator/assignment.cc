@@ -1,0 +1,249 @@
+#include "services/coordinator/assignment.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tributary::coordinator {
+namespace {
+
+bool HasGpu(const v1::RegisterWorkerRequest& registration) {
+  for (const v1::Device& device : registration.devices()) {
+    if (device.kind() == v1::GPU) return true;
+  }
+  return false;
+}
+
+std::vector<v1::Device> CpuDevices(const v1::RegisterWorkerRequest& registration,
+                                   uint32_t replicas) {
+  uint32_t cores = 0;
+  uint64_t memory = 0;
+  for (const v1::Device& device : registration.devices()) {
+    if (device.kind() != v1::CPU) continue;
+    cores += device.cpu_cores();
+    memory = std::max<uint64_t>(memory, device.memory_bytes());
+  }
+  std::vector<v1::Device> devices(replicas);
+  for (v1::Device& device : devices) {
+    device.set_kind(v1::CPU);
+    device.set_index(-1);
+    device.set_name("cpu");
+    device.set_memory_bytes(memory);
+    // Replica threads share the host's cores; 0 when the worker did not say.
+    device.set_cpu_cores(cores == 0 ? 0 : std::max<uint32_t>(1, cores / replicas));
+  }
+  return devices;
+}
+
+struct NodeGroup {
+  std::string name;
+  std::vector<const Candidate*> workers;  // Registration order.
+};
+
+}  // namespace
+
+std::string GpuKey(const v1::Device& device) {
+  return device.uuid().empty() ? absl::StrCat("index:", device.index())
+                               : absl::StrCat("uuid:", device.uuid());
+}
+
+std::string DescribeGpu(const v1::Device& device) {
+  return device.uuid().empty() ? absl::StrCat("GPU ", device.index())
+                               : absl::StrCat("GPU ", device.index(), " (", device.uuid(), ")");
+}
+
+absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& request) {
+  if (request.node_name().empty()) {
+    return absl::InvalidArgumentError(
+        "node_name: must not be empty (workers with the same node name form one node group)");
+  }
+  std::set<int32_t> indices;
+  std::set<std::string> uuids;
+  int cpu_devices = 0;
+  for (int i = 0; i < request.devices_size(); ++i) {
+    const v1::Device& device = request.devices(i);
+    if (device.kind() == v1::CPU) {
+      if (++cpu_devices > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("devices[", i, "]: the CPU is listed twice (one CPU entry per worker)"));
+      }
+      continue;
+    }
+    if (device.kind() != v1::GPU) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "devices[", i, "].kind: must be CPU or GPU, got ", v1::DeviceKind_Name(device.kind())));
+    }
+    if (device.index() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", i, "].index: a GPU index must be >= 0, got ", device.index()));
+    }
+    if (!indices.insert(device.index()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", i, "]: GPU ", device.index(), " is listed twice"));
+    }
+    if (!device.uuid().empty() && !uuids.insert(device.uuid()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("devices[", i, "]: GPU UUID ",
+                                                     device.uuid(), " is listed twice"));
+    }
+  }
+  std::set<int32_t> requested;
+  for (int32_t index : request.requested_gpus()) {
+    if (indices.count(index) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "requested_gpus: GPU ", index, " is not among the worker's GPUs [",
+          absl::StrJoin(indices, ","), "]"));
+    }
+    if (!requested.insert(index).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("requested_gpus: GPU ", index, " is requested twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+GenerationPlan PlanGeneration(const v1::JobSpec& spec,
+                              const std::vector<Candidate>& candidates) {
+  GenerationPlan plan;
+  const uint32_t replicas = std::max<uint32_t>(1, spec.replicas_per_worker());
+
+  std::vector<NodeGroup> groups;
+  {
+    std::vector<const Candidate*> ordered;
+    for (const Candidate& candidate : candidates) ordered.push_back(&candidate);
+    std::sort(ordered.begin(), ordered.end(), [](const Candidate* a, const Candidate* b) {
+      return a->sequence < b->sequence;
+    });
+    std::map<std::string, size_t> group_of;
+    for (const Candidate* candidate : ordered) {
+      const std::string& node = candidate->registration.node_name();
+      auto [it, inserted] = group_of.emplace(node, groups.size());
+      if (inserted) groups.push_back(NodeGroup{node, {}});
+      groups[it->second].workers.push_back(candidate);
+    }
+  }
+
+  struct Placed {
+    const Candidate* worker;
+    std::vector<v1::Device> devices;
+  };
+  std::vector<std::vector<Placed>> nodes;  // Admitted node groups, by node rank.
+  for (const NodeGroup& group : groups) {
+    // Explicit requests choose first so that a worker picking freely cannot take the
+    // GPU another one asked for.
+    std::vector<const Candidate*> choosing = group.workers;
+    std::stable_sort(choosing.begin(), choosing.end(),
+                     [](const Candidate* a, const Candidate* b) {
+                       return !a->registration.requested_gpus().empty() &&
+                              b->registration.requested_gpus().empty();
+                     });
+    std::map<std::string, std::string> taken;  // GPU key -> worker id.
+    std::map<const Candidate*, std::vector<v1::Device>> chosen;
+    for (const Candidate* worker : choosing) {
+      const v1::RegisterWorkerRequest& registration = worker->registration;
+      const bool gpu = spec.devices() == v1::GPU ||
+                       (spec.devices() == v1::AUTO && HasGpu(registration));
+      if (!gpu) {
+        chosen[worker] = CpuDevices(registration, replicas);
+        continue;
+      }
+      std::vector<v1::Device> options;
+      if (registration.requested_gpus().empty()) {
+        for (const v1::Device& device : registration.devices()) {
+          if (device.kind() == v1::GPU) options.push_back(device);
+        }
+        std::sort(options.begin(), options.end(),
+                  [](const v1::Device& a, const v1::Device& b) { return a.index() < b.index(); });
+      } else {
+        for (int32_t index : registration.requested_gpus()) {
+          for (const v1::Device& device : registration.devices()) {
+            if (device.kind() == v1::GPU && device.index() == index) options.push_back(device);
+          }
+        }
+      }
+      if (options.empty()) {
+        plan.left_out[worker->worker_id] = LeftOut{LeftOut::Kind::kNoGpu, absl::StrCat(
+            "the job runs on GPUs (devices=GPU) but worker ", worker->worker_id, " on node ",
+            group.name, " reported none")};
+        continue;
+      }
+      std::vector<v1::Device> picked;
+      std::vector<std::string> busy;
+      for (const v1::Device& device : options) {
+        if (picked.size() == replicas) break;
+        auto owner = taken.find(GpuKey(device));
+        if (owner != taken.end()) {
+          busy.push_back(absl::StrCat(DescribeGpu(device), " is used by worker ", owner->second));
+          continue;
+        }
+        picked.push_back(device);
+      }
+      if (picked.size() < replicas) {
+        plan.left_out[worker->worker_id] = LeftOut{LeftOut::Kind::kTooFewGpus, absl::StrCat(
+            "node ", group.name, " has too few free GPUs for worker ", worker->worker_id,
+            ": it needs ", replicas, " (replicas_per_worker=", replicas, ") of its ",
+            registration.requested_gpus().empty() ? "" : "requested ", options.size(),
+            " GPU(s), ", picked.size(), " free",
+            busy.empty() ? "" : absl::StrCat(" (", absl::StrJoin(busy, "; "), ")"))};
+        continue;
+      }
+      for (const v1::Device& device : picked) taken[GpuKey(device)] = worker->worker_id;
+      chosen[worker] = std::move(picked);
+    }
+    std::vector<Placed> placed;
+    for (const Candidate* worker : group.workers) {
+      auto devices = chosen.find(worker);
+      if (devices != chosen.end()) placed.push_back(Placed{worker, std::move(devices->second)});
+    }
+    if (placed.empty()) continue;
+    ++plan.assignable_nodes;
+    if (nodes.size() >= spec.nodes_max()) {
+      for (const Placed& worker : placed) {
+        plan.left_out[worker.worker->worker_id] = LeftOut{
+            LeftOut::Kind::kNodeNotAdmitted,
+            absl::StrCat("node ", group.name, " not admitted: the job admits at most nodes_max=",
+                         spec.nodes_max(), " node(s)")};
+      }
+      continue;
+    }
+    plan.node_names.push_back(group.name);
+    nodes.push_back(std::move(placed));
+  }
+
+  uint32_t world_size = 0;
+  uint32_t total_replicas = 0;
+  for (const auto& node : nodes) {
+    world_size += node.size();
+    for (const Placed& worker : node) total_replicas += worker.devices.size();
+  }
+  uint32_t global_rank = 0;
+  uint32_t replica = 0;
+  for (uint32_t node_rank = 0; node_rank < nodes.size(); ++node_rank) {
+    const auto& node = nodes[node_rank];
+    uint32_t node_replicas = 0;
+    for (const Placed& worker : node) node_replicas += worker.devices.size();
+    const uint32_t node_first_replica = replica;
+    for (uint32_t local_rank = 0; local_rank < node.size(); ++local_rank) {
+      const Placed& worker = node[local_rank];
+      v1::Assignment& assignment = plan.assignments[worker.worker->worker_id];
+      assignment.set_global_rank(global_rank++);
+      assignment.set_world_size(world_size);
+      assignment.set_node_rank(node_rank);
+      assignment.set_num_nodes(nodes.size());
+      assignment.set_local_rank(local_rank);
+      assignment.set_local_world_size(node.size());
+      assignment.set_node_leader(local_rank == 0);
+      for (const v1::Device& device : worker.devices) *assignment.add_devices() = device;
+      assignment.set_replicas(worker.devices.size());
+      assignment.set_total_replicas(total_replicas);
+      assignment.set_first_replica(replica);
+      assignment.set_node_first_replica(node_first_replica);
+      assignment.set_node_replicas(node_replicas);
+      replica += worker.devices.size();
+    }
+  }
+  return plan;
+}
+
+}  // namespace tributary::coordinator
