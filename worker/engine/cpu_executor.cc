@@ -28,13 +28,13 @@ template <typename S>
 using ConstVectorMap = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, 1>>;
 
 // col[(c*k + ki)*k + kj][oh*OW + ow] = x[c][oh*s - p + ki][ow*s - p + kj] (0 outside).
+// Rows are `ld` apart, so the columns of several samples can sit side by side.
 template <typename S>
-void Im2Col(const LayerSpec& l, const S* x, S* col) {
-  const int64_t ohw = l.out.height * l.out.width;
+void Im2Col(const LayerSpec& l, const S* x, S* col, int64_t ld) {
   for (int64_t c = 0; c < l.in.channels; ++c) {
     for (int ki = 0; ki < l.kernel; ++ki) {
       for (int kj = 0; kj < l.kernel; ++kj) {
-        S* row = col + ((c * l.kernel + ki) * l.kernel + kj) * ohw;
+        S* row = col + ((c * l.kernel + ki) * l.kernel + kj) * ld;
         for (int64_t oh = 0; oh < l.out.height; ++oh) {
           const int64_t ih = oh * l.stride - l.padding + ki;
           for (int64_t ow = 0; ow < l.out.width; ++ow) {
@@ -51,12 +51,11 @@ void Im2Col(const LayerSpec& l, const S* x, S* col) {
 
 // The adjoint of Im2Col: dx (zeroed by the caller) += scatter of dcol.
 template <typename S>
-void Col2Im(const LayerSpec& l, const S* dcol, S* dx) {
-  const int64_t ohw = l.out.height * l.out.width;
+void Col2Im(const LayerSpec& l, const S* dcol, int64_t ld, S* dx) {
   for (int64_t c = 0; c < l.in.channels; ++c) {
     for (int ki = 0; ki < l.kernel; ++ki) {
       for (int kj = 0; kj < l.kernel; ++kj) {
-        const S* row = dcol + ((c * l.kernel + ki) * l.kernel + kj) * ohw;
+        const S* row = dcol + ((c * l.kernel + ki) * l.kernel + kj) * ld;
         for (int64_t oh = 0; oh < l.out.height; ++oh) {
           const int64_t ih = oh * l.stride - l.padding + ki;
           if (ih < 0 || ih >= l.in.height) continue;
@@ -69,6 +68,12 @@ void Col2Im(const LayerSpec& l, const S* dcol, S* dx) {
       }
     }
   }
+}
+
+// Samples whose im2col columns go into one matrix product: large products keep the
+// cores busy with few OpenMP barriers; the cap bounds the scratch at ~4 MiB (float).
+int64_t ConvChunk(int64_t ckk, int64_t ohw, int64_t n) {
+  return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 20) / (ckk * ohw)));
 }
 
 }  // namespace
@@ -110,17 +115,31 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
         break;
       }
       case LayerKind::kConv2d: {
+        // For a chunk of g samples: out[oc, g*ohw] = W[oc, ckk] col[ckk, g*ohw] + b,
+        // then each sample's [oc, ohw] block is copied to its place in y.
         const int64_t ckk = l.in.channels * l.kernel * l.kernel;
         const int64_t ohw = l.out.height * l.out.width;
-        col_.resize(ckk * ohw);
-        ConstMatrixMap<S> w(params + l.weight.offset, l.out.channels, ckk);
-        ConstVectorMap<S> b(params + l.bias.offset, l.out.channels);
-        ConstMatrixMap<S> col(col_.data(), ckk, ohw);
-        for (int64_t s = 0; s < n; ++s) {
-          Im2Col(l, x.data() + s * in_size, col_.data());
-          MatrixMap<S> out(y.data() + s * out_size, l.out.channels, ohw);
+        const int64_t oc = l.out.channels;
+        const int64_t chunk = ConvChunk(ckk, ohw, n);
+        col_.resize(ckk * chunk * ohw);
+        dcol_.resize(oc * chunk * ohw);
+        ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
+        ConstVectorMap<S> b(params + l.bias.offset, oc);
+        for (int64_t s0 = 0; s0 < n; s0 += chunk) {
+          const int64_t g = std::min(chunk, n - s0);
+          for (int64_t t = 0; t < g; ++t) {
+            Im2Col(l, x.data() + (s0 + t) * in_size, col_.data() + t * ohw, g * ohw);
+          }
+          ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
+          MatrixMap<S> out(dcol_.data(), oc, g * ohw);
           out.noalias() = w * col;
           out.colwise() += b;
+          for (int64_t t = 0; t < g; ++t) {
+            for (int64_t c = 0; c < oc; ++c) {
+              const S* src = dcol_.data() + c * g * ohw + t * ohw;
+              std::copy(src, src + ohw, y.data() + (s0 + t) * out_size + c * ohw);
+            }
+          }
         }
         break;
       }
@@ -257,26 +276,41 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         break;
       }
       case LayerKind::kConv2d: {
+        // Per chunk of g samples, with dout gathered to [oc, g*ohw]:
+        // dW += dout col^T, db += row sums, dcol = W^T dout scattered back by Col2Im.
         const int64_t ckk = l.in.channels * l.kernel * l.kernel;
         const int64_t ohw = l.out.height * l.out.width;
-        col_.resize(ckk * ohw);
-        dcol_.resize(ckk * ohw);
-        ConstMatrixMap<S> w(params + l.weight.offset, l.out.channels, ckk);
-        MatrixMap<S> dw(grads + l.weight.offset, l.out.channels, ckk);
-        VectorMap<S> db(grads + l.bias.offset, l.out.channels);
-        MatrixMap<S> col(col_.data(), ckk, ohw);
-        MatrixMap<S> dcol(dcol_.data(), ckk, ohw);
+        const int64_t oc = l.out.channels;
+        const int64_t chunk = ConvChunk(ckk, ohw, n);
+        col_.resize(ckk * chunk * ohw);
+        dcol_.resize(ckk * chunk * ohw);
+        dout_.resize(oc * chunk * ohw);
+        ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
+        MatrixMap<S> dw(grads + l.weight.offset, oc, ckk);
+        VectorMap<S> db(grads + l.bias.offset, oc);
         dw.setZero();
         db.setZero();
-        if (need_input_grad) std::fill(grad_in_.begin(), grad_in_.end(), S(0));
-        for (int64_t s = 0; s < n; ++s) {
-          ConstMatrixMap<S> dout(grad_out_.data() + s * out_size, l.out.channels, ohw);
-          Im2Col(l, x.data() + s * in_size, col_.data());
+        for (int64_t s0 = 0; s0 < n; s0 += chunk) {
+          const int64_t g = std::min(chunk, n - s0);
+          for (int64_t t = 0; t < g; ++t) {
+            Im2Col(l, x.data() + (s0 + t) * in_size, col_.data() + t * ohw, g * ohw);
+            for (int64_t c = 0; c < oc; ++c) {
+              const S* src = grad_out_.data() + (s0 + t) * out_size + c * ohw;
+              std::copy(src, src + ohw, dout_.data() + c * g * ohw + t * ohw);
+            }
+          }
+          ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
+          ConstMatrixMap<S> dout(dout_.data(), oc, g * ohw);
           dw.noalias() += dout * col.transpose();
           db.noalias() += dout.rowwise().sum();
           if (need_input_grad) {
+            MatrixMap<S> dcol(dcol_.data(), ckk, g * ohw);
             dcol.noalias() = w.transpose() * dout;
-            Col2Im(l, dcol_.data(), grad_in_.data() + s * in_size);
+            for (int64_t t = 0; t < g; ++t) {
+              S* dx = grad_in_.data() + (s0 + t) * in_size;
+              std::fill(dx, dx + in_size, S(0));
+              Col2Im(l, dcol_.data() + t * ohw, g * ohw, dx);
+            }
           }
         }
         ready(l.bias, l.bias.offset);

@@ -182,6 +182,37 @@ TEST(GradientCheckTest, ReadyCallbacksRunLastLayerFirstAndCoverTheBuffer) {
   }
 }
 
+// Large convolutions put a few samples in each matrix product (~4 MiB of columns):
+// 5 samples of this layer go in chunks of 3 and 2. Per-sample runs (checked by finite
+// differences above at small sizes) must add up to the chunked batch.
+TEST(GradientCheckTest, ConvChunksSpanSeveralProducts) {
+  ModelBuilder b("wide_conv", Shape{64, 24, 24});
+  b.Conv2d("conv1", 2, 3, 1, 1).Relu().Flatten().Linear("fc1", 3);
+  const ModelDef model = Must(std::move(b).Build());
+  const OwnedBatch batch = RandomBatch(model, 5, 8);
+  std::vector<double> params(model.num_parameters);
+  {
+    std::vector<float> init(model.num_parameters);
+    InitParameters(model, 3, init.data());
+    params.assign(init.begin(), init.end());
+  }
+  CpuExecutor<double> executor(model);
+  std::vector<double> whole(model.num_parameters), one(model.num_parameters),
+      sum(model.num_parameters, 0.0);
+  const LossStats whole_stats =
+      executor.ForwardBackward(params.data(), batch.View(), nullptr, whole.data(), nullptr);
+  double loss = 0;
+  for (int64_t s = 0; s < 5; ++s) {
+    loss += executor.ForwardBackward(params.data(), batch.View(s, 1), nullptr, one.data(), nullptr)
+                .loss_sum;
+    for (int64_t j = 0; j < model.num_parameters; ++j) sum[j] += one[j];
+  }
+  EXPECT_NEAR(whole_stats.loss_sum, loss, 1e-9);
+  for (int64_t j = 0; j < model.num_parameters; ++j) {
+    ASSERT_NEAR(whole[j], sum[j], 1e-9 + 1e-9 * std::abs(sum[j])) << "parameter " << j;
+  }
+}
+
 TEST(GradientCheckTest, DropoutChangesWithStepAndIsOffInEvaluation) {
   const ModelDef model = ModelCases()[1].model;  // mlp with dropout
   const OwnedBatch batch = RandomBatch(model, 6, 2);

@@ -1,0 +1,177 @@
+// engine_bench: samples/s of forward+backward for each registered model at batch 64
+// and 256 on one replica, and the MLP's achieved GFLOP/s against an Eigen sgemm
+// (1024 x 1024 x 1024) timed in the same run with the same threads. The last line
+// is one JSON object with every number.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/process.h"
+#include "proto/job.pb.h"
+#include "worker/engine/counter_rng.h"
+#include "worker/engine/cpu_executor.h"
+#include "worker/engine/model_registry.h"
+#include "worker/engine/replica_factory.h"
+
+ABSL_FLAG(int, threads, 0, "Threads for matrix products; 0 = all cores. Default: 0.");
+ABSL_FLAG(double, min_seconds, 1.0,
+          "Time each measurement for at least this long (seconds). Default: 1.0.");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu or gpu (gpu needs --config=cuda and a device). Default: cpu.");
+
+namespace tributary::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs fn repeatedly (after one warm-up call) for at least min_seconds; returns
+// seconds per call.
+template <typename Fn>
+double TimePerCall(Fn fn, double min_seconds) {
+  fn();
+  int64_t calls = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    fn();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < min_seconds);
+  return elapsed / calls;
+}
+
+double SgemmGflops(int n, double min_seconds) {
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n), c(n, n);
+  const double seconds = TimePerCall([&] { c.noalias() = a * b; }, min_seconds);
+  return 2.0 * n * n * n / seconds / 1e9;
+}
+
+v1::ModelSpec Spec(const std::string& name) {
+  v1::ModelSpec spec;
+  spec.set_name(name);
+  if (name == "logreg") {
+    for (uint32_t s : {784, 10}) spec.add_layer_sizes(s);
+  } else if (name == "mlp") {
+    for (uint32_t s : {784, 256, 128, 10}) spec.add_layer_sizes(s);
+  } else {
+    for (uint32_t s : {128, 10}) spec.add_layer_sizes(s);
+    for (uint32_t s : {32, 64}) spec.add_conv_channels(s);
+    for (uint32_t s : {1, 28, 28}) spec.add_input_shape(s);
+  }
+  return spec;
+}
+
+// Floating-point operations of one sample's forward + backward: 2 per multiply-add
+// forward, and backward twice that except for the first layer's input gradient.
+double FlopsPerSample(const ModelDef& model) {
+  double forward = 0, first = 0;
+  for (const LayerSpec& l : model.layers) {
+    double macs = 0;
+    if (l.kind == LayerKind::kLinear) macs = double(l.in.size()) * l.out.size();
+    if (l.kind == LayerKind::kConv2d) {
+      macs = double(l.out.size()) * l.in.channels * l.kernel * l.kernel;
+    }
+    if (macs > 0 && first == 0) first = macs;
+    forward += macs;
+  }
+  return 2 * forward + 2 * forward + 2 * (forward - first);
+}
+
+struct Result {
+  std::string model;
+  int batch;
+  double samples_per_second;
+  double gflops;
+};
+
+int Run() {
+  const int threads = absl::GetFlag(FLAGS_threads) > 0
+                          ? absl::GetFlag(FLAGS_threads)
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  const bool gpu = absl::GetFlag(FLAGS_device) == "gpu";
+  SetCpuMatmulThreads(threads);
+
+  const double sgemm = SgemmGflops(1024, min_seconds);
+  std::printf("sgemm 1024x1024x1024 (Eigen, %d threads): %.1f GFLOP/s\n", threads, sgemm);
+
+  std::vector<Result> results;
+  for (const std::string name : {"logreg", "mlp", "cnn"}) {
+    absl::StatusOr<ModelDef> model = BuildModel(Spec(name));
+    if (!model.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", model.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<float> params(model->num_parameters);
+    InitParameters(*model, 1, params.data());
+    DeviceSpec device{gpu ? DeviceSpec::Kind::kGpu : DeviceSpec::Kind::kCpu, 0};
+    absl::StatusOr<std::unique_ptr<Replica>> replica =
+        CreateReplica(*model, device, params.data());
+    if (!replica.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", replica.status().ToString().c_str());
+      return 1;
+    }
+    for (int batch_size : {64, 256}) {
+      CounterRng rng(7, 1);
+      std::vector<float> features(batch_size * model->input.size());
+      for (float& f : features) f = static_cast<float>(rng.NextDouble());
+      std::vector<int32_t> labels(batch_size);
+      std::vector<uint64_t> ids(batch_size);
+      for (int i = 0; i < batch_size; ++i) {
+        labels[i] = static_cast<int32_t>(rng.NextBelow(model->num_classes));
+        ids[i] = i;
+      }
+      Batch batch{features.data(), labels.data(), ids.data(), batch_size};
+      bool ok = true;
+      const double seconds = TimePerCall(
+          [&] { ok = ok && (*replica)->ForwardBackward(batch, {1, 0}, nullptr).ok(); },
+          min_seconds);
+      if (!ok) {
+        std::fprintf(stderr, "engine_bench: forward/backward of %s failed\n", name.c_str());
+        return 1;
+      }
+      Result r{name, batch_size, batch_size / seconds,
+               batch_size / seconds * FlopsPerSample(*model) / 1e9};
+      std::printf("%-6s batch %3d on %s: %9.0f samples/s  %6.1f GFLOP/s (%.2f of sgemm)\n",
+                  name.c_str(), batch_size, (*replica)->device().c_str(), r.samples_per_second,
+                  r.gflops, r.gflops / sgemm);
+      results.push_back(r);
+    }
+  }
+
+  std::vector<std::string> fields = {
+      absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
+      absl::StrFormat("\"threads\":%d", threads),
+      absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm)};
+  for (const Result& r : results) {
+    fields.push_back(absl::StrFormat("\"%s_b%d_samples_per_s\":%.1f", r.model, r.batch,
+                                     r.samples_per_second));
+    if (r.model == "mlp") {
+      fields.push_back(absl::StrFormat("\"mlp_b%d_gflops\":%.2f", r.batch, r.gflops));
+      fields.push_back(
+          absl::StrFormat("\"mlp_b%d_fraction_of_sgemm\":%.3f", r.batch, r.gflops / sgemm));
+    }
+  }
+  std::printf("{%s}\n", absl::StrJoin(fields, ",").c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tributary::engine
+
+int main(int argc, char** argv) {
+  tributary::InitProcess(argc, argv,
+                         "engine_bench: forward+backward throughput of the engine's models.\n"
+                         "Usage: engine_bench [--threads=N] [--min_seconds=S] [--device=cpu]");
+  return tributary::engine::Run();
+}
