@@ -1,0 +1,239 @@
+// Checkpoints of a whole shard: write, "kill" (destroy the shard), restart from the
+// directory and compare, bit for bit; corrupt the newest file; periodic and final
+// checkpoints.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/shard_test_util.h"
+
+namespace tributary::ps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FloatsOf;
+using testing::InitialValues;
+using testing::MakeHeader;
+using testing::MakePush;
+using testing::MakeSpec;
+using testing::RecordingSink;
+
+constexpr int64_t kElements = 192;  // Three partitions of 64 floats.
+
+v1::OptimizerSpec Adam() {
+  v1::OptimizerSpec adam;
+  adam.set_type(v1::ADAM);
+  adam.set_learning_rate(0.01f);
+  return adam;
+}
+
+std::vector<float> Gradient(uint64_t step, uint32_t node) {
+  std::vector<float> grad(kElements);
+  for (int64_t i = 0; i < kElements; ++i) {
+    grad[i] = 0.001f * static_cast<float>((i * 7 + step * 13 + node * 5) % 17) - 0.008f;
+  }
+  return grad;
+}
+
+// Runs `steps` SYNC steps with two nodes on every partition of the header's shard.
+void Train(ParameterShard& shard, const v1::InitHeader& header, uint64_t first, uint64_t steps,
+           uint64_t generation = 0) {
+  RecordingSink sink;
+  for (uint64_t step = first; step < first + steps; ++step) {
+    for (const v1::Partition& partition : header.plan().partitions()) {
+      if (partition.shard() != header.shard_index()) continue;
+      for (uint32_t node = 0; node < 2; ++node) {
+        auto pushed = shard.Push(
+            MakePush(header, generation, step, node, partition.id(), Gradient(step, node), 3),
+            &sink);
+        ASSERT_TRUE(pushed.ok()) << pushed.status();
+      }
+    }
+  }
+}
+
+std::vector<std::string> AllValues(ParameterShard& shard, const std::string& job_id) {
+  v1::PullRequest request;
+  request.set_job_id(job_id);
+  auto values = shard.Pull(request);
+  EXPECT_TRUE(values.ok()) << values.status();
+  std::vector<std::string> out;
+  if (!values.ok()) return out;
+  for (const auto& value : *values) {
+    out.push_back(absl::StrCat(value->partition_id(), "/", value->version(), "/", value->step(),
+                               "/", value->data()));
+  }
+  return out;
+}
+
+ShardOptions Options(const std::string& dir, int shard_index = -1) {
+  ShardOptions options;
+  options.checkpoint_dir = dir;
+  options.shard_index = shard_index;
+  return options;
+}
+
+TEST(ShardCheckpointTest, RestartRestoresEverythingBitForBit) {
+  const std::string dir = testing::FreshTempDir("restart");
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 2, 1);
+  std::vector<float> initial(kElements, 0.25f);
+  std::vector<std::string> before;
+  std::string path;
+  {
+    ParameterShard shard(Options(dir), nullptr);
+    ASSERT_TRUE(shard.Init(header, InitialValues(header, initial)).ok());
+    Train(shard, header, 0, 3);
+    auto checkpoint = shard.Checkpoint();
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+    EXPECT_EQ(checkpoint->step(), 3u);
+    EXPECT_EQ(checkpoint->checksum().size(), 8u);
+    EXPECT_THAT(checkpoint->path(), HasSubstr(dir + "/shard-1/ckpt-"));
+    path = checkpoint->path();
+    before = AllValues(shard, "job-1");
+    EXPECT_EQ(shard.Status().last_checkpoint(), path);
+  }  // The shard "dies".
+
+  ParameterShard restarted(Options(dir), nullptr);
+  auto restored = restarted.RestoreFromCheckpointDirectory();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(*restored, path);
+  EXPECT_EQ(restarted.shard_index(), 1);  // Taken from the only shard directory.
+  EXPECT_EQ(AllValues(restarted, "job-1"), before);
+  EXPECT_EQ(restarted.Status().step(), 3u);
+
+  // The nodes re-install the job: a no-op that names the checkpoint.
+  auto init = restarted.Init(header, InitialValues(header, initial));
+  ASSERT_TRUE(init.ok()) << init.status();
+  EXPECT_FALSE(init->created());
+  EXPECT_EQ(init->restored_from(), path);
+  EXPECT_EQ(init->step(), 3u);
+
+  // Training on from the restored state equals training on without the restart,
+  // which needs the optimizer state (Adam moments) restored exactly as well.
+  ParameterShard reference(ShardOptions{}, nullptr);
+  ASSERT_TRUE(reference.Init(header, InitialValues(header, initial)).ok());
+  Train(reference, header, 0, 5);
+  Train(restarted, header, 3, 2);
+  EXPECT_EQ(AllValues(restarted, "job-1"), AllValues(reference, "job-1"));
+}
+
+TEST(ShardCheckpointTest, CorruptNewestFileFallsBackToThePreviousOne) {
+  const std::string dir = testing::FreshTempDir("fallback");
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
+  std::vector<std::string> at_step2;
+  std::string newest;
+  {
+    ParameterShard shard(Options(dir, 0), nullptr);
+    ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+    Train(shard, header, 0, 2);
+    ASSERT_TRUE(shard.Checkpoint().ok());
+    at_step2 = AllValues(shard, "job-1");
+    Train(shard, header, 2, 1);
+    auto last = shard.Checkpoint();
+    ASSERT_TRUE(last.ok());
+    newest = last->path();
+  }
+  {
+    std::fstream file(newest, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-100, std::ios::end);
+    file.put('\x7f');
+  }
+  ParameterShard restarted(Options(dir, 0), nullptr);
+  auto restored = restarted.RestoreFromCheckpointDirectory();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_NE(*restored, newest);
+  EXPECT_EQ(AllValues(restarted, "job-1"), at_step2);
+  EXPECT_EQ(restarted.Status().step(), 2u);
+}
+
+TEST(ShardCheckpointTest, PeriodicCheckpointsAtTheIntervalAndAConsistentStep) {
+  const std::string dir = testing::FreshTempDir("periodic");
+  v1::JobSpec spec = MakeSpec(v1::SYNC, Adam(), 2);
+  spec.set_checkpoint_interval_steps(2);
+  const v1::InitHeader header = MakeHeader(spec, kElements, 1, 0);
+  ShardOptions options = Options(dir, 0);
+  options.checkpoints_to_keep = 10;
+  ParameterShard shard(options, nullptr);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+  for (uint64_t step = 0; step < 5; ++step) {
+    Train(shard, header, step, 1);
+    shard.FlushCheckpoints();  // Deterministic file names: no step races the writer.
+  }
+  const std::vector<std::string> files = ListCheckpoints(dir + "/shard-0");
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_THAT(files[0], HasSubstr("-step-000000000004.tpc"));
+  EXPECT_THAT(files[1], HasSubstr("-step-000000000002.tpc"));
+  auto four = ReadCheckpoint(files[0]);
+  ASSERT_TRUE(four.ok());
+  for (const PartitionCheckpoint& partition : four->meta.partitions()) {
+    EXPECT_EQ(partition.step(), 4u);
+    EXPECT_EQ(partition.version(), 4u);
+  }
+  EXPECT_EQ(shard.metrics().checkpoints_ok.Value(), 2);
+}
+
+TEST(ShardCheckpointTest, SnapshotTakesThePreviousValuesOfPartitionsAlreadyAhead) {
+  const std::string dir = testing::FreshTempDir("ahead");
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
+  ParameterShard shard(Options(dir, 0), nullptr);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+  Train(shard, header, 0, 1);
+  const std::vector<std::string> at_step1 = AllValues(shard, "job-1");
+  RecordingSink sink;
+  for (uint32_t node = 0; node < 2; ++node) {  // Partition 2 alone moves on to step 2.
+    ASSERT_TRUE(shard.Push(MakePush(header, 0, 1, node, 2, Gradient(1, node), 3), &sink).ok());
+  }
+  auto checkpoint = shard.Checkpoint();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->step(), 1u);
+  ParameterShard restarted(Options(dir, 0), nullptr);
+  ASSERT_TRUE(restarted.RestoreFromCheckpointDirectory().ok());
+  EXPECT_EQ(AllValues(restarted, "job-1"), at_step1);
+}
+
+TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
+  const std::string dir = testing::FreshTempDir("final");
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
+  {
+    ParameterShard shard(Options(dir, 0), nullptr);
+    ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+    Train(shard, header, 0, 1);
+    v1::EndJobRequest request;
+    request.set_job_id("job-2");
+    EXPECT_EQ(shard.EndJob(request).status().code(), absl::StatusCode::kNotFound);
+    request.set_job_id("job-1");
+    auto ended = shard.EndJob(request);
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_THAT(ended->final_checkpoint(), HasSubstr("step-000000000001"));
+    EXPECT_TRUE(shard.Status().job_id().empty());
+    // The shard is free for the next job.
+    const v1::InitHeader next = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), 64, 1, 0, "job-2");
+    auto init = shard.Init(next, InitialValues(next, std::vector<float>(64, 1)));
+    ASSERT_TRUE(init.ok()) << init.status();
+    EXPECT_TRUE(init->created());
+  }
+  ParameterShard restarted(Options(dir, 0), nullptr);
+  auto restored = restarted.RestoreFromCheckpointDirectory();
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ(*restored, "");
+  EXPECT_TRUE(restarted.Status().job_id().empty());
+}
+
+TEST(ShardCheckpointTest, CheckpointNeedsAJobAndADirectory) {
+  ParameterShard shard(ShardOptions{}, nullptr);
+  EXPECT_EQ(shard.Checkpoint().status().code(), absl::StatusCode::kFailedPrecondition);
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), 64, 1, 0);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(64, 1))).ok());
+  auto no_dir = shard.Checkpoint();
+  EXPECT_EQ(no_dir.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(no_dir.status().message(), HasSubstr("no checkpoint directory"));
+  EXPECT_EQ(shard.Status().checkpoint_age_seconds(), -1.0);
+}
+
+}  // namespace
+}  // namespace tributary::ps

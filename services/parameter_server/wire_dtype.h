@@ -1,0 +1,39 @@
+// The element types gradients travel in (FLOAT32, FLOAT16, BFLOAT16; little-endian)
+// and the loops that widen them into float32. AccumulateInto is the shard's hot
+// loop: it runs over every pushed byte, allocates nothing and vectorizes.
+#ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_WIRE_DTYPE_H_
+#define TRIBUTARY_SERVICES_PARAMETER_SERVER_WIRE_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "proto/tensor.pb.h"
+
+namespace tributary::ps {
+
+// Bytes per element; 0 for DTYPE_UNSPECIFIED or an unknown value.
+size_t WireBytes(v1::DType dtype);
+
+// dst[i] = float(src[i]) for i < n. src holds n elements of `dtype` (any alignment).
+// Returns whether every element was finite (checked in the same pass, so a NaN or
+// Inf can be traced to the push that carried it).
+bool WidenInto(v1::DType dtype, const char* src, size_t n, float* dst);
+
+// dst[i] += float(src[i]) for i < n. Returns whether every src element was finite.
+bool AccumulateInto(v1::DType dtype, const char* src, size_t n, float* dst);
+
+// dst (n elements of `dtype`) = src rounded to nearest, ties to even. For clients.
+void NarrowInto(v1::DType dtype, const float* src, size_t n, char* dst);
+
+// True when no element is NaN or +-Inf.
+bool AllFinite(const float* data, size_t n);
+
+// Scalar conversions (IEEE binary16 and bfloat16, round to nearest even; NaN stays NaN).
+float HalfToFloat(uint16_t half);
+uint16_t FloatToHalf(float value);
+float Bfloat16ToFloat(uint16_t value);
+uint16_t FloatToBfloat16(float value);
+
+}  // namespace tributary::ps
+
+#endif  // TRIBUTARY_SERVICES_PARAMETER_SERVER_WIRE_DTYPE_H_
