@@ -1,14 +1,14 @@
 // train_local: the single-process reference trainer. Trains a model of the job spec
 // on R in-process replicas (the batch split and gradient sum a worker performs) and
 // prints progress and test evaluations; the last line is a JSON summary.
+#include <google/protobuf/util/json_util.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
@@ -34,8 +34,7 @@ ABSL_FLAG(std::string, layer_sizes, "",
 ABSL_FLAG(std::string, conv_channels, "", "cnn: channels of its two convolutions, e.g. 32,64.");
 ABSL_FLAG(double, dropout, 0, "Dropout probability after hidden layers, in [0, 1). Default: 0.");
 ABSL_FLAG(std::string, dataset, "idx", "Dataset format: idx, csv or synthetic. Default: idx.");
-ABSL_FLAG(std::string, data_dir, "",
-          "IDX directory. Default: /usr/share/datasets/fashion-mnist.");
+ABSL_FLAG(std::string, data_dir, "", "IDX directory. Default: /usr/share/datasets/fashion-mnist.");
 ABSL_FLAG(std::string, train_csv, "", "CSV training file.");
 ABSL_FLAG(std::string, test_csv, "", "CSV test file (optional).");
 ABSL_FLAG(uint64_t, train_limit, 0, "Use the first N training samples; 0 = all. Default: 0.");
@@ -44,8 +43,7 @@ ABSL_FLAG(bool, normalize, false, "Standardise features with the training set's 
 ABSL_FLAG(uint32_t, batch, 64, "Global batch size in samples. Default: 64.");
 ABSL_FLAG(uint32_t, epochs, 1, "Epochs (0 = bounded by --max_steps). Default: 1.");
 ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps; 0 = no cap. Default: 0.");
-ABSL_FLAG(std::string, optimizer, "sgd",
-          "sgd, momentum, nesterov, adam or adamw. Default: sgd.");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd, momentum, nesterov, adam or adamw. Default: sgd.");
 ABSL_FLAG(double, lr, 0, "Learning rate; 0 = the optimizer's default (0.1 SGD, 0.001 Adam).");
 ABSL_FLAG(double, momentum, 0, "momentum/nesterov: momentum; 0 = default 0.9.");
 ABSL_FLAG(double, weight_decay, 0, "Weight decay. Default: 0.");
@@ -58,7 +56,8 @@ ABSL_FLAG(uint64_t, eval_interval, 0,
 
 // --- How it runs ---
 ABSL_FLAG(uint32_t, replicas, 1, "In-process replicas the batch is split over. Default: 1.");
-ABSL_FLAG(std::string, device, "cpu", "cpu or gpu (gpu needs a --config=cuda build). Default: cpu.");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu or gpu (gpu needs a --config=cuda build). Default: cpu.");
 ABSL_FLAG(int, threads, 0, "CPU cores for matrix products in all; 0 = all. Default: 0.");
 ABSL_FLAG(uint64_t, log_interval, 100, "Print training progress every N steps. Default: 100.");
 ABSL_FLAG(std::string, save_params, "",
@@ -259,14 +258,15 @@ int main(int argc, char** argv) {
   google::protobuf::util::JsonPrintOptions json_options;
   (void)google::protobuf::util::MessageToJsonString(spec, &spec_json, json_options);
   std::printf("job %s\n", spec_json.c_str());
-  std::printf("model %s: %lld parameters in %zu tensors; train %lld samples, test %lld; "
-              "%llu steps (%llu per epoch), %u replica(s) on %s; data loaded in %.1fs\n",
-              trainer.model().name.c_str(), static_cast<long long>(trainer.model().num_parameters),
-              trainer.model().tensors.size(), static_cast<long long>(trainer.data().train.size()),
-              static_cast<long long>(trainer.data().test.size()),
-              static_cast<unsigned long long>(trainer.total_steps()),
-              static_cast<unsigned long long>(trainer.sampler().steps_per_epoch()),
-              options.replicas, device.c_str(), load_seconds);
+  std::printf(
+      "model %s: %lld parameters in %zu tensors; train %lld samples, test %lld; "
+      "%llu steps (%llu per epoch), %u replica(s) on %s; data loaded in %.1fs\n",
+      trainer.model().name.c_str(), static_cast<long long>(trainer.model().num_parameters),
+      trainer.model().tensors.size(), static_cast<long long>(trainer.data().train.size()),
+      static_cast<long long>(trainer.data().test.size()),
+      static_cast<unsigned long long>(trainer.total_steps()),
+      static_cast<unsigned long long>(trainer.sampler().steps_per_epoch()), options.replicas,
+      device.c_str(), load_seconds);
   std::fflush(stdout);
 
   const uint64_t log_interval = std::max<uint64_t>(1, absl::GetFlag(FLAGS_log_interval));
@@ -289,11 +289,12 @@ int main(int argc, char** argv) {
     if (!eval.ok()) return eval.status();
     last_eval = *eval;
     evaluated = true;
-    std::printf("eval   epoch %llu step %llu: test loss %.4f accuracy %.4f (%lld samples, %.1fs)"
-                " elapsed %.1fs\n",
-                static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(step),
-                eval->mean_loss(), eval->accuracy(), static_cast<long long>(eval->samples),
-                seconds_since(t), seconds_since(start));
+    std::printf(
+        "eval   epoch %llu step %llu: test loss %.4f accuracy %.4f (%lld samples, %.1fs)"
+        " elapsed %.1fs\n",
+        static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(step),
+        eval->mean_loss(), eval->accuracy(), static_cast<long long>(eval->samples),
+        seconds_since(t), seconds_since(start));
     std::fflush(stdout);
     return absl::OkStatus();
   };
@@ -309,13 +310,13 @@ int main(int argc, char** argv) {
     const uint64_t done = result->step + 1;
     if (done % log_interval == 0 || trainer.done()) {
       const double window_seconds = seconds_since(window_start);
-      std::printf("train  epoch %llu step %llu/%llu: loss %.4f accuracy %.4f lr %.6g "
-                  "samples/s %.0f\n",
-                  static_cast<unsigned long long>(result->epoch),
-                  static_cast<unsigned long long>(done),
-                  static_cast<unsigned long long>(trainer.total_steps()), window.mean_loss(),
-                  window.accuracy(), result->learning_rate,
-                  window_seconds > 0 ? window.samples / window_seconds : 0.0);
+      std::printf(
+          "train  epoch %llu step %llu/%llu: loss %.4f accuracy %.4f lr %.6g "
+          "samples/s %.0f\n",
+          static_cast<unsigned long long>(result->epoch), static_cast<unsigned long long>(done),
+          static_cast<unsigned long long>(trainer.total_steps()), window.mean_loss(),
+          window.accuracy(), result->learning_rate,
+          window_seconds > 0 ? window.samples / window_seconds : 0.0);
       std::fflush(stdout);
       window = {};
       window_start = std::chrono::steady_clock::now();
@@ -338,12 +339,13 @@ int main(int argc, char** argv) {
     if (!out) return Fail(absl::InternalError(absl::StrCat("--save_params: cannot write ", save)));
   }
   const double wall = seconds_since(start);
-  std::printf("{\"model\":\"%s\",\"steps\":%llu,\"epochs\":%u,\"batch\":%u,\"replicas\":%u,"
-              "\"final_loss\":%.6f,\"test_loss\":%.6f,\"test_accuracy\":%.4f,"
-              "\"train_samples_per_second\":%.1f,\"wall_seconds\":%.1f}\n",
-              trainer.model().name.c_str(), static_cast<unsigned long long>(trainer.step()),
-              spec.epochs(), spec.global_batch_size(), options.replicas, last_loss,
-              evaluated ? last_eval.mean_loss() : -1.0, evaluated ? last_eval.accuracy() : -1.0,
-              train_seconds > 0 ? trained_samples / train_seconds : 0.0, wall);
+  std::printf(
+      "{\"model\":\"%s\",\"steps\":%llu,\"epochs\":%u,\"batch\":%u,\"replicas\":%u,"
+      "\"final_loss\":%.6f,\"test_loss\":%.6f,\"test_accuracy\":%.4f,"
+      "\"train_samples_per_second\":%.1f,\"wall_seconds\":%.1f}\n",
+      trainer.model().name.c_str(), static_cast<unsigned long long>(trainer.step()), spec.epochs(),
+      spec.global_batch_size(), options.replicas, last_loss,
+      evaluated ? last_eval.mean_loss() : -1.0, evaluated ? last_eval.accuracy() : -1.0,
+      train_seconds > 0 ? trained_samples / train_seconds : 0.0, wall);
   return 0;
 }

@@ -2,14 +2,13 @@
 // and 256 on one replica, and the MLP's achieved GFLOP/s against an Eigen sgemm
 // (1024 x 1024 x 1024) timed in the same run with the same threads. The last line
 // is one JSON object with every number.
+#include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -115,8 +114,7 @@ int Run() {
     std::vector<float> params(model->num_parameters);
     InitParameters(*model, 1, params.data());
     DeviceSpec device{gpu ? DeviceSpec::Kind::kGpu : DeviceSpec::Kind::kCpu, 0};
-    absl::StatusOr<std::unique_ptr<Replica>> replica =
-        CreateReplica(*model, device, params.data());
+    absl::StatusOr<std::unique_ptr<Replica>> replica = CreateReplica(*model, device, params.data());
     if (!replica.ok()) {
       std::fprintf(stderr, "engine_bench: %s\n", replica.status().ToString().c_str());
       return 1;
@@ -134,7 +132,9 @@ int Run() {
       Batch batch{features.data(), labels.data(), ids.data(), batch_size};
       bool ok = true;
       const double seconds = TimePerCall(
-          [&] { ok = ok && (*replica)->ForwardBackward(batch, {1, 0}, nullptr).ok(); },
+          [&] {
+            ok = ok && (*replica)->ForwardBackward(batch, {1, 0}, nullptr).ok();
+          },
           min_seconds);
       if (!ok) {
         std::fprintf(stderr, "engine_bench: forward/backward of %s failed\n", name.c_str());
@@ -149,13 +149,12 @@ int Run() {
     }
   }
 
-  std::vector<std::string> fields = {
-      absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
-      absl::StrFormat("\"threads\":%d", threads),
-      absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm)};
+  std::vector<std::string> fields = {absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
+                                     absl::StrFormat("\"threads\":%d", threads),
+                                     absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm)};
   for (const Result& r : results) {
-    fields.push_back(absl::StrFormat("\"%s_b%d_samples_per_s\":%.1f", r.model, r.batch,
-                                     r.samples_per_second));
+    fields.push_back(
+        absl::StrFormat("\"%s_b%d_samples_per_s\":%.1f", r.model, r.batch, r.samples_per_second));
     if (r.model == "mlp") {
       fields.push_back(absl::StrFormat("\"mlp_b%d_gflops\":%.2f", r.batch, r.gflops));
       fields.push_back(

@@ -17,10 +17,10 @@ namespace tributary::engine {
 // Independent streams of the one job seed. Changing a value changes every run that
 // uses the stream: these numbers are part of the reproducibility contract.
 enum RngStream : uint64_t {
-  kInitStream = 0x1a17,      // Initial parameters: counter = flat element index.
-  kDropoutStream = 0xd209,   // Dropout masks: counters = step, sample, layer, element.
-  kShuffleStream = 0x5f1e,   // Epoch permutations of the training set.
-  kSyntheticStream = 0x5e7d, // SYNTHETIC datasets.
+  kInitStream = 0x1a17,       // Initial parameters: counter = flat element index.
+  kDropoutStream = 0xd209,    // Dropout masks: counters = step, sample, layer, element.
+  kShuffleStream = 0x5f1e,    // Epoch permutations of the training set.
+  kSyntheticStream = 0x5e7d,  // SYNTHETIC datasets.
 };
 
 // SplitMix64's finaliser: a bijective 64-bit mix with full avalanche.

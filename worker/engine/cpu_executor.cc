@@ -1,11 +1,10 @@
 #include "worker/engine/cpu_executor.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
-
-#include <Eigen/Core>
 
 #include "worker/engine/counter_rng.h"
 
@@ -332,7 +331,8 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         for (int64_t j = 0; j < n * out_size; ++j) grad_in_[j] = y[j] > 0 ? grad_out_[j] : S(0);
         break;
       case LayerKind::kTanh:
-        for (int64_t j = 0; j < n * out_size; ++j) grad_in_[j] = grad_out_[j] * (S(1) - y[j] * y[j]);
+        for (int64_t j = 0; j < n * out_size; ++j)
+          grad_in_[j] = grad_out_[j] * (S(1) - y[j] * y[j]);
         break;
       case LayerKind::kFlatten:
         std::copy(grad_out_.begin(), grad_out_.begin() + n * out_size, grad_in_.begin());

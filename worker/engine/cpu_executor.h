@@ -40,10 +40,10 @@ class CpuExecutor {
   ModelDef model_;
   // activations_[i] is the input of layer i; activations_.back() holds the logits.
   std::vector<std::vector<Scalar>> activations_;
-  std::vector<std::vector<Scalar>> dropout_scale_;   // Per layer: mask / (1 - p).
-  std::vector<std::vector<int32_t>> pool_argmax_;    // Per layer: input index of each max.
-  std::vector<Scalar> grad_out_, grad_in_;           // Ping-pong activation gradients.
-  std::vector<Scalar> col_, dcol_, dout_;            // im2col scratch of a chunk of samples.
+  std::vector<std::vector<Scalar>> dropout_scale_;  // Per layer: mask / (1 - p).
+  std::vector<std::vector<int32_t>> pool_argmax_;   // Per layer: input index of each max.
+  std::vector<Scalar> grad_out_, grad_in_;          // Ping-pong activation gradients.
+  std::vector<Scalar> col_, dcol_, dout_;           // im2col scratch of a chunk of samples.
 };
 
 extern template class CpuExecutor<float>;

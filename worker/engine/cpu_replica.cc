@@ -13,8 +13,8 @@ CpuReplica::CpuReplica(ModelDef model, const float* shared_parameters)
       gradients_(executor_.model().num_parameters, 0.0f) {}
 
 absl::Status CpuReplica::SetParameters(const float* host, int64_t offset, int64_t length) {
-  if (absl::Status range = CheckRange("cpu replica parameters", offset, length,
-                                      model().num_parameters);
+  if (absl::Status range =
+          CheckRange("cpu replica parameters", offset, length, model().num_parameters);
       !range.ok()) {
     return range;
   }

@@ -1,5 +1,6 @@
 #include "worker/engine/dataset.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -7,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <sys/stat.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -44,9 +44,8 @@ absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
       int code = 0;
       const std::string message = gzerror(file, &code);
       gzclose(file);
-      return absl::DataLossError(absl::StrCat("dataset file ", path,
-                                              ": corrupt gzip data after ", data.size(),
-                                              " decompressed bytes: ", message));
+      return absl::DataLossError(absl::StrCat("dataset file ", path, ": corrupt gzip data after ",
+                                              data.size(), " decompressed bytes: ", message));
     }
     if (n == 0) break;
     data.append(buffer, n);
@@ -74,10 +73,9 @@ absl::Status CheckIdxSize(const std::string& path, const std::string& data, size
                                             data.size() - header, " follow the header"));
   }
   if (data.size() > header + expected_body) {
-    return absl::DataLossError(absl::StrCat("dataset file ", path, ": header says ", what, " (",
-                                            expected_body, " bytes) but ",
-                                            data.size() - header - expected_body,
-                                            " extra bytes follow"));
+    return absl::DataLossError(
+        absl::StrCat("dataset file ", path, ": header says ", what, " (", expected_body,
+                     " bytes) but ", data.size() - header - expected_body, " extra bytes follow"));
   }
   return absl::OkStatus();
 }
@@ -91,9 +89,9 @@ absl::Status CheckMagic(const std::string& path, const std::string& data, size_t
   }
   const uint32_t found = BigEndian32(data, 0);
   if (found != magic) {
-    return absl::DataLossError(absl::StrCat(
-        "dataset file ", path, ": not an IDX ", kind, " file: magic 0x",
-        absl::Hex(found, absl::kZeroPad8), ", expected 0x", absl::Hex(magic, absl::kZeroPad8)));
+    return absl::DataLossError(absl::StrCat("dataset file ", path, ": not an IDX ", kind,
+                                            " file: magic 0x", absl::Hex(found, absl::kZeroPad8),
+                                            ", expected 0x", absl::Hex(magic, absl::kZeroPad8)));
   }
   return absl::OkStatus();
 }
@@ -211,8 +209,7 @@ absl::StatusOr<Dataset> ReadCsv(const std::string& path, uint32_t label_column, 
         int32_t label;
         if (!absl::SimpleAtoi(field, &label) || label < 0) {
           return absl::DataLossError(absl::StrCat("dataset file ", path, ":", line_number,
-                                                  ": label '", field,
-                                                  "' is not an integer >= 0"));
+                                                  ": label '", field, "' is not an integer >= 0"));
         }
         data.labels.push_back(label);
       } else {
@@ -227,8 +224,8 @@ absl::StatusOr<Dataset> ReadCsv(const std::string& path, uint32_t label_column, 
     }
   }
   if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("dataset file ", path, ": read error at line ",
-                                            line_number));
+    return absl::DataLossError(
+        absl::StrCat("dataset file ", path, ": read error at line ", line_number));
   }
   if (data.labels.empty()) {
     return absl::DataLossError(absl::StrCat("dataset file ", path, ": holds no samples"));
@@ -344,10 +341,10 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed
             spec.synthetic_classes(), ", ", spec.synthetic_features(), ", ",
             spec.synthetic_train_samples()));
       }
-      data.train = MakeSynthetic(seed, 0, spec.synthetic_train_samples(),
-                                 spec.synthetic_features(), spec.synthetic_classes());
-      data.test = MakeSynthetic(seed, 1, spec.synthetic_test_samples(),
-                                spec.synthetic_features(), spec.synthetic_classes());
+      data.train = MakeSynthetic(seed, 0, spec.synthetic_train_samples(), spec.synthetic_features(),
+                                 spec.synthetic_classes());
+      data.test = MakeSynthetic(seed, 1, spec.synthetic_test_samples(), spec.synthetic_features(),
+                                spec.synthetic_classes());
       break;
     default:
       return absl::InvalidArgumentError(
@@ -356,9 +353,8 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed
   if (data.test.size() > 0 && !(data.test.sample_shape == data.train.sample_shape)) {
     return absl::DataLossError(absl::StrCat("dataset: test samples from ", data.test.source,
                                             " have ", data.test.feature_size(),
-                                            " features, training samples from ",
-                                            data.train.source, " have ",
-                                            data.train.feature_size()));
+                                            " features, training samples from ", data.train.source,
+                                            " have ", data.train.feature_size()));
   }
   data.train.Truncate(spec.train_limit());
   data.test.Truncate(spec.test_limit());

@@ -16,9 +16,9 @@
 namespace tributary::engine {
 
 struct Dataset {
-  std::string source;        // What it was read from, for messages.
-  Shape sample_shape;        // [1, 28, 28] for IDX images; [features, 1, 1] otherwise.
-  int64_t num_classes = 0;   // 1 + the largest label.
+  std::string source;           // What it was read from, for messages.
+  Shape sample_shape;           // [1, 28, 28] for IDX images; [features, 1, 1] otherwise.
+  int64_t num_classes = 0;      // 1 + the largest label.
   std::vector<float> features;  // size() * sample_shape.size(), sample-major.
   std::vector<int32_t> labels;
 
@@ -32,7 +32,7 @@ struct Dataset {
 
 struct Datasets {
   Dataset train;
-  Dataset test;   // Empty when the spec has no test data (CSV without test_path).
+  Dataset test;  // Empty when the spec has no test data (CSV without test_path).
 };
 
 // Reads the data a job's DatasetSpec names (defaults applied), applying

@@ -1,13 +1,12 @@
 #include "worker/engine/dataset.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <sys/stat.h>
 
 #include "common/job_spec.h"
 #include "gtest/gtest.h"

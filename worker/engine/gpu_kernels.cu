@@ -1,6 +1,5 @@
-#include "worker/engine/gpu_kernels.h"
-
 #include "worker/engine/counter_rng.h"
+#include "worker/engine/gpu_kernels.h"
 
 namespace tributary::engine::gpu {
 namespace {
@@ -12,7 +11,7 @@ unsigned int Blocks(int64_t count) {
   return static_cast<unsigned int>(blocks < 65535 * 64 ? (blocks > 0 ? blocks : 1) : 65535 * 64);
 }
 
-#define GRID_STRIDE(i, count) \
+#define GRID_STRIDE(i, count)                                                   \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (count); \
        i += int64_t{blockDim.x} * gridDim.x)
 
@@ -112,8 +111,8 @@ __global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, 
 }
 
 // Windows do not overlap (stride == kernel): each input feeds at most one output.
-__global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, float* dx,
-                                      int64_t n, Window w) {
+__global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, float* dx, int64_t n,
+                                      Window w) {
   const int64_t out_size = w.channels * w.out_height * w.out_width;
   const int64_t in_size = w.channels * w.height * w.width;
   GRID_STRIDE(i, n * in_size) {
@@ -214,23 +213,22 @@ cudaError_t AddBiasRows(float* y, const float* bias, int64_t n, int64_t features
   return cudaGetLastError();
 }
 
-cudaError_t AddBiasChannels(float* y, const float* bias, int64_t n, int64_t channels,
-                            int64_t plane, cudaStream_t stream) {
-  AddBiasChannelsKernel<<<Blocks(n * channels * plane), kThreads, 0, stream>>>(y, bias, n,
-                                                                              channels, plane);
+cudaError_t AddBiasChannels(float* y, const float* bias, int64_t n, int64_t channels, int64_t plane,
+                            cudaStream_t stream) {
+  AddBiasChannelsKernel<<<Blocks(n * channels * plane), kThreads, 0, stream>>>(y, bias, n, channels,
+                                                                               plane);
   return cudaGetLastError();
 }
 
-cudaError_t SumRows(const float* dy, int64_t n, int64_t features, float* db,
-                    cudaStream_t stream) {
+cudaError_t SumRows(const float* dy, int64_t n, int64_t features, float* db, cudaStream_t stream) {
   SumRowsKernel<<<Blocks(features), kThreads, 0, stream>>>(dy, n, features, db);
   return cudaGetLastError();
 }
 
 cudaError_t SumChannels(const float* dy, int64_t n, int64_t channels, int64_t plane, float* db,
                         cudaStream_t stream) {
-  SumChannelsKernel<<<static_cast<unsigned int>(channels), kThreads, 0, stream>>>(
-      dy, n, channels, plane, db);
+  SumChannelsKernel<<<static_cast<unsigned int>(channels), kThreads, 0, stream>>>(dy, n, channels,
+                                                                                  plane, db);
   return cudaGetLastError();
 }
 
@@ -270,8 +268,8 @@ cudaError_t Multiply(const float* a, const float* b, float* out, int64_t count,
   return cudaGetLastError();
 }
 
-cudaError_t MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t n,
-                           const Window& w, cudaStream_t stream) {
+cudaError_t MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t n, const Window& w,
+                           cudaStream_t stream) {
   MaxPoolForwardKernel<<<Blocks(n * w.channels * w.out_height * w.out_width), kThreads, 0,
                          stream>>>(x, y, argmax, n, w);
   return cudaGetLastError();
@@ -290,18 +288,17 @@ cudaError_t Im2Col(const float* x, float* col, int64_t n, const Window& w, cudaS
   return cudaGetLastError();
 }
 
-cudaError_t Col2Im(const float* dcol, float* dx, int64_t n, const Window& w,
-                   cudaStream_t stream) {
-  Col2ImKernel<<<Blocks(n * w.channels * w.height * w.width), kThreads, 0, stream>>>(dcol, dx,
-                                                                                     n, w);
+cudaError_t Col2Im(const float* dcol, float* dx, int64_t n, const Window& w, cudaStream_t stream) {
+  Col2ImKernel<<<Blocks(n * w.channels * w.height * w.width), kThreads, 0, stream>>>(dcol, dx, n,
+                                                                                     w);
   return cudaGetLastError();
 }
 
 cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
-                                int64_t classes, float* loss, int32_t* correct,
-                                float* dlogits, cudaStream_t stream) {
-  SoftmaxCrossEntropyKernel<<<Blocks(n), kThreads, 0, stream>>>(logits, labels, n, classes,
-                                                                loss, correct, dlogits);
+                                int64_t classes, float* loss, int32_t* correct, float* dlogits,
+                                cudaStream_t stream) {
+  SoftmaxCrossEntropyKernel<<<Blocks(n), kThreads, 0, stream>>>(logits, labels, n, classes, loss,
+                                                                correct, dlogits);
   return cudaGetLastError();
 }
 

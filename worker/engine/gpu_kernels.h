@@ -5,15 +5,15 @@
 #ifndef TRIBUTARY_WORKER_ENGINE_GPU_KERNELS_H_
 #define TRIBUTARY_WORKER_ENGINE_GPU_KERNELS_H_
 
-#include <cstdint>
-
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace tributary::engine::gpu {
 
 // Geometry of a Conv2d or MaxPool2d layer.
 struct Window {
-  int64_t channels, height, width;         // Input of one sample.
+  int64_t channels, height, width;  // Input of one sample.
   int64_t out_channels, out_height, out_width;
   int kernel, stride, padding;
 };
@@ -22,11 +22,10 @@ struct Window {
 cudaError_t AddBiasRows(float* y, const float* bias, int64_t n, int64_t features,
                         cudaStream_t stream);
 // y[s, c, p] += bias[c] for p < plane.
-cudaError_t AddBiasChannels(float* y, const float* bias, int64_t n, int64_t channels,
-                            int64_t plane, cudaStream_t stream);
+cudaError_t AddBiasChannels(float* y, const float* bias, int64_t n, int64_t channels, int64_t plane,
+                            cudaStream_t stream);
 // db[j] = sum_s dy[s, j] (fixed order: deterministic).
-cudaError_t SumRows(const float* dy, int64_t n, int64_t features, float* db,
-                    cudaStream_t stream);
+cudaError_t SumRows(const float* dy, int64_t n, int64_t features, float* db, cudaStream_t stream);
 // db[c] = sum over s, p of dy[s, c, p] (fixed-shape tree: deterministic).
 cudaError_t SumChannels(const float* dy, int64_t n, int64_t channels, int64_t plane, float* db,
                         cudaStream_t stream);
@@ -47,21 +46,20 @@ cudaError_t DropoutForward(const float* x, float* y, float* scale, const uint64_
 cudaError_t Multiply(const float* a, const float* b, float* out, int64_t count,
                      cudaStream_t stream);
 
-cudaError_t MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t n,
-                           const Window& w, cudaStream_t stream);
+cudaError_t MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t n, const Window& w,
+                           cudaStream_t stream);
 cudaError_t MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int64_t n,
                             const Window& w, cudaStream_t stream);
 
 cudaError_t Im2Col(const float* x, float* col, int64_t n, const Window& w, cudaStream_t stream);
 // dx = the adjoint of Im2Col applied to dcol (each input gathers its contributions).
-cudaError_t Col2Im(const float* dcol, float* dx, int64_t n, const Window& w,
-                   cudaStream_t stream);
+cudaError_t Col2Im(const float* dcol, float* dx, int64_t n, const Window& w, cudaStream_t stream);
 
 // Per sample: loss[s] = logsumexp(z_s) - z_s[label], correct[s] = (argmax == label),
 // dlogits = softmax - onehot.
 cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
-                                int64_t classes, float* loss, int32_t* correct,
-                                float* dlogits, cudaStream_t stream);
+                                int64_t classes, float* loss, int32_t* correct, float* dlogits,
+                                cudaStream_t stream);
 
 cudaError_t Fill(float* data, float value, int64_t count, cudaStream_t stream);
 

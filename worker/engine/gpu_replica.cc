@@ -10,29 +10,29 @@ namespace tributary::engine {
 namespace {
 
 absl::Status CudaError(int device, cudaError_t error, const char* expr) {
-  return absl::InternalError(absl::StrCat("cuda:", device, ": ", expr, " failed: ",
-                                          cudaGetErrorName(error), ": ",
+  return absl::InternalError(absl::StrCat("cuda:", device, ": ", expr,
+                                          " failed: ", cudaGetErrorName(error), ": ",
                                           cudaGetErrorString(error)));
 }
 
 absl::Status CublasError(int device, cublasStatus_t status, const char* expr) {
-  return absl::InternalError(absl::StrCat("cuda:", device, ": ", expr, " failed: ",
-                                          cublasGetStatusName(status), ": ",
+  return absl::InternalError(absl::StrCat("cuda:", device, ": ", expr,
+                                          " failed: ", cublasGetStatusName(status), ": ",
                                           cublasGetStatusString(status)));
 }
 
-#define CUDA_RETURN_IF_ERROR(expr)                                      \
-  do {                                                                  \
-    const cudaError_t cuda_error_ = (expr);                             \
+#define CUDA_RETURN_IF_ERROR(expr)                                                 \
+  do {                                                                             \
+    const cudaError_t cuda_error_ = (expr);                                        \
     if (cuda_error_ != cudaSuccess) return CudaError(device_, cuda_error_, #expr); \
   } while (0)
 
-#define CUBLAS_RETURN_IF_ERROR(expr)                                          \
-  do {                                                                        \
-    const cublasStatus_t cublas_status_ = (expr);                             \
-    if (cublas_status_ != CUBLAS_STATUS_SUCCESS) {                            \
-      return CublasError(device_, cublas_status_, #expr);                     \
-    }                                                                         \
+#define CUBLAS_RETURN_IF_ERROR(expr)                      \
+  do {                                                    \
+    const cublasStatus_t cublas_status_ = (expr);         \
+    if (cublas_status_ != CUBLAS_STATUS_SUCCESS) {        \
+      return CublasError(device_, cublas_status_, #expr); \
+    }                                                     \
   } while (0)
 
 gpu::Window WindowOf(const LayerSpec& l) {
@@ -72,9 +72,9 @@ absl::StatusOr<std::unique_ptr<GpuReplica>> GpuReplica::Create(const ModelDef& m
   std::string why;
   const int count = GpuDeviceCount(&why);
   if (device < 0 || device >= count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "GPU replica on cuda:", device, ": this process sees ", count, " CUDA device(s)",
-        why.empty() ? "" : absl::StrCat(" (", why, ")")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPU replica on cuda:", device, ": this process sees ", count,
+                     " CUDA device(s)", why.empty() ? "" : absl::StrCat(" (", why, ")")));
   }
   std::unique_ptr<GpuReplica> replica(new GpuReplica(model, device));
   if (absl::Status status = replica->Init(host_parameters); !status.ok()) return status;
@@ -115,8 +115,8 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
     return range;
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset, host + offset,
-                                       length * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset, host + offset, length * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
@@ -149,10 +149,10 @@ absl::Status GpuReplica::Reserve(int64_t n) {
     allocations_.push_back(*out);
     return absl::OkStatus();
   };
-#define ALLOCATE(ptr, elements, type)                                                  \
+#define ALLOCATE(ptr, elements, type)                                                        \
   if (absl::Status s = allocate(reinterpret_cast<void**>(&(ptr)), (elements), sizeof(type)); \
-      !s.ok()) {                                                                       \
-    return s;                                                                          \
+      !s.ok()) {                                                                             \
+    return s;                                                                                \
   }
   int64_t widest = model_.num_classes, dcol = 0, partials = 0;
   for (size_t i = 0; i < layers; ++i) {
@@ -190,8 +190,8 @@ absl::Status GpuReplica::Upload(const Batch& batch) {
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(activations_[0], batch.features,
                                        n * model_.input.size() * sizeof(float),
                                        cudaMemcpyHostToDevice, stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(labels_, batch.labels, n * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(labels_, batch.labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_ids_, batch.sample_ids, n * sizeof(uint64_t),
                                        cudaMemcpyHostToDevice, stream_));
   return absl::OkStatus();
@@ -210,9 +210,9 @@ absl::StatusOr<LossStats> GpuReplica::RunForward(const Batch& batch, const Dropo
       case LayerKind::kLinear:
         // Row-major Y[n, out] = X[n, in] W[out, in]^T; in cuBLAS's column-major terms
         // Y^T = op_T(W) X^T.
-        CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out_size, n,
-                                           in_size, &one, parameters_ + l.weight.offset, in_size,
-                                           x, in_size, &zero, y, out_size));
+        CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out_size, n, in_size,
+                                           &one, parameters_ + l.weight.offset, in_size, x, in_size,
+                                           &zero, y, out_size));
         CUDA_RETURN_IF_ERROR(
             gpu::AddBiasRows(y, parameters_ + l.bias.offset, n, out_size, stream_));
         break;
@@ -224,10 +224,10 @@ absl::StatusOr<LossStats> GpuReplica::RunForward(const Batch& batch, const Dropo
         // Per sample, row-major out[oc, ohw] = W[oc, ckk] col[ckk, ohw].
         CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
             cublas_, CUBLAS_OP_N, CUBLAS_OP_N, ohw, l.out.channels, ckk, &one, columns_[i], ohw,
-            ckk * ohw, parameters_ + l.weight.offset, ckk, 0, &zero, y, ohw,
-            l.out.channels * ohw, n));
-        CUDA_RETURN_IF_ERROR(gpu::AddBiasChannels(y, parameters_ + l.bias.offset, n,
-                                                  l.out.channels, ohw, stream_));
+            ckk * ohw, parameters_ + l.weight.offset, ckk, 0, &zero, y, ohw, l.out.channels * ohw,
+            n));
+        CUDA_RETURN_IF_ERROR(
+            gpu::AddBiasChannels(y, parameters_ + l.bias.offset, n, l.out.channels, ohw, stream_));
         break;
       }
       case LayerKind::kMaxPool2d:
@@ -248,14 +248,13 @@ absl::StatusOr<LossStats> GpuReplica::RunForward(const Batch& batch, const Dropo
         }
         [[fallthrough]];
       case LayerKind::kFlatten:
-        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, x, n * in_size * sizeof(float),
-                                             cudaMemcpyDeviceToDevice, stream_));
+        CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(y, x, n * in_size * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
         break;
     }
   }
-  CUDA_RETURN_IF_ERROR(gpu::SoftmaxCrossEntropy(activations_.back(), labels_, n,
-                                                model_.num_classes, loss_, correct_, grad_a_,
-                                                stream_));
+  CUDA_RETURN_IF_ERROR(gpu::SoftmaxCrossEntropy(activations_.back(), labels_, n, model_.num_classes,
+                                                loss_, correct_, grad_a_, stream_));
   return LossStats{};
 }
 
@@ -280,18 +279,16 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
       case LayerKind::kLinear: {
         float* dw = gradients_ + l.weight.offset;
         // Row-major dW[out, in] = dY^T X  ->  column-major dW^T = X^T op_T(dY^T).
-        CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in_size, out_size,
-                                           n, &one, x, in_size, dy, out_size, &zero, dw,
-                                           in_size));
-        CUDA_RETURN_IF_ERROR(
-            gpu::SumRows(dy, n, out_size, gradients_ + l.bias.offset, stream_));
+        CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in_size, out_size, n,
+                                           &one, x, in_size, dy, out_size, &zero, dw, in_size));
+        CUDA_RETURN_IF_ERROR(gpu::SumRows(dy, n, out_size, gradients_ + l.bias.offset, stream_));
         ready(l.bias);
         ready(l.weight);
         if (need_input_grad) {
           // Row-major dX[n, in] = dY W.
           CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in_size, n,
-                                             out_size, &one, parameters_ + l.weight.offset,
-                                             in_size, dy, out_size, &zero, dx, in_size));
+                                             out_size, &one, parameters_ + l.weight.offset, in_size,
+                                             dy, out_size, &zero, dx, in_size));
           wrote_dx = true;
         }
         break;
@@ -306,11 +303,11 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
             cublas_, CUBLAS_OP_T, CUBLAS_OP_N, ckk, l.out.channels, ohw, &one, columns_[i], ohw,
             ckk * ohw, dy, ohw, l.out.channels * ohw, &zero, weight_partials_, ckk, weights, n));
         // ... summed over the samples: dW = partials[weights, n] * ones[n].
-        CUBLAS_RETURN_IF_ERROR(cublasSgemv(cublas_, CUBLAS_OP_N, weights, n, &one,
-                                           weight_partials_, weights, ones_, 1, &zero,
-                                           gradients_ + l.weight.offset, 1));
-        CUDA_RETURN_IF_ERROR(gpu::SumChannels(dy, n, l.out.channels, ohw,
-                                              gradients_ + l.bias.offset, stream_));
+        CUBLAS_RETURN_IF_ERROR(cublasSgemv(cublas_, CUBLAS_OP_N, weights, n, &one, weight_partials_,
+                                           weights, ones_, 1, &zero, gradients_ + l.weight.offset,
+                                           1));
+        CUDA_RETURN_IF_ERROR(
+            gpu::SumChannels(dy, n, l.out.channels, ohw, gradients_ + l.bias.offset, stream_));
         ready(l.bias);
         ready(l.weight);
         if (need_input_grad) {
@@ -376,8 +373,8 @@ absl::StatusOr<LossStats> GpuReplica::ForwardBackward(const Batch& batch, const 
   if (absl::Status status = CheckBatch(model_, batch); !status.ok()) return status;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   if (batch.count == 0) {
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gradients_, 0, model_.num_parameters * sizeof(float),
-                                         stream_));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(gradients_, 0, model_.num_parameters * sizeof(float), stream_));
     for (int t = static_cast<int>(model_.tensors.size()); t-- > 0;) {
       if (on_ready) on_ready(t, model_.tensors[t].offset, model_.tensors[t].length);
     }

@@ -5,12 +5,12 @@
 #ifndef TRIBUTARY_WORKER_ENGINE_GPU_REPLICA_H_
 #define TRIBUTARY_WORKER_ENGINE_GPU_REPLICA_H_
 
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 
 #include "absl/status/statusor.h"
 #include "worker/engine/replica.h"
@@ -66,8 +66,8 @@ class GpuReplica : public Replica {
   std::vector<float*> columns_;        // Per conv layer: im2col of the batch.
   float* grad_a_ = nullptr;
   float* grad_b_ = nullptr;
-  float* dcol_ = nullptr;              // Largest conv's column gradient.
-  float* weight_partials_ = nullptr;   // Largest conv's per-sample weight gradients.
+  float* dcol_ = nullptr;             // Largest conv's column gradient.
+  float* weight_partials_ = nullptr;  // Largest conv's per-sample weight gradients.
   float* ones_ = nullptr;
   float* loss_ = nullptr;
   int32_t* correct_ = nullptr;

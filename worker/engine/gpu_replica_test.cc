@@ -74,9 +74,8 @@ TEST_F(GpuReplicaTest, MatchesTheCpuForEveryModel) {
     absl::StatusOr<LossStats> cpu_stats = cpu.ForwardBackward(batch.View(), key, nullptr);
     std::vector<std::pair<int64_t, int64_t>> calls;
     absl::StatusOr<LossStats> gpu_stats = (*gpu)->ForwardBackward(
-        batch.View(), key, [&](int, int64_t offset, int64_t length) {
-          calls.emplace_back(offset, length);
-        });
+        batch.View(), key,
+        [&](int, int64_t offset, int64_t length) { calls.emplace_back(offset, length); });
     ASSERT_TRUE(cpu_stats.ok() && gpu_stats.ok()) << gpu_stats.status();
     EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-5 * std::abs(cpu_stats->loss_sum));
     EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
@@ -108,15 +107,16 @@ TEST_F(GpuReplicaTest, SplitAcrossGpuReplicasEqualsWholeBatch) {
       CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_TRUE((*whole)->ForwardBackward(batch.View(), key, nullptr).ok());
-  std::vector<float> expected(model.num_parameters), sum(model.num_parameters, 0), part(
-      model.num_parameters);
+  std::vector<float> expected(model.num_parameters), sum(model.num_parameters, 0),
+      part(model.num_parameters);
   ASSERT_TRUE((*whole)->CopyGradients(0, model.num_parameters, expected.data()).ok());
   for (uint32_t r = 0; r < 3; ++r) {
     const SampleRange range = PartsRange(11, 3, r, 1);
     absl::StatusOr<std::unique_ptr<Replica>> replica =
         CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
     ASSERT_TRUE(replica.ok());
-    ASSERT_TRUE((*replica)->ForwardBackward(batch.View(range.offset, range.count), key, nullptr).ok());
+    ASSERT_TRUE(
+        (*replica)->ForwardBackward(batch.View(range.offset, range.count), key, nullptr).ok());
     ASSERT_TRUE((*replica)->CopyGradients(0, model.num_parameters, part.data()).ok());
     for (int64_t j = 0; j < model.num_parameters; ++j) sum[j] += part[j];
   }

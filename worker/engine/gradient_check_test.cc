@@ -116,10 +116,9 @@ void CheckGradients(const Case& c) {
     const double saved = params[j];
     params[j] = value;
     std::vector<double> scratch(model.num_parameters);
-    const double loss = executor
-                            .ForwardBackward(params.data(), batch.View(), &key, scratch.data(),
-                                             nullptr)
-                            .loss_sum;
+    const double loss =
+        executor.ForwardBackward(params.data(), batch.View(), &key, scratch.data(), nullptr)
+            .loss_sum;
     params[j] = saved;
     return loss;
   };
@@ -140,8 +139,8 @@ void CheckGradients(const Case& c) {
   // The float executor (what replicas run) agrees with the double one.
   CpuExecutor<float> float_executor(model);
   std::vector<float> float_grads(model.num_parameters);
-  const LossStats float_stats = float_executor.ForwardBackward(
-      init.data(), batch.View(), &key, float_grads.data(), nullptr);
+  const LossStats float_stats =
+      float_executor.ForwardBackward(init.data(), batch.View(), &key, float_grads.data(), nullptr);
   EXPECT_NEAR(float_stats.loss_sum, stats.loss_sum, 1e-5 * std::abs(stats.loss_sum) + 1e-6);
   for (int64_t j = 0; j < model.num_parameters; ++j) {
     EXPECT_NEAR(float_grads[j], grads[j], 1e-5 + 1e-4 * std::abs(grads[j])) << "parameter " << j;
@@ -228,8 +227,8 @@ TEST(GradientCheckTest, DropoutChangesWithStepAndIsOffInEvaluation) {
   EXPECT_EQ(sa.loss_sum, sb.loss_sum);
   EXPECT_NE(a, c);
   const LossStats eval = executor.Forward(params.data(), batch.View());
-  const LossStats no_dropout = executor.ForwardBackward(params.data(), batch.View(), nullptr,
-                                                        c.data(), {});
+  const LossStats no_dropout =
+      executor.ForwardBackward(params.data(), batch.View(), nullptr, c.data(), {});
   EXPECT_EQ(eval.loss_sum, no_dropout.loss_sum);
   EXPECT_NE(eval.loss_sum, sa.loss_sum);
 }

@@ -86,9 +86,8 @@ ModelBuilder::ModelBuilder(std::string model_name, Shape input) : current_(input
   model_.name = std::move(model_name);
   model_.input = input;
   if (input.channels <= 0 || input.height <= 0 || input.width <= 0) {
-    error_ = absl::InvalidArgumentError(
-        absl::StrCat("model ", model_.name, ": input shape must be positive, got ",
-                     ShapeString(input)));
+    error_ = absl::InvalidArgumentError(absl::StrCat(
+        "model ", model_.name, ": input shape must be positive, got ", ShapeString(input)));
   }
 }
 
@@ -120,14 +119,14 @@ TensorRange ModelBuilder::AddTensor(const std::string& name, std::vector<int64_t
 ModelBuilder& ModelBuilder::Linear(const std::string& name, int64_t outputs) {
   if (!error_.ok()) return *this;
   if (current_.height != 1 || current_.width != 1) {
-    error_ = absl::InvalidArgumentError(absl::StrCat(
-        "model ", model_.name, ": Linear '", name, "' needs a flat input, got ",
-        ShapeString(current_), " (add Flatten() before it)"));
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat("model ", model_.name, ": Linear '", name, "' needs a flat input, got ",
+                     ShapeString(current_), " (add Flatten() before it)"));
     return *this;
   }
   if (outputs <= 0) {
-    error_ = absl::InvalidArgumentError(absl::StrCat(
-        "model ", model_.name, ": Linear '", name, "' needs outputs > 0, got ", outputs));
+    error_ = absl::InvalidArgumentError(absl::StrCat("model ", model_.name, ": Linear '", name,
+                                                     "' needs outputs > 0, got ", outputs));
     return *this;
   }
   const int64_t inputs = current_.channels;
@@ -144,10 +143,10 @@ ModelBuilder& ModelBuilder::Conv2d(const std::string& name, int64_t out_channels
   const int64_t out_w = (current_.width + 2 * padding - kernel) / stride + 1;
   if (out_channels <= 0 || kernel <= 0 || stride <= 0 || padding < 0 || padding >= kernel ||
       current_.height + 2 * padding < kernel || current_.width + 2 * padding < kernel) {
-    error_ = absl::InvalidArgumentError(absl::StrCat(
-        "model ", model_.name, ": Conv2d '", name, "' with ", out_channels,
-        " channels, kernel ", kernel, ", stride ", stride, ", padding ", padding,
-        " does not fit input ", ShapeString(current_)));
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat("model ", model_.name, ": Conv2d '", name, "' with ", out_channels,
+                     " channels, kernel ", kernel, ", stride ", stride, ", padding ", padding,
+                     " does not fit input ", ShapeString(current_)));
     return *this;
   }
   const int64_t in_channels = current_.channels;
@@ -156,8 +155,8 @@ ModelBuilder& ModelBuilder::Conv2d(const std::string& name, int64_t out_channels
   layer.kernel = kernel;
   layer.stride = stride;
   layer.padding = padding;
-  TensorRange weight = AddTensor(name + ".weight", {out_channels, in_channels, kernel, kernel},
-                                 fan_in);
+  TensorRange weight =
+      AddTensor(name + ".weight", {out_channels, in_channels, kernel, kernel}, fan_in);
   model_.layers.back().weight = weight;
   model_.layers.back().bias = AddTensor(name + ".bias", {out_channels}, fan_in);
   return *this;
@@ -166,9 +165,9 @@ ModelBuilder& ModelBuilder::Conv2d(const std::string& name, int64_t out_channels
 ModelBuilder& ModelBuilder::MaxPool2d(int kernel) {
   if (!error_.ok()) return *this;
   if (kernel <= 0 || current_.height < kernel || current_.width < kernel) {
-    error_ = absl::InvalidArgumentError(absl::StrCat("model ", model_.name, ": MaxPool2d(",
-                                                     kernel, ") does not fit input ",
-                                                     ShapeString(current_)));
+    error_ =
+        absl::InvalidArgumentError(absl::StrCat("model ", model_.name, ": MaxPool2d(", kernel,
+                                                ") does not fit input ", ShapeString(current_)));
     return *this;
   }
   LayerSpec& layer =
@@ -219,8 +218,10 @@ absl::StatusOr<ModelDef> ModelBuilder::Build() && {
   }
   if (current_.height != 1 || current_.width != 1 || current_.channels < 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model ", model_.name, ": the last layer must give a flat vector of >= 2 "
-                     "class scores, got ", ShapeString(current_)));
+        absl::StrCat("model ", model_.name,
+                     ": the last layer must give a flat vector of >= 2 "
+                     "class scores, got ",
+                     ShapeString(current_)));
   }
   model_.num_classes = current_.channels;
   return std::move(model_);

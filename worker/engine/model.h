@@ -46,11 +46,11 @@ struct LayerSpec {
   // kConv2d: weight [out_channels, in_channels, kernel, kernel], bias [out_channels].
   TensorRange weight;
   TensorRange bias;
-  int kernel = 0;   // kConv2d, kMaxPool2d: square window side.
-  int stride = 1;   // kConv2d, kMaxPool2d.
-  int padding = 0;  // kConv2d: zeros on each side.
-  float dropout = 0;          // kDropout: probability of zeroing an element.
-  uint32_t dropout_index = 0; // kDropout: 0-based among the model's dropout layers.
+  int kernel = 0;              // kConv2d, kMaxPool2d: square window side.
+  int stride = 1;              // kConv2d, kMaxPool2d.
+  int padding = 0;             // kConv2d: zeros on each side.
+  float dropout = 0;           // kDropout: probability of zeroing an element.
+  uint32_t dropout_index = 0;  // kDropout: 0-based among the model's dropout layers.
   bool has_parameters() const { return weight.length > 0; }
 };
 
@@ -60,8 +60,8 @@ struct TensorInfo {
   std::vector<int64_t> shape;  // [256, 784]
   int64_t offset = 0;
   int64_t length = 0;
-  int64_t fan_in = 0;          // Inputs feeding one output: sets the init bound.
-  int layer = 0;               // Index into ModelDef::layers.
+  int64_t fan_in = 0;  // Inputs feeding one output: sets the init bound.
+  int layer = 0;       // Index into ModelDef::layers.
 };
 
 // The executable description of a model. Immutable once built; shared by all replicas.

@@ -49,9 +49,9 @@ absl::StatusOr<ModelDef> BuildModel(const v1::ModelSpec& spec) {
     if (it != registry.factories.end()) factory = it->second;
   }
   if (!factory) {
-    return absl::NotFoundError(absl::StrCat("model.name: unknown model '", spec.name(),
-                                            "', registered: ",
-                                            absl::StrJoin(RegisteredModels(), ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("model.name: unknown model '", spec.name(),
+                     "', registered: ", absl::StrJoin(RegisteredModels(), ", ")));
   }
   return factory(spec);
 }

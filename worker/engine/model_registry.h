@@ -31,7 +31,7 @@ std::vector<std::string> RegisteredModels();
 
 }  // namespace tributary::engine
 
-#define TRIBUTARY_REGISTER_MODEL(name, factory) \
+#define TRIBUTARY_REGISTER_MODEL(name, factory)            \
   static const bool tributary_model_registered_##factory = \
       ::tributary::engine::RegisterModel(name, factory)
 

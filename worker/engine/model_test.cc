@@ -21,7 +21,7 @@ TEST(ModelTest, MlpLayoutIsContiguousInStableOrder) {
   absl::StatusOr<ModelDef> model = BuildModel(Mlp({784, 256, 128, 10}));
   ASSERT_TRUE(model.ok()) << model.status();
   const v1::ParameterLayout layout = model->Layout();
-  const std::vector<std::string> names = {"fc1.weight", "fc1.bias", "fc2.weight",
+  const std::vector<std::string> names = {"fc1.weight", "fc1.bias",   "fc2.weight",
                                           "fc2.bias",   "fc3.weight", "fc3.bias"};
   ASSERT_EQ(layout.tensors_size(), 6);
   int64_t offset = 0;
@@ -91,8 +91,7 @@ TEST(ModelTest, BuilderRejectsShapesThatDoNotFit) {
 TEST(ModelTest, InitIsAPureFunctionOfTheSeed) {
   absl::StatusOr<ModelDef> model = BuildModel(Mlp({20, 16, 4}));
   ASSERT_TRUE(model.ok());
-  std::vector<float> a(model->num_parameters), b(model->num_parameters),
-      c(model->num_parameters);
+  std::vector<float> a(model->num_parameters), b(model->num_parameters), c(model->num_parameters);
   InitParameters(*model, 7, a.data());
   InitParameters(*model, 7, b.data());
   InitParameters(*model, 8, c.data());

@@ -6,8 +6,7 @@ namespace tributary::engine {
 
 absl::Status CheckBatch(const ModelDef& model, const Batch& batch) {
   if (batch.count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch: count must be >= 0, got ",
-                                                   batch.count));
+    return absl::InvalidArgumentError(absl::StrCat("batch: count must be >= 0, got ", batch.count));
   }
   if (batch.count == 0) return absl::OkStatus();
   if (batch.features == nullptr || batch.labels == nullptr || batch.sample_ids == nullptr) {

@@ -48,8 +48,8 @@ struct DropoutKey {
 
 // Summed over the samples of the batch.
 struct LossStats {
-  double loss_sum = 0;   // Sum of the samples' cross-entropy losses (natural log).
-  int64_t correct = 0;   // Samples whose highest score is their label (first max wins).
+  double loss_sum = 0;  // Sum of the samples' cross-entropy losses (natural log).
+  int64_t correct = 0;  // Samples whose highest score is their label (first max wins).
   int64_t samples = 0;
 
   LossStats& operator+=(const LossStats& o) {

@@ -38,8 +38,8 @@ absl::StatusOr<std::unique_ptr<Replica>> CreateReplica(const ModelDef& model,
   if (!gpu.ok()) return gpu.status();
   return std::unique_ptr<Replica>(std::move(*gpu));
 #else
-  return absl::UnavailableError(absl::StrCat(
-      "GPU replica on cuda:", device.gpu, ": this binary was built without --config=cuda"));
+  return absl::UnavailableError(absl::StrCat("GPU replica on cuda:", device.gpu,
+                                             ": this binary was built without --config=cuda"));
 #endif
 }
 

@@ -62,8 +62,7 @@ absl::Status ReplicaGroup::RunOnAll(const std::function<absl::Status(int)>& fn) 
   return absl::OkStatus();
 }
 
-Batch ReplicaGroup::GatherPart(int i, const Dataset& data, const uint64_t* samples,
-                               int64_t count) {
+Batch ReplicaGroup::GatherPart(int i, const Dataset& data, const uint64_t* samples, int64_t count) {
   const SampleRange part = PartsRange(count, size(), i, 1);
   Scratch& s = scratch_[i];
   s.features.resize(part.count * data.feature_size());
@@ -80,8 +79,7 @@ Batch ReplicaGroup::GatherPart(int i, const Dataset& data, const uint64_t* sampl
 
 absl::StatusOr<LossStats> ReplicaGroup::ComputeGradientSum(const Dataset& data,
                                                            const std::vector<uint64_t>& samples,
-                                                           const DropoutKey& key,
-                                                           float* grad_sum) {
+                                                           const DropoutKey& key, float* grad_sum) {
   if (data.feature_size() != model().input.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset ", data.source, ": ", data.feature_size(), " features per sample, model ",

@@ -110,7 +110,8 @@ TEST(ReplicaSplitTest, GroupSumEqualsOneReplica) {
 
   auto run = [&](int replicas, std::vector<float>& sum) {
     std::vector<std::unique_ptr<Replica>> list;
-    for (int i = 0; i < replicas; ++i) list.push_back(std::make_unique<CpuReplica>(model, params.data()));
+    for (int i = 0; i < replicas; ++i)
+      list.push_back(std::make_unique<CpuReplica>(model, params.data()));
     ReplicaGroup group(std::move(list));
     sum.assign(model.num_parameters, 0.0f);
     absl::StatusOr<LossStats> stats = group.ComputeGradientSum(data, samples, {2, 5}, sum.data());

@@ -30,9 +30,7 @@ const std::vector<uint64_t>& Sampler::Permutation(uint64_t epoch) {
   return permutation_;
 }
 
-std::vector<uint64_t> Sampler::GlobalBatch(uint64_t step) {
-  return ReplicaSamples(step, 1, 0, 1);
-}
+std::vector<uint64_t> Sampler::GlobalBatch(uint64_t step) { return ReplicaSamples(step, 1, 0, 1); }
 
 std::vector<uint64_t> Sampler::ReplicaSamples(uint64_t step, uint32_t total_replicas,
                                               uint32_t first_replica, uint32_t count) {

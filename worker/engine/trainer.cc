@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "worker/engine/cpu_executor.h"
+#include "worker/engine/cpu_replica.h"
 #include "worker/engine/model_registry.h"
 
 namespace tributary::engine {
@@ -18,20 +19,32 @@ void MeanGradient(const float* sum, int64_t n, uint64_t samples, float* mean) {
 
 absl::Status CheckModelFitsData(const ModelDef& model, const Dataset& data) {
   if (data.feature_size() != model.input.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", model.name, " takes ", model.input.size(), " inputs but dataset ",
-        data.source, " has ", data.feature_size(), " features per sample"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", model.name, " takes ", model.input.size(), " inputs but dataset ",
+                     data.source, " has ", data.feature_size(), " features per sample"));
   }
   if (data.num_classes > model.num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", model.name, " has ", model.num_classes, " classes but dataset ", data.source,
-        " has labels up to ", data.num_classes - 1));
+    return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " has ", model.num_classes,
+                                                   " classes but dataset ", data.source,
+                                                   " has labels up to ", data.num_classes - 1));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
-    const v1::JobSpec& spec, const TrainerOptions& options) {
+absl::StatusOr<LossStats> EvaluateParameters(const ModelDef& model, const float* params,
+                                             const Dataset& data, int64_t batch_size) {
+  if (batch_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: must be > 0, got ", batch_size));
+  }
+  if (absl::Status status = CheckModelFitsData(model, data); !status.ok()) return status;
+  std::vector<std::unique_ptr<Replica>> replicas;
+  replicas.push_back(std::make_unique<CpuReplica>(model, params));
+  ReplicaGroup group(std::move(replicas));
+  return group.Evaluate(data, batch_size);
+}
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const v1::JobSpec& spec,
+                                                                   const TrainerOptions& options) {
   const v1::JobSpec full = WithDefaults(spec);
   if (absl::Status status = ValidateJobSpec(full); !status.ok()) return status;
   absl::StatusOr<Datasets> data = LoadDatasets(full.dataset(), full.seed());
@@ -39,8 +52,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   return Create(full, options, *std::move(data));
 }
 
-absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
-    const v1::JobSpec& spec, const TrainerOptions& options, Datasets data) {
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const v1::JobSpec& spec,
+                                                                   const TrainerOptions& options,
+                                                                   Datasets data) {
   const v1::JobSpec full = WithDefaults(spec);
   if (absl::Status status = ValidateJobSpec(full); !status.ok()) return status;
   if (options.replicas == 0 || options.replicas > 64) {
@@ -110,8 +124,8 @@ absl::StatusOr<StepResult> LocalTrainer::Step() {
   result.learning_rate = optimizer_.LearningRate(step_);
   const std::vector<uint64_t> batch = sampler_.GlobalBatch(step_);
   if (absl::Status s = group_->SetParameters(parameters_.data()); !s.ok()) return s;
-  absl::StatusOr<LossStats> stats = group_->ComputeGradientSum(
-      data_.train, batch, DropoutKey{spec_.seed(), step_}, sum_.data());
+  absl::StatusOr<LossStats> stats =
+      group_->ComputeGradientSum(data_.train, batch, DropoutKey{spec_.seed(), step_}, sum_.data());
   if (!stats.ok()) return stats.status();
   result.stats = *stats;
   MeanGradient(sum_.data(), static_cast<int64_t>(sum_.size()), batch.size(), mean_.data());

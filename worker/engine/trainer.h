@@ -26,17 +26,17 @@
 namespace tributary::engine {
 
 struct TrainerOptions {
-  uint32_t replicas = 1;  // In-process replicas the batch is split over.
+  uint32_t replicas = 1;                             // In-process replicas the batch is split over.
   DeviceSpec::Kind device = DeviceSpec::Kind::kCpu;  // kGpu: replica i on cuda:i.
-  int cpu_threads = 0;    // Cores for CPU matmuls in all; 0 = all the machine has.
+  int cpu_threads = 0;  // Cores for CPU matmuls in all; 0 = all the machine has.
   int64_t eval_batch_size = 1000;
 };
 
 struct StepResult {
-  uint64_t step = 0;   // The step that ran (0-based).
+  uint64_t step = 0;  // The step that ran (0-based).
   uint64_t epoch = 0;
   float learning_rate = 0;
-  LossStats stats;     // Summed over the step's global batch.
+  LossStats stats;  // Summed over the step's global batch.
 };
 
 // mean[j] = sum[j] / samples, in float: the division the PS performs too.
@@ -86,6 +86,12 @@ class LocalTrainer {
   std::vector<float> sum_, mean_, state_;
   std::unique_ptr<ReplicaGroup> group_;
 };
+
+// Loss and accuracy of `params` (model.num_parameters floats, read in place) on `data`,
+// on one CPU replica, in chunks of batch_size samples. For a worker or a test that
+// holds a parameter buffer and no trainer.
+absl::StatusOr<LossStats> EvaluateParameters(const ModelDef& model, const float* params,
+                                             const Dataset& data, int64_t batch_size = 1000);
 
 // Checks that a model fits the data: input sizes equal, enough classes.
 absl::Status CheckModelFitsData(const ModelDef& model, const Dataset& data);

@@ -85,8 +85,7 @@ TEST(TrainerTest, ReplicasGiveTheSameParametersAsOne) {
 }
 
 TEST(TrainerTest, OneStepIsTheOptimizerOnTheMeanGradient) {
-  absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer =
-      LocalTrainer::Create(SyntheticSpec(), {});
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer = LocalTrainer::Create(SyntheticSpec(), {});
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   const std::vector<float> before = (*trainer)->parameters();
   absl::StatusOr<StepResult> step = (*trainer)->Step();
@@ -97,6 +96,19 @@ TEST(TrainerTest, OneStepIsTheOptimizerOnTheMeanGradient) {
   for (size_t j = 0; j < before.size(); ++j) {
     EXPECT_FLOAT_EQ((*trainer)->parameters()[j], before[j] - lr * mean[j]);
   }
+}
+
+TEST(TrainerTest, EvaluateParametersMatchesTheTrainer) {
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> trainer = LocalTrainer::Create(SyntheticSpec(), {});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*trainer)->Step().ok());
+  absl::StatusOr<LossStats> expected = (*trainer)->Evaluate();
+  absl::StatusOr<LossStats> actual = EvaluateParameters(
+      (*trainer)->model(), (*trainer)->parameters().data(), (*trainer)->data().test, 7);
+  ASSERT_TRUE(expected.ok() && actual.ok()) << actual.status();
+  EXPECT_EQ(actual->samples, 40);
+  EXPECT_EQ(actual->correct, expected->correct);
+  EXPECT_NEAR(actual->loss_sum, expected->loss_sum, 1e-4);
 }
 
 TEST(TrainerTest, BadSpecsAreRejectedWithTheField) {

@@ -12,14 +12,14 @@ namespace {
 absl::StatusOr<ModelDef> BuildCnn(const v1::ModelSpec& spec) {
   if (spec.conv_channels_size() != 2 || spec.input_shape_size() != 3 ||
       spec.layer_sizes_size() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model: cnn needs conv_channels [c1,c2], input_shape [c,h,w] and layer_sizes "
-        "[hidden...,classes], got conv_channels [", absl::StrJoin(spec.conv_channels(), ","),
-        "], input_shape [", absl::StrJoin(spec.input_shape(), ","), "], layer_sizes [",
-        absl::StrJoin(spec.layer_sizes(), ","), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: cnn needs conv_channels [c1,c2], input_shape [c,h,w] and layer_sizes "
+                     "[hidden...,classes], got conv_channels [",
+                     absl::StrJoin(spec.conv_channels(), ","), "], input_shape [",
+                     absl::StrJoin(spec.input_shape(), ","), "], layer_sizes [",
+                     absl::StrJoin(spec.layer_sizes(), ","), "]"));
   }
-  ModelBuilder builder("cnn",
-                       Shape{spec.input_shape(0), spec.input_shape(1), spec.input_shape(2)});
+  ModelBuilder builder("cnn", Shape{spec.input_shape(0), spec.input_shape(1), spec.input_shape(2)});
   builder.Conv2d("conv1", spec.conv_channels(0), 3, 1, 1).Relu().MaxPool2d(2);
   builder.Conv2d("conv2", spec.conv_channels(1), 3, 1, 1).Relu().MaxPool2d(2);
   builder.Flatten();
