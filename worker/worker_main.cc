@@ -1,14 +1,32 @@
 // A worker process: local replicas, intra-node reduction, push/pull to the PS.
+#include <unistd.h>
+
 #include <string>
+#include <thread>
 
 #include <glog/logging.h>
 
 #include "absl/flags/flag.h"
+#include "common/channel.h"
 #include "common/process.h"
-#include "common/serve.h"
 #include "common/service_host.h"
 #include "common/shutdown.h"
-#include "proto/worker.grpc.pb.h"
+#include "worker/devices.h"
+#include "worker/worker_runtime.h"
+#include "worker/worker_service.h"
+
+// --- Cluster ---
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
+          "Coordinator address host:port. Default: 127.0.0.1:50051.");
+ABSL_FLAG(std::string, node, "",
+          "Node name: workers with the same name form one node group (one leader pushes "
+          "for all of them). Default: empty = this machine's host name.");
+ABSL_FLAG(std::string, devices, "auto",
+          "Devices to offer: auto (GPUs when present, else CPU), cpu, gpu (all GPUs) or "
+          "gpu:0,1 (these CUDA ordinals). Default: auto.");
+ABSL_FLAG(bool, exit_after_job, false,
+          "Exit once the job this worker trained ends (tributary local sets it); otherwise "
+          "stay registered for the next job. Default: false.");
 
 // --- Network ---
 ABSL_FLAG(std::string, listen, "0.0.0.0:50071",
@@ -16,17 +34,82 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50071",
 ABSL_FLAG(int, http_port, 8082,
           "HTTP port for /metrics and /healthz (0 picks a free one, -1 disables). "
           "Default: 8082.");
+ABSL_FLAG(std::string, gloo_bind_host, "127.0.0.1",
+          "Address Gloo's TCP transport binds for the node's other worker processes. "
+          "Default: 127.0.0.1 (they share the machine).");
+
+// --- Timeouts ---
+ABSL_FLAG(double, collective_timeout_seconds, 30,
+          "Seconds an intra-node collective (Gloo/NCCL) may wait for a peer before the step "
+          "fails. Default: 30.");
+ABSL_FLAG(double, update_timeout_seconds, 120,
+          "Seconds a step may wait for one partition's update from the PS. Default: 120.");
+ABSL_FLAG(double, register_timeout_seconds, 300,
+          "Seconds to keep trying to reach the coordinator at start-up. Default: 300.");
+
+// --- Compute ---
+ABSL_FLAG(int, cpu_threads, 0,
+          "Threads each CPU matrix product may use; 0 = the machine's cores divided by the "
+          "replicas of this process (at least 1). Default: 0.");
+ABSL_FLAG(int64_t, eval_batch_size, 1000,
+          "Samples per evaluation batch on the test split. Default: 1000.");
 
 int main(int argc, char** argv) {
   tributary::InitProcess(argc, argv,
                          "worker: a Tributary training worker.\n"
-                         "Usage: worker [--listen=HOST:PORT] [--http_port=N] ...");
+                         "Usage: worker --coordinator=HOST:PORT [--node=NAME] "
+                         "[--devices=auto|cpu|gpu|gpu:0,1] ...");
   tributary::ShutdownSignal shutdown;
-  // The RPCs themselves arrive with the worker issue; until then gRPC answers
-  // UNIMPLEMENTED for each of them.
-  tributary::v1::Worker::CallbackService service;
+
+  absl::StatusOr<tributary::worker::DeviceRequest> devices =
+      tributary::worker::ParseDeviceRequest(absl::GetFlag(FLAGS_devices));
+  if (!devices.ok()) {
+    LOG(ERROR) << devices.status();
+    return 2;
+  }
+  tributary::worker::WorkerOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.node_name = absl::GetFlag(FLAGS_node);
+  if (options.node_name.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    options.node_name = name;
+  }
+  options.devices = *devices;
+  options.channel = tributary::ChannelOptionsFromFlags();
+  options.bind_host = absl::GetFlag(FLAGS_gloo_bind_host);
+  options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
+  options.update_timeout = absl::Seconds(absl::GetFlag(FLAGS_update_timeout_seconds));
+  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_seconds));
+  options.exit_after_job = absl::GetFlag(FLAGS_exit_after_job);
+  options.eval_batch_size = absl::GetFlag(FLAGS_eval_batch_size);
+  options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
-      "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 64 << 20));
+      "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 4 << 20));
+  tributary::worker::WorkerRuntime runtime(options, *host.registry());
+  tributary::worker::WorkerService service(runtime);
   host.AddService(&service, tributary::v1::Worker::service_full_name());
-  return tributary::ServeUntilShutdown(host, shutdown);
+  if (absl::Status started = host.Start(); !started.ok()) {
+    LOG(ERROR) << "cannot start: " << started;
+    return 1;
+  }
+  runtime.SetEndpoint(host.advertised_host(), host.grpc_port(), host.http_port());
+  host.SetServing(true);
+
+  absl::Status result;
+  std::thread trainer([&] {
+    result = runtime.Run(shutdown);
+    if (!result.ok()) shutdown.Request("worker error");
+  });
+  const std::string reason = shutdown.Wait();
+  LOG(INFO) << "stopping (" << reason << "); finishing the current step";
+  host.SetServing(false);
+  trainer.join();
+  host.Shutdown();
+  if (!result.ok()) {
+    LOG(ERROR) << result;
+    return 1;
+  }
+  return 0;
 }

@@ -1,0 +1,354 @@
+#include "worker/comm/ps_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "services/parameter_server/wire_dtype.h"
+
+namespace tributary::worker {
+
+struct PsClient::Shard {
+  uint32_t index = 0;
+  std::string address;
+  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  std::vector<uint32_t> partitions;  // Owned by this shard, in plan order.
+
+  // Guards the stream against concurrent writes and against being replaced by a
+  // reconnect while a push is written.
+  absl::Mutex write_mu;
+  std::unique_ptr<grpc::ClientContext> context ABSL_GUARDED_BY(write_mu);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::GradientPush, v1::PartitionValues>> stream
+      ABSL_GUARDED_BY(write_mu);
+  v1::GradientPush message ABSL_GUARDED_BY(write_mu);  // Reused: no allocation per push.
+  std::thread reader;
+};
+
+namespace {
+
+// How long a shard may stay unreachable before the pushes waiting on it fail.
+constexpr absl::Duration kReconnectBudget = absl::Seconds(60);
+
+bool Retryable(grpc::StatusCode code) {
+  // UNAVAILABLE: the shard went away (restart, network); CANCELLED/ABORTED/INTERNAL:
+  // the transport broke the stream. A refusal (FAILED_PRECONDITION, INVALID_ARGUMENT)
+  // is not retried: it is the shard's answer.
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::CANCELLED ||
+         code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::INTERNAL ||
+         code == grpc::StatusCode::UNKNOWN;
+}
+
+}  // namespace
+
+PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan,
+                   std::vector<v1::ShardInfo> shards, ChannelOptions channel_options,
+                   v1::TrainingMode mode, v1::DType wire_dtype)
+    : identity_(std::move(identity)),
+      plan_(std::move(plan)),
+      channel_options_(std::move(channel_options)),
+      mode_(mode),
+      wire_dtype_(wire_dtype),
+      partitions_(plan_.partitions_size()) {
+  for (const v1::ShardInfo& info : shards) {
+    auto shard = std::make_unique<Shard>();
+    shard->index = info.shard_index();
+    shard->address = info.address();
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        MakeChannel(info.address(), channel_options_);
+    if (channel.ok()) {
+      shard->stub = v1::ParameterServer::NewStub(*channel);
+    } else {
+      LOG(ERROR) << "PS shard " << info.shard_index() << ": " << channel.status();
+    }
+    shards_.push_back(std::move(shard));
+  }
+  for (const v1::Partition& partition : plan_.partitions()) {
+    for (auto& shard : shards_) {
+      if (shard->index == partition.shard()) shard->partitions.push_back(partition.id());
+    }
+  }
+}
+
+PsClient::~PsClient() { Close(); }
+
+std::string PsClient::ShardName(const Shard& shard) const {
+  return absl::StrCat("PS shard ", shard.index, " at ", shard.address);
+}
+
+absl::StatusOr<uint64_t> PsClient::InitPartitions(const v1::JobSpec& spec,
+                                                  uint64_t total_steps, const float* params) {
+  uint64_t lowest_step = ~uint64_t{0};
+  for (auto& shard : shards_) {
+    if (shard->stub == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(ShardName(*shard), ": no channel"));
+    }
+    grpc::ClientContext context;
+    v1::InitPartitionsResponse response;
+    auto writer = shard->stub->InitPartitions(&context, &response);
+    v1::InitPartitionsRequest request;
+    v1::InitHeader& header = *request.mutable_header();
+    header.set_job_id(identity_.job_id);
+    *header.mutable_job() = spec;
+    *header.mutable_plan() = plan_;
+    header.set_shard_index(shard->index);
+    header.set_total_steps(total_steps);
+    bool written = writer->Write(request);
+    for (uint32_t id : shard->partitions) {
+      if (!written) break;
+      const v1::Partition& partition = plan_.partitions(id);
+      v1::InitPartitionsRequest values;
+      v1::PartitionValues& initial = *values.mutable_initial();
+      initial.set_partition_id(id);
+      initial.set_dtype(v1::FLOAT32);
+      initial.set_data(reinterpret_cast<const char*>(params + partition.offset()),
+                       partition.length() * sizeof(float));
+      written = writer->Write(values);
+    }
+    writer->WritesDone();
+    absl::Status status =
+        FromGrpcStatus(writer->Finish(), absl::StrCat("InitPartitions on ", ShardName(*shard)));
+    if (!status.ok()) return status;
+    lowest_step = std::min(lowest_step, response.step());
+    LOG(INFO) << ShardName(*shard) << ": job " << identity_.job_id
+              << (response.created() ? " installed" : " already installed") << ", step "
+              << response.step()
+              << (response.restored_from().empty()
+                      ? std::string()
+                      : absl::StrCat(" (restored from ", response.restored_from(), ")"));
+  }
+  return shards_.empty() ? 0 : lowest_step;
+}
+
+absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst,
+                                   bool* finite) {
+  if (values.partition_id() >= static_cast<uint32_t>(plan_.partitions_size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the PS sent unknown partition ", values.partition_id()));
+  }
+  const v1::Partition& partition = plan_.partitions(values.partition_id());
+  if (values.dtype() != v1::FLOAT32 ||
+      values.data().size() != static_cast<size_t>(partition.length()) * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the PS sent partition ", partition.id(), " as ", v1::DType_Name(values.dtype()),
+        " with ", values.data().size(), " bytes; expected FLOAT32 with ",
+        partition.length() * sizeof(float)));
+  }
+  std::memcpy(dst + partition.offset(), values.data().data(), values.data().size());
+  if (finite != nullptr) *finite = ps::AllFinite(dst + partition.offset(), partition.length());
+  bytes_pulled_ += values.data().size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PsClient::PullAll(float* params) {
+  std::vector<bool> seen(plan_.partitions_size(), false);
+  uint64_t lowest_step = ~uint64_t{0};
+  for (auto& shard : shards_) {
+    grpc::ClientContext context;
+    v1::PullRequest request;
+    request.set_job_id(identity_.job_id);
+    auto reader = shard->stub->Pull(&context, request);
+    v1::PartitionValues values;
+    while (reader->Read(&values)) {
+      if (absl::Status s = StoreValues(values, params, nullptr); !s.ok()) {
+        context.TryCancel();
+        reader->Finish();
+        return s;
+      }
+      seen[values.partition_id()] = true;
+      lowest_step = std::min(lowest_step, values.step());
+    }
+    absl::Status status =
+        FromGrpcStatus(reader->Finish(), absl::StrCat("Pull from ", ShardName(*shard)));
+    if (!status.ok()) return status;
+  }
+  for (int id = 0; id < plan_.partitions_size(); ++id) {
+    if (!seen[id]) {
+      return absl::DataLossError(absl::StrCat(
+          "Pull: no shard sent partition ", id, " (owner: shard ", plan_.partitions(id).shard(),
+          ")"));
+    }
+  }
+  return plan_.partitions_size() == 0 ? 0 : lowest_step;
+}
+
+absl::Status PsClient::ConnectShard(Shard& shard) {
+  absl::MutexLock lock(&shard.write_mu);
+  shard.context = std::make_unique<grpc::ClientContext>();
+  shard.stream = shard.stub->PushPull(shard.context.get());
+  if (shard.stream == nullptr) {
+    return absl::UnavailableError(absl::StrCat("PushPull to ", ShardName(shard)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Open(float* incoming) {
+  incoming_ = incoming;
+  for (auto& shard : shards_) {
+    if (shard->stub == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(ShardName(*shard), ": no channel"));
+    }
+    if (absl::Status s = ConnectShard(*shard); !s.ok()) return s;
+    Shard* raw = shard.get();
+    shard->reader = std::thread([this, raw] { ReadLoop(raw); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::WritePush(Shard& shard, uint32_t partition, const PartitionState& state) {
+  const v1::Partition& info = plan_.partitions(partition);
+  absl::MutexLock lock(&shard.write_mu);
+  v1::GradientPush& message = shard.message;
+  message.set_job_id(identity_.job_id);
+  message.set_generation(identity_.generation);
+  message.set_step(state.step);
+  message.set_node_rank(identity_.node_rank);
+  message.set_partition_id(partition);
+  message.set_dtype(wire_dtype_);
+  message.set_sample_count(state.samples);
+  const size_t bytes = info.length() * ps::WireBytes(wire_dtype_);
+  std::string* data = message.mutable_data();
+  data->resize(bytes);
+  if (wire_dtype_ == v1::FLOAT32) {
+    std::memcpy(data->data(), state.data, bytes);
+  } else {
+    ps::NarrowInto(wire_dtype_, state.data, info.length(), data->data());
+  }
+  // A failed write means the stream broke: the reader sees it, reconnects and sends
+  // every push still awaiting its update again, this one included.
+  if (shard.stream->Write(message)) bytes_pushed_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* grad_sum,
+                            uint64_t sample_count) {
+  if (partition >= static_cast<uint32_t>(plan_.partitions_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("Push: unknown partition ", partition));
+  }
+  Shard* owner = nullptr;
+  for (auto& shard : shards_) {
+    if (shard->index == plan_.partitions(partition).shard()) owner = shard.get();
+  }
+  if (owner == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Push: partition ", partition, " belongs to shard ", plan_.partitions(partition).shard(),
+        ", which is not in the shard map"));
+  }
+  PartitionState state;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return failure_;
+    PartitionState& current = partitions_[partition];
+    current.awaiting = true;
+    current.step = step;
+    current.data = grad_sum;
+    current.samples = sample_count;
+    state = current;
+  }
+  return WritePush(*owner, partition, state);
+}
+
+absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !failure_.ok() || !partitions_[partition].awaiting ||
+           partitions_[partition].step != step;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no update of partition ", partition, " for step ", step, " from shard ",
+                     plan_.partitions(partition).shard(), " within ",
+                     absl::FormatDuration(timeout)));
+  }
+  return failure_;
+}
+
+void PsClient::ReadLoop(Shard* shard) {
+  v1::PartitionValues values;
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    grpc::ClientReaderWriter<v1::GradientPush, v1::PartitionValues>* stream;
+    {
+      absl::MutexLock lock(&shard->write_mu);
+      stream = shard->stream.get();
+    }
+    while (stream->Read(&values)) {
+      unreachable_since = absl::InfiniteFuture();
+      backoff = absl::Milliseconds(100);
+      bool finite = true;
+      absl::Status stored = StoreValues(values, incoming_, &finite);
+      absl::MutexLock lock(&mu_);
+      if (!stored.ok()) {
+        if (failure_.ok()) failure_ = stored;
+        continue;
+      }
+      PartitionState& state = partitions_[values.partition_id()];
+      // SYNC: the update of our step makes the values the parameters for step + 1;
+      // a re-sent older update does not count. ASYNC: any answer after our push.
+      if (mode_ != v1::SYNC || values.step() >= state.step + 1) state.awaiting = false;
+    }
+    const grpc::Status finished = stream->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+      if (!Retryable(finished.error_code())) {
+        if (failure_.ok()) {
+          failure_ = FromGrpcStatus(finished, absl::StrCat("PushPull to ", ShardName(*shard)));
+        }
+        return;
+      }
+    }
+    // The stream broke: reconnect with backoff and send again what still awaits an update.
+    if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
+    if (absl::Now() - unreachable_since > kReconnectBudget) {
+      absl::MutexLock lock(&mu_);
+      if (failure_.ok()) {
+        failure_ = absl::UnavailableError(absl::StrCat(
+            ShardName(*shard), " unreachable for ", absl::FormatDuration(kReconnectBudget),
+            ": ", finished.error_message()));
+      }
+      return;
+    }
+    LOG(WARNING) << "PushPull to " << ShardName(*shard) << " broke ("
+                 << finished.error_message() << "); reconnecting in "
+                 << absl::FormatDuration(backoff);
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+    }
+    if (!ConnectShard(*shard).ok()) continue;
+    ++reconnects_;
+    std::vector<std::pair<uint32_t, PartitionState>> resend;
+    {
+      absl::MutexLock lock(&mu_);
+      for (uint32_t id : shard->partitions) {
+        if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id]);
+      }
+    }
+    for (const auto& [id, state] : resend) WritePush(*shard, id, state);
+  }
+}
+
+void PsClient::Close() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return;
+    closing_ = true;
+    if (failure_.ok()) failure_ = absl::CancelledError("PS client closed");
+  }
+  for (auto& shard : shards_) {
+    {
+      absl::MutexLock lock(&shard->write_mu);
+      if (shard->context != nullptr) shard->context->TryCancel();
+    }
+    if (shard->reader.joinable()) shard->reader.join();
+  }
+}
+
+}  // namespace tributary::worker

@@ -1,0 +1,116 @@
+// The node leader's client of the parameter server shards, in ps-lite's three
+// verbs: Push a partition's gradient sum, Pull current values, and Wait for a
+// partition's update. One PushPull stream per shard; updates are written into the
+// caller's flat buffer as they arrive, partitions complete independently.
+//
+//   PsClient ps(identity, plan, shards, channel_options, v1::FLOAT32);
+//   ps.Open(incoming.data());
+//   ps.Push(step, p, node_grad.data() + plan.partitions(p).offset(), samples);  // per p
+//   ps.WaitUpdated(p, step, timeout);  // incoming[p] now holds the values for step + 1
+#ifndef TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
+#define TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "proto/coordinator.pb.h"
+#include "proto/parameter_server.grpc.pb.h"
+
+namespace tributary::worker {
+
+// Who is pushing: from the worker's Assignment.
+struct PsIdentity {
+  std::string job_id;
+  uint64_t generation = 0;
+  uint32_t node_rank = 0;
+};
+
+class PsClient {
+ public:
+  // plan: the job's partition plan; shards: the Assignment's shard map (index order).
+  PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
+           ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype);
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  // Installs the job on every shard (idempotent on the PS side): the plan, the spec and
+  // the initial values (params: the whole flat buffer). Returns the lowest step the
+  // shards stand at (0 for a fresh job, more when they were already training).
+  absl::StatusOr<uint64_t> InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
+                                          const float* params);
+
+  // Current values of every partition, written into params (the whole flat buffer).
+  // Returns the lowest step they are for.
+  absl::StatusOr<uint64_t> PullAll(float* params);
+
+  // Opens the PushPull streams. Updates land in incoming (the whole flat buffer),
+  // which must outlive the client.
+  absl::Status Open(float* incoming);
+
+  // Sends partition p's gradient sum for `step`. grad_sum points at the partition's
+  // first element and must stay valid until WaitUpdated(p, step) returns: after a
+  // reconnect it is sent again (the shard ignores exact duplicates).
+  absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
+                    uint64_t sample_count);
+
+  // Blocks until partition p holds the update that followed our push for `step`.
+  // FAILED_PRECONDITION when a shard refused the push as stale (a new generation:
+  // re-rendezvous); DEADLINE_EXCEEDED after `timeout`.
+  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout);
+
+  // Closes every stream (pending waits fail with CANCELLED).
+  void Close();
+
+  uint64_t bytes_pushed() const { return bytes_pushed_; }
+  uint64_t bytes_pulled() const { return bytes_pulled_; }
+  int reconnects() const { return reconnects_; }
+  const v1::PartitionPlan& plan() const { return plan_; }
+
+ private:
+  struct Shard;
+  struct PartitionState {
+    bool awaiting = false;       // Pushed, update not yet received.
+    uint64_t step = 0;           // Step of the latest push.
+    const float* data = nullptr; // What was pushed (for re-sending).
+    uint64_t samples = 0;
+  };
+
+  absl::Status ConnectShard(Shard& shard);
+  void ReadLoop(Shard* shard);
+  absl::Status WritePush(Shard& shard, uint32_t partition, const PartitionState& state);
+  absl::Status StoreValues(const v1::PartitionValues& values, float* dst, bool* finite);
+  std::string ShardName(const Shard& shard) const;
+
+  const PsIdentity identity_;
+  const v1::PartitionPlan plan_;
+  const ChannelOptions channel_options_;
+  const v1::TrainingMode mode_;
+  const v1::DType wire_dtype_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  float* incoming_ = nullptr;
+
+  absl::Mutex mu_;
+  std::vector<PartitionState> partitions_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // Sticky: a refused push or a closed client.
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::atomic<uint64_t> bytes_pushed_{0};
+  std::atomic<uint64_t> bytes_pulled_{0};
+  std::atomic<int> reconnects_{0};
+};
+
+}  // namespace tributary::worker
+
+#endif  // TRIBUTARY_WORKER_COMM_PS_CLIENT_H_

@@ -1,0 +1,354 @@
+#include "worker/training_session.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/batch_split.h"
+#include "common/job_spec.h"
+#include "common/partition_plan.h"
+#include "worker/engine/model_registry.h"
+#include "worker/engine/replica_factory.h"
+#include "worker/engine/trainer.h"
+
+namespace tributary::worker {
+namespace {
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
+    const v1::Assignment& assignment, const engine::Datasets& data,
+    const SessionOptions& options) {
+  const v1::JobSpec& spec = assignment.job();
+  absl::StatusOr<engine::ModelDef> model = engine::BuildModel(spec.model());
+  if (!model.ok()) return model.status();
+  if (absl::Status fits = engine::CheckModelFitsData(*model, data.train); !fits.ok()) {
+    return fits;
+  }
+  if (assignment.shards_size() == 0) {
+    return absl::FailedPreconditionError("the assignment has no PS shards");
+  }
+  if (assignment.devices_size() != static_cast<int>(assignment.replicas()) ||
+      assignment.replicas() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the assignment gives ",
+                                                   assignment.devices_size(), " devices for ",
+                                                   assignment.replicas(), " replicas"));
+  }
+  absl::StatusOr<v1::PartitionPlan> plan = MakePartitionPlan(
+      model->Layout(), spec.partition_bytes(), static_cast<uint32_t>(assignment.shards_size()));
+  if (!plan.ok()) return plan.status();
+  const uint64_t total_steps = TotalSteps(spec, data.train.size());
+
+  std::unique_ptr<TrainingSession> session(new TrainingSession(
+      assignment, data, options, *std::move(model), *std::move(plan), total_steps));
+
+  // Replicas: one per assigned device; CPU replicas share the host parameters.
+  std::vector<std::unique_ptr<engine::Replica>> replicas;
+  for (const v1::Device& device : assignment.devices()) {
+    engine::DeviceSpec spec_of_device;
+    if (device.kind() == v1::GPU) {
+      spec_of_device.kind = engine::DeviceSpec::Kind::kGpu;
+      spec_of_device.gpu = device.index();
+    }
+    absl::StatusOr<std::unique_ptr<engine::Replica>> replica =
+        engine::CreateReplica(session->model_, spec_of_device, session->params_.data());
+    if (!replica.ok()) return replica.status();
+    replicas.push_back(*std::move(replica));
+  }
+  session->replicas_ = std::make_unique<engine::ReplicaGroup>(std::move(replicas));
+  session->scratch_.resize(assignment.replicas());
+  {
+    absl::MutexLock lock(&session->mu_);
+    session->final_from_.assign(assignment.replicas(), session->model_.num_parameters);
+  }
+
+  // The node group's reducer.
+  const bool gpus = assignment.devices(0).kind() == v1::GPU;
+  if (assignment.local_world_size() > 1 || (gpus && assignment.node_replicas() > 1)) {
+    session->rendezvous_ =
+        MakeCoordinatorRendezvousClient(options.coordinator, assignment.rendezvous_id());
+  }
+  if (gpus && engine::BuiltWithCuda() &&
+      (assignment.local_world_size() > 1 || assignment.replicas() > 1)) {
+    NcclGroupOptions nccl;
+    nccl.first_rank = assignment.first_replica() - assignment.node_first_replica();
+    nccl.world_size = assignment.node_replicas();
+    nccl.timeout = options.collective_timeout;
+    absl::StatusOr<std::unique_ptr<IntraNodeReducer>> reducer =
+        MakeNcclReducer(*session->replicas_, *session->rendezvous_, nccl);
+    if (!reducer.ok()) return reducer.status();
+    session->reducer_ = *std::move(reducer);
+  } else if (assignment.local_world_size() > 1) {
+    GroupOptions gloo;
+    gloo.local_rank = assignment.local_rank();
+    gloo.local_world_size = assignment.local_world_size();
+    gloo.bind_host = options.bind_host;
+    gloo.timeout = options.collective_timeout;
+    absl::StatusOr<std::unique_ptr<IntraNodeReducer>> reducer =
+        MakeGlooReducer(*session->replicas_, *session->rendezvous_, gloo);
+    if (!reducer.ok()) return reducer.status();
+    session->reducer_ = *std::move(reducer);
+  } else {
+    session->reducer_ = MakeThreadReducer(*session->replicas_);
+  }
+
+  if (assignment.node_leader()) {
+    PsIdentity identity{assignment.job_id(), assignment.generation(), assignment.node_rank()};
+    session->ps_ = std::make_unique<PsClient>(
+        identity, session->plan_,
+        std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
+        options.ps_channel, spec.mode(), spec.wire_dtype());
+  }
+  session->comm_thread_ = std::thread([s = session.get()] { s->CommLoop(); });
+  LOG(INFO) << "generation " << assignment.generation() << ": " << assignment.replicas()
+            << " replica(s) on " << assignment.devices(0).name() << ", node "
+            << assignment.node_rank() << " of " << assignment.num_nodes() << ", local rank "
+            << assignment.local_rank() << " of " << assignment.local_world_size()
+            << ", reduction " << session->reducer_->name() << ", "
+            << session->plan_.partitions_size() << " partition(s) over "
+            << assignment.shards_size() << " shard(s), " << total_steps << " steps";
+  return session;
+}
+
+TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datasets& data,
+                                 SessionOptions options, engine::ModelDef model,
+                                 v1::PartitionPlan plan, uint64_t total_steps)
+    : assignment_(std::move(assignment)),
+      data_(data),
+      options_(std::move(options)),
+      model_(std::move(model)),
+      plan_(std::move(plan)),
+      total_steps_(total_steps),
+      sampler_(assignment_.job(), data.train.size()),
+      params_(model_.num_parameters),
+      node_grad_(model_.num_parameters),
+      incoming_(assignment_.node_leader() ? model_.num_parameters : 0) {
+  // Every party generates the same initial parameters from the job's seed; the PS
+  // keeps whatever it already holds, and Prepare() pulls that.
+  engine::InitParameters(model_, assignment_.job().seed(), params_.data());
+}
+
+TrainingSession::~TrainingSession() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (comm_thread_.joinable()) comm_thread_.join();
+  if (ps_ != nullptr) ps_->Close();
+}
+
+std::vector<std::string> TrainingSession::replica_devices() const {
+  std::vector<std::string> devices;
+  for (int i = 0; i < replicas_->size(); ++i) devices.push_back(replicas_->replica(i).device());
+  return devices;
+}
+
+std::vector<uint64_t> TrainingSession::replica_batch_sizes(uint64_t step) {
+  std::vector<uint64_t> sizes;
+  const uint64_t batch = sampler_.BatchSize(step);
+  for (uint32_t i = 0; i < assignment_.replicas(); ++i) {
+    sizes.push_back(
+        PartsRange(batch, assignment_.total_replicas(), assignment_.first_replica() + i, 1)
+            .count);
+  }
+  return sizes;
+}
+
+absl::StatusOr<uint64_t> TrainingSession::Prepare() {
+  uint64_t step = assignment_.resume_step();
+  if (leader()) {
+    absl::StatusOr<uint64_t> installed =
+        ps_->InitPartitions(assignment_.job(), total_steps_, params_.data());
+    if (!installed.ok()) return installed.status();
+    absl::StatusOr<uint64_t> pulled = ps_->PullAll(params_.data());
+    if (!pulled.ok()) return pulled.status();
+    if (*pulled != step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the PS shards stand at step ", *pulled, " but the assignment of generation ",
+          assignment_.generation(), " resumes at step ", step));
+    }
+    if (absl::Status opened = ps_->Open(incoming_.data()); !opened.ok()) return opened;
+  }
+  // The leader's pulled parameters become every replica's of the node group.
+  for (const v1::Partition& partition : plan_.partitions()) {
+    absl::Status s =
+        reducer_->BroadcastParameters(params_.data(), partition.offset(), partition.length());
+    if (!s.ok()) return s;
+  }
+  return step;
+}
+
+engine::Batch TrainingSession::GatherReplica(int i, const std::vector<uint64_t>& global) {
+  const SampleRange mine = PartsRange(global.size(), assignment_.total_replicas(),
+                                      assignment_.first_replica() + i, 1);
+  Scratch& s = scratch_[i];
+  s.ids.assign(global.begin() + mine.offset, global.begin() + mine.offset + mine.count);
+  s.features.resize(mine.count * data_.train.feature_size());
+  s.labels.resize(mine.count);
+  data_.train.Gather(s.ids.data(), mine.count, s.features.data(), s.labels.data());
+  engine::Batch result;
+  result.features = s.features.data();
+  result.labels = s.labels.data();
+  result.sample_ids = s.ids.data();
+  result.count = static_cast<int64_t>(mine.count);
+  return result;
+}
+
+void TrainingSession::CommLoop() {
+  while (true) {
+    uint64_t step;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || comm_pending_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      comm_pending_ = false;
+      step = comm_step_;
+    }
+    absl::Status status = ReduceAndPush(step);
+    absl::MutexLock lock(&mu_);
+    comm_status_ = status;
+    comm_done_ = true;
+  }
+}
+
+absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
+  const uint64_t node_samples =
+      PartsRange(sampler_.BatchSize(step), assignment_.total_replicas(),
+                 assignment_.node_first_replica(), assignment_.node_replicas())
+          .count;
+  // Last partition first: the order backward finishes them, the same in every process
+  // of the node group (collectives must match).
+  for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
+    const v1::Partition& partition = plan_.partitions(id);
+    {
+      absl::MutexLock lock(&mu_);
+      auto final_here = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (stopping_ || comm_abort_) return true;
+        for (int64_t from : final_from_) {
+          if (from > partition.offset()) return false;
+        }
+        return true;
+      };
+      mu_.Await(absl::Condition(&final_here));
+      if (stopping_) return absl::CancelledError("session closing");
+      if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
+    }
+    const absl::Time start = absl::Now();
+    absl::Status reduced = reducer_->ReduceGradients(
+        partition.offset(), partition.length(), node_grad_.data() + partition.offset());
+    {
+      absl::MutexLock lock(&mu_);
+      reduce_seconds_ += SecondsSince(start);
+    }
+    if (!reduced.ok()) return reduced;
+    if (leader()) {
+      absl::Status pushed =
+          ps_->Push(step, partition.id(), node_grad_.data() + partition.offset(), node_samples);
+      if (!pushed.ok()) return pushed;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::ApplyUpdate(uint64_t step, const v1::Partition& partition,
+                                          double* waited) {
+  if (leader()) {
+    const absl::Time start = absl::Now();
+    const absl::Time give_up = start + options_.update_timeout;
+    while (true) {
+      absl::Status status = ps_->WaitUpdated(partition.id(), step, absl::Milliseconds(200));
+      if (status.ok()) break;
+      if (status.code() != absl::StatusCode::kDeadlineExceeded) return status;
+      if (options_.interrupted) {
+        if (std::string why = options_.interrupted(); !why.empty()) {
+          return absl::AbortedError(absl::StrCat("step ", step, " interrupted: ", why));
+        }
+      }
+      if (absl::Now() > give_up) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "step ", step, ": partition ", partition.id(), " got no update from shard ",
+            partition.shard(), " within ", absl::FormatDuration(options_.update_timeout)));
+      }
+    }
+    *waited += SecondsSince(start);
+    std::memcpy(params_.data() + partition.offset(), incoming_.data() + partition.offset(),
+                partition.length() * sizeof(float));
+  }
+  return reducer_->BroadcastParameters(params_.data(), partition.offset(), partition.length());
+}
+
+absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
+  StepStats stats;
+  stats.step = step;
+  const absl::Time start = absl::Now();
+  const std::vector<uint64_t> global = sampler_.GlobalBatch(step);
+  std::vector<engine::Batch> batches(replicas_->size());
+  for (int i = 0; i < replicas_->size(); ++i) batches[i] = GatherReplica(i, global);
+  {
+    absl::MutexLock lock(&mu_);
+    final_from_.assign(replicas_->size(), model_.num_parameters);
+    comm_step_ = step;
+    comm_pending_ = true;
+    comm_done_ = false;
+    comm_abort_ = false;
+    reduce_seconds_ = 0;
+  }
+  std::vector<engine::LossStats> losses(replicas_->size());
+  stats.replica_seconds.assign(replicas_->size(), 0);
+  const engine::DropoutKey key{assignment_.job().seed(), step};
+  absl::Status computed = replicas_->RunOnAll([&](int i) -> absl::Status {
+    const absl::Time replica_start = absl::Now();
+    absl::StatusOr<engine::LossStats> loss = replicas_->replica(i).ForwardBackward(
+        batches[i], key, [this, i](int, int64_t offset, int64_t) {
+          absl::MutexLock lock(&mu_);
+          final_from_[i] = std::min(final_from_[i], offset);
+        });
+    if (!loss.ok()) return loss.status();
+    losses[i] = *loss;
+    stats.replica_seconds[i] = SecondsSince(replica_start);
+    return absl::OkStatus();
+  });
+  {
+    // Everything is final once every replica returned (an empty slice reports nothing);
+    // after a failure nothing may be pushed.
+    absl::MutexLock lock(&mu_);
+    std::fill(final_from_.begin(), final_from_.end(), 0);
+    if (!computed.ok()) comm_abort_ = true;
+  }
+  stats.compute_seconds = SecondsSince(start);
+  absl::Status communicated;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&comm_done_));
+    communicated = comm_status_;
+    stats.reduce_seconds = reduce_seconds_;
+  }
+  if (!computed.ok()) return computed;
+  if (!communicated.ok()) return communicated;
+  for (const engine::LossStats& loss : losses) stats.loss += loss;
+
+  // First partition first: the next forward needs the first layers first.
+  for (const v1::Partition& partition : plan_.partitions()) {
+    absl::Status applied = ApplyUpdate(step, partition, &stats.push_wait_seconds);
+    if (!applied.ok()) return applied;
+  }
+  stats.step_seconds = SecondsSince(start);
+  return stats;
+}
+
+absl::StatusOr<engine::LossStats> TrainingSession::Evaluate() {
+  if (data_.test.size() == 0) {
+    return absl::FailedPreconditionError("the dataset has no test split");
+  }
+  return replicas_->Evaluate(data_.test, options_.eval_batch_size);
+}
+
+}  // namespace tributary::worker

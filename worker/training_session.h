@@ -1,0 +1,148 @@
+// One generation of training inside a worker process: its replicas, its node
+// group's reducer, and (on the node leader) its PS client. A step runs DESIGN.md's
+// data path: replicas compute forward/backward on their slice of the global batch;
+// as backward finishes each partition (last layer first) a communication thread
+// reduces it over the node group and the leader pushes it to its shard; then the
+// updated partitions are written into the parameter buffer and broadcast to every
+// replica of the node before the next forward.
+#ifndef TRIBUTARY_WORKER_TRAINING_SESSION_H_
+#define TRIBUTARY_WORKER_TRAINING_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "common/optimizer.h"
+#include "proto/coordinator.pb.h"
+#include "worker/comm/intra_node_reducer.h"
+#include "worker/comm/ps_client.h"
+#include "worker/comm/rendezvous_client.h"
+#include "worker/engine/dataset.h"
+#include "worker/engine/model.h"
+#include "worker/engine/replica_group.h"
+#include "worker/engine/sampler.h"
+
+namespace tributary::worker {
+
+struct SessionOptions {
+  std::shared_ptr<grpc::Channel> coordinator;  // For the rendezvous KV.
+  ChannelOptions ps_channel;                   // For the PS shards.
+  std::string bind_host = "127.0.0.1";         // Gloo's TCP transport.
+  absl::Duration collective_timeout = absl::Seconds(30);
+  // How long a step may wait for one partition's update before it fails.
+  absl::Duration update_timeout = absl::Seconds(120);
+  int64_t eval_batch_size = 1000;
+  // Checked while waiting: returns a reason to give up the step (a new generation,
+  // a stop), or an empty string to keep waiting.
+  std::function<std::string()> interrupted;
+};
+
+// What one step did, from this worker's point of view.
+struct StepStats {
+  uint64_t step = 0;
+  engine::LossStats loss;         // Over this worker's replicas.
+  double compute_seconds = 0;     // Forward + backward of the replicas.
+  std::vector<double> replica_seconds;  // Forward + backward of each replica.
+  double reduce_seconds = 0;      // Intra-node reduction (overlapped with backward).
+  double push_wait_seconds = 0;   // Leader: waiting for the PS's updates.
+  double step_seconds = 0;
+};
+
+class TrainingSession {
+ public:
+  // Builds the model, the replicas on the assignment's devices, the partition plan,
+  // the reducer (threads / Gloo / NCCL) and, on the node leader, the PS client.
+  // `data` must outlive the session.
+  static absl::StatusOr<std::unique_ptr<TrainingSession>> Create(
+      const v1::Assignment& assignment, const engine::Datasets& data,
+      const SessionOptions& options);
+  ~TrainingSession();
+
+  // Installs the job on the PS shards (leader, idempotent), pulls the current
+  // parameters and broadcasts them over the node group. Returns the step training
+  // resumes from, checked against the assignment's resume_step.
+  absl::StatusOr<uint64_t> Prepare();
+
+  // Runs step `step` to the end: when it returns OK, every replica of this process
+  // holds the parameters for step + 1.
+  absl::StatusOr<StepStats> RunStep(uint64_t step);
+
+  // Loss and accuracy of the current parameters on the test split.
+  absl::StatusOr<engine::LossStats> Evaluate();
+
+  uint64_t total_steps() const { return total_steps_; }
+  uint64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
+  uint64_t EpochOf(uint64_t step) const { return sampler_.EpochOf(step); }
+  const engine::ModelDef& model() const { return model_; }
+  const v1::Assignment& assignment() const { return assignment_; }
+  const v1::PartitionPlan& plan() const { return plan_; }
+  const std::vector<float>& parameters() const { return params_; }
+  std::string reduce_backend() const { return reducer_->name(); }
+  uint64_t bytes_pushed() const { return ps_ ? ps_->bytes_pushed() : 0; }
+  uint64_t bytes_pulled() const { return ps_ ? ps_->bytes_pulled() : 0; }
+  std::vector<std::string> replica_devices() const;
+  std::vector<uint64_t> replica_batch_sizes(uint64_t step);
+
+ private:
+  TrainingSession(v1::Assignment assignment, const engine::Datasets& data,
+                  SessionOptions options, engine::ModelDef model, v1::PartitionPlan plan,
+                  uint64_t total_steps);
+
+  bool leader() const { return assignment_.node_leader(); }
+  // Gathers replica i's slice of the step's global batch into its scratch.
+  engine::Batch GatherReplica(int i, const std::vector<uint64_t>& global);
+  // The communication thread: reduces (and, on the leader, pushes) partitions from
+  // last to first as backward finishes them.
+  void CommLoop();
+  absl::Status ReduceAndPush(uint64_t step);
+  // Waits for partition p's update (leader) and broadcasts it over the node group.
+  absl::Status ApplyUpdate(uint64_t step, const v1::Partition& partition, double* waited);
+
+  const v1::Assignment assignment_;
+  const engine::Datasets& data_;
+  const SessionOptions options_;
+  const engine::ModelDef model_;
+  const v1::PartitionPlan plan_;
+  const uint64_t total_steps_;
+  engine::Sampler sampler_;
+
+  std::vector<float> params_;    // This process's host parameters (replicas read them).
+  std::vector<float> node_grad_; // Leader: the node's gradient sum; others: scratch.
+  std::vector<float> incoming_;  // Leader: partitions as the PS sends them.
+  std::unique_ptr<engine::ReplicaGroup> replicas_;
+  std::unique_ptr<RendezvousClient> rendezvous_;
+  std::unique_ptr<IntraNodeReducer> reducer_;
+  std::unique_ptr<PsClient> ps_;
+
+  struct Scratch {
+    std::vector<uint64_t> ids;
+    std::vector<float> features;
+    std::vector<int32_t> labels;
+  };
+  std::vector<Scratch> scratch_;
+
+  // Backward progress shared with the communication thread.
+  absl::Mutex mu_;
+  std::vector<int64_t> final_from_ ABSL_GUARDED_BY(mu_);  // Per replica: grads [x, end) final.
+  uint64_t comm_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool comm_pending_ ABSL_GUARDED_BY(mu_) = false;  // A step for the comm thread to do.
+  bool comm_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool comm_abort_ ABSL_GUARDED_BY(mu_) = false;    // The replicas failed: push nothing.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status comm_status_ ABSL_GUARDED_BY(mu_);
+  double reduce_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread comm_thread_;
+};
+
+}  // namespace tributary::worker
+
+#endif  // TRIBUTARY_WORKER_TRAINING_SESSION_H_

@@ -1,0 +1,516 @@
+#include "worker/worker_runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <glog/logging.h>
+#include <grpcpp/client_context.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/job_spec.h"
+#include "common/process.h"
+#include "worker/engine/cpu_executor.h"
+
+namespace tributary::worker {
+namespace {
+
+prometheus::Histogram::BucketBoundaries SecondsBuckets() {
+  return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
+std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  return context;
+}
+
+}  // namespace
+
+WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& registry)
+    : options_(std::move(options)),
+      steps_gauge_(prometheus::BuildGauge()
+                       .Name("tributary_worker_steps_completed")
+                       .Help("Training steps this worker has completed in the current job.")
+                       .Register(registry)
+                       .Add({})),
+      generation_gauge_(prometheus::BuildGauge()
+                            .Name("tributary_worker_generation")
+                            .Help("Generation this worker trains in (0: none).")
+                            .Register(registry)
+                            .Add({})),
+      samples_per_second_gauge_(prometheus::BuildGauge()
+                                    .Name("tributary_worker_samples_per_second")
+                                    .Help("This worker's recent training throughput.")
+                                    .Register(registry)
+                                    .Add({})),
+      test_accuracy_gauge_(prometheus::BuildGauge()
+                               .Name("tributary_worker_test_accuracy")
+                               .Help("Latest test accuracy this worker measured (-1: none).")
+                               .Register(registry)
+                               .Add({})),
+      step_seconds_(prometheus::BuildHistogram()
+                        .Name("tributary_worker_step_seconds")
+                        .Help("Wall time of a training step, compute through update.")
+                        .Register(registry)
+                        .Add({}, SecondsBuckets())),
+      push_wait_seconds_(prometheus::BuildHistogram()
+                             .Name("tributary_worker_push_wait_seconds")
+                             .Help("Per step: time the node leader waited for PS updates.")
+                             .Register(registry)
+                             .Add({}, SecondsBuckets())),
+      reduce_seconds_(prometheus::BuildHistogram()
+                          .Name("tributary_worker_reduce_seconds")
+                          .Help("Per step: intra-node gradient reduction time.")
+                          .Register(registry)
+                          .Add({}, SecondsBuckets())),
+      bytes_pushed_counter_(prometheus::BuildCounter()
+                                .Name("tributary_worker_bytes_pushed_total")
+                                .Help("Gradient bytes this worker pushed to the PS.")
+                                .Register(registry)
+                                .Add({})),
+      bytes_pulled_counter_(prometheus::BuildCounter()
+                                .Name("tributary_worker_bytes_pulled_total")
+                                .Help("Parameter bytes this worker received from the PS.")
+                                .Register(registry)
+                                .Add({})),
+      step_failures_(prometheus::BuildCounter()
+                         .Name("tributary_worker_step_failures_total")
+                         .Help("Steps or set-ups abandoned, by reason.")
+                         .Register(registry)) {
+  test_accuracy_gauge_.Set(-1);
+}
+
+WorkerRuntime::~WorkerRuntime() {
+  stopping_ = true;
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void WorkerRuntime::SetEndpoint(const std::string& host, int grpc_port, int http_port) {
+  options_.advertise_host = host;
+  options_.grpc_port = grpc_port;
+  options_.http_port = http_port;
+}
+
+absl::Status WorkerRuntime::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_node_name(options_.node_name);
+  request.set_host(options_.advertise_host);
+  request.set_grpc_port(options_.grpc_port);
+  request.set_http_port(options_.http_port);
+  for (const v1::Device& device : devices_) *request.add_devices() = device;
+  for (int gpu : options_.devices.gpus) request.add_requested_gpus(gpu);
+  request.set_pid(getpid());
+  request.set_version(kVersion);
+  const absl::Time give_up = absl::Now() + options_.register_timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    v1::RegisterWorkerResponse response;
+    auto context = Deadline(absl::Seconds(10));
+    const grpc::Status status = stub_->RegisterWorker(context.get(), request, &response);
+    if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      worker_id_ = response.worker_id();
+      if (response.heartbeat_interval_ms() > 0) {
+        heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+      }
+      if (response.has_assignment() && response.assignment().generation() > 0) {
+        pending_ = response.assignment();
+      }
+      LOG(INFO) << "registered with the coordinator at " << options_.coordinator_address
+                << " as " << worker_id_ << " (node " << options_.node_name << ", "
+                << devices_.size() << " device(s))";
+      return absl::OkStatus();
+    }
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return FromGrpcStatus(status, "RegisterWorker");
+    }
+    if (absl::Now() > give_up || (shutdown_ != nullptr && shutdown_->requested())) {
+      return FromGrpcStatus(status, absl::StrCat("RegisterWorker: the coordinator at ",
+                                                 options_.coordinator_address,
+                                                 " did not answer within ",
+                                                 absl::FormatDuration(options_.register_timeout)));
+    }
+    LOG_EVERY_N(INFO, 20) << "waiting for the coordinator at " << options_.coordinator_address
+                          << ": " << status.error_message();
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+void WorkerRuntime::SendHeartbeat() {
+  v1::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    request.set_generation(current_.generation());
+    request.set_phase(progress_.phase);
+    request.set_step(progress_.step);
+    request.set_epoch(progress_.epoch);
+    request.set_loss(progress_.loss);
+    request.set_test_accuracy(progress_.test_accuracy);
+    request.set_test_loss(progress_.test_loss);
+    request.set_samples_per_second(progress_.samples_per_second);
+    request.set_step_seconds(progress_.step_seconds);
+    request.set_push_wait_seconds(progress_.push_wait_seconds);
+    request.set_error(progress_.error);
+    request.set_steps_per_epoch(progress_.steps_per_epoch);
+    request.set_total_steps(progress_.total_steps);
+  }
+  request.set_bytes_pushed(bytes_pushed_);
+  request.set_bytes_pulled(bytes_pulled_);
+  v1::HeartbeatResponse response;
+  auto context = Deadline(absl::Seconds(10));
+  const grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    // The coordinator forgot us (it restarted, or we were silent too long).
+    LOG(WARNING) << "coordinator does not know " << request.worker_id()
+                 << "; registering again: " << status.error_message();
+    if (absl::Status registered = Register(); !registered.ok()) {
+      LOG(ERROR) << registered;
+    }
+    return;
+  }
+  if (!status.ok()) {
+    LOG_EVERY_N(WARNING, 10) << "heartbeat: " << status.error_message();
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (response.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+  }
+  switch (response.action()) {
+    case v1::ACTION_RENDEZVOUS:
+      if (response.assignment().generation() > std::max(current_.generation(),
+                                                         pending_.generation())) {
+        LOG(INFO) << "new assignment: generation " << response.assignment().generation()
+                  << (response.message().empty() ? "" : " (" + response.message() + ")");
+        pending_ = response.assignment();
+        job_stopped_ = false;
+      }
+      paused_ = false;
+      break;
+    case v1::ACTION_PAUSE:
+      if (!paused_) LOG(INFO) << "pausing at the next step boundary: " << response.message();
+      paused_ = true;
+      break;
+    case v1::ACTION_CONTINUE:
+      if (paused_) LOG(INFO) << "resuming";
+      paused_ = false;
+      break;
+    case v1::ACTION_STOP:
+      if (!job_stopped_ && current_.generation() > 0) {
+        LOG(INFO) << "job ended: " << response.message();
+      }
+      job_stopped_ = true;
+      paused_ = false;
+      break;
+    default:
+      break;
+  }
+}
+
+void WorkerRuntime::HeartbeatLoop() {
+  while (!stopping_) {
+    SendHeartbeat();
+    absl::Duration interval;
+    {
+      absl::MutexLock lock(&mu_);
+      interval = heartbeat_interval_;
+    }
+    // Sleep in slices so that stopping is prompt.
+    const absl::Time next = absl::Now() + interval;
+    while (!stopping_ && absl::Now() < next) {
+      absl::SleepFor(std::min(absl::Milliseconds(50), next - absl::Now()));
+    }
+  }
+}
+
+void WorkerRuntime::SetPhase(v1::WorkerPhase phase, const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  progress_.phase = phase;
+  progress_.error = error;
+}
+
+std::string WorkerRuntime::Interruption() {
+  if (shutdown_ != nullptr && shutdown_->requested()) return "shutting down";
+  absl::MutexLock lock(&mu_);
+  if (pending_.generation() > current_.generation()) {
+    return absl::StrCat("new generation ", pending_.generation());
+  }
+  if (job_stopped_) return "job stopped";
+  return "";
+}
+
+absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::JobSpec& spec) {
+  const std::string key = absl::StrCat(spec.dataset().SerializeAsString(), "/", spec.seed());
+  if (datasets_ == nullptr || datasets_key_ != key) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<engine::Datasets> loaded = engine::LoadDatasets(spec.dataset(), spec.seed());
+    if (!loaded.ok()) return loaded.status();
+    datasets_ = std::make_unique<engine::Datasets>(*std::move(loaded));
+    datasets_key_ = key;
+    LOG(INFO) << "loaded " << datasets_->train.size() << " training and "
+              << datasets_->test.size() << " test samples from " << datasets_->train.source
+              << " in " << absl::FormatDuration(absl::Now() - start);
+  }
+  return datasets_.get();
+}
+
+void WorkerRuntime::WaitWhilePaused() {
+  absl::MutexLock lock(&mu_);
+  if (!paused_) return;
+  const v1::WorkerPhase previous = progress_.phase;
+  progress_.phase = v1::WORKER_PAUSED;
+  auto resume = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !paused_ || job_stopped_ || pending_.generation() > current_.generation() ||
+           (shutdown_ != nullptr && shutdown_->requested());
+  };
+  while (!mu_.AwaitWithTimeout(absl::Condition(&resume), absl::Milliseconds(200))) {
+  }
+  progress_.phase = previous;
+}
+
+void WorkerRuntime::EvaluateInto(TrainingSession& session) {
+  absl::StatusOr<engine::LossStats> evaluated = session.Evaluate();
+  if (!evaluated.ok()) {
+    LOG_FIRST_N(WARNING, 1) << "no evaluation: " << evaluated.status();
+    return;
+  }
+  test_accuracy_gauge_.Set(evaluated->accuracy());
+  absl::MutexLock lock(&mu_);
+  progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
+  progress_.test_loss = static_cast<float>(evaluated->mean_loss());
+}
+
+void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
+  const v1::Assignment& assignment = session.assignment();
+  const uint64_t eval_interval = assignment.job().eval_interval_steps() > 0
+                                     ? assignment.job().eval_interval_steps()
+                                     : session.steps_per_epoch();
+  const bool evaluates = assignment.global_rank() == 0;
+  double throughput = 0;
+  for (uint64_t step = first_step; step < session.total_steps(); ++step) {
+    WaitWhilePaused();
+    if (std::string why = Interruption(); !why.empty()) {
+      LOG(INFO) << "leaving generation " << assignment.generation() << " before step " << step
+                << ": " << why;
+      return;
+    }
+    absl::StatusOr<StepStats> stats = session.RunStep(step);
+    if (!stats.ok()) {
+      const std::string why = Interruption();
+      step_failures_.Add({{"reason", why.empty() ? "error" : "interrupted"}}).Increment();
+      if (!why.empty()) {
+        LOG(INFO) << "step " << step << " abandoned: " << why;
+        return;
+      }
+      // A peer or a shard failed: say so and wait for the coordinator's next generation.
+      LOG(WARNING) << "step " << step << " failed: " << stats.status();
+      SetPhase(v1::WORKER_RENDEZVOUS, std::string(stats.status().message()));
+      return;
+    }
+    const double samples_per_second =
+        stats->step_seconds > 0 ? stats->loss.samples / stats->step_seconds : 0;
+    throughput = throughput == 0 ? samples_per_second : 0.9 * throughput + 0.1 * samples_per_second;
+    step_seconds_.Observe(stats->step_seconds);
+    push_wait_seconds_.Observe(stats->push_wait_seconds);
+    reduce_seconds_.Observe(stats->reduce_seconds);
+    steps_gauge_.Set(static_cast<double>(step + 1));
+    samples_per_second_gauge_.Set(throughput);
+    const uint64_t pushed = session.bytes_pushed(), pulled = session.bytes_pulled();
+    bytes_pushed_counter_.Increment(static_cast<double>(pushed - std::min(pushed, bytes_pushed_.load())));
+    bytes_pulled_counter_.Increment(static_cast<double>(pulled - std::min(pulled, bytes_pulled_.load())));
+    bytes_pushed_ = pushed;
+    bytes_pulled_ = pulled;
+    {
+      absl::MutexLock lock(&mu_);
+      progress_.step = step + 1;
+      progress_.epoch = static_cast<uint32_t>(session.EpochOf(step));
+      progress_.loss = static_cast<float>(stats->loss.mean_loss());
+      progress_.samples_per_second = throughput;
+      progress_.step_seconds = stats->step_seconds;
+      progress_.push_wait_seconds = stats->push_wait_seconds;
+      progress_.reduce_seconds = stats->reduce_seconds;
+      replica_batches_ = session.replica_batch_sizes(step);
+      replica_seconds_ = stats->replica_seconds;
+    }
+    const bool last = step + 1 == session.total_steps();
+    if (evaluates && ((step + 1) % eval_interval == 0 || last)) EvaluateInto(session);
+  }
+  SetPhase(v1::WORKER_FINISHED);
+  LOG(INFO) << "finished all " << session.total_steps() << " steps of job "
+            << assignment.job_id();
+}
+
+void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
+  {
+    absl::MutexLock lock(&mu_);
+    current_ = assignment;
+    progress_.phase = v1::WORKER_RENDEZVOUS;
+    progress_.generation = assignment.generation();
+    progress_.error.clear();
+  }
+  generation_gauge_.Set(static_cast<double>(assignment.generation()));
+  absl::StatusOr<const engine::Datasets*> data = DatasetsFor(assignment.job());
+  if (!data.ok()) {
+    // The data is this job's problem, not a passing one: report it as fatal.
+    LOG(ERROR) << "cannot load the job's data: " << data.status();
+    step_failures_.Add({{"reason", "data"}}).Increment();
+    SetPhase(v1::WORKER_FAILED, std::string(data.status().message()));
+    return;
+  }
+  if (assignment.devices_size() > 0 && assignment.devices(0).kind() == v1::CPU) {
+    // The node's replicas share the machine's cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int sharing = static_cast<int>(std::max(1u, assignment.replicas())) *
+                        static_cast<int>(std::max(1u, assignment.local_world_size()));
+    engine::SetCpuMatmulThreads(options_.cpu_threads > 0 ? options_.cpu_threads
+                                                         : std::max(1, cores / sharing));
+  }
+  SessionOptions session_options;
+  session_options.coordinator = channel_;
+  session_options.ps_channel = options_.channel;
+  session_options.ps_channel.max_receive_bytes =
+      std::max<int64_t>(options_.channel.max_receive_bytes,
+                        assignment.job().partition_bytes() + (1 << 20));
+  session_options.bind_host = options_.bind_host;
+  session_options.collective_timeout = options_.collective_timeout;
+  session_options.update_timeout = options_.update_timeout;
+  session_options.eval_batch_size = options_.eval_batch_size;
+  session_options.interrupted = [this] { return Interruption(); };
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(assignment, **data, session_options);
+  if (!session.ok()) {
+    LOG(ERROR) << "generation " << assignment.generation() << ": " << session.status();
+    step_failures_.Add({{"reason", "setup"}}).Increment();
+    const bool fatal = session.status().code() == absl::StatusCode::kInvalidArgument;
+    SetPhase(fatal ? v1::WORKER_FAILED : v1::WORKER_RENDEZVOUS,
+             std::string(session.status().message()));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    reduce_backend_ = (*session)->reduce_backend();
+    replica_devices_ = (*session)->replica_devices();
+    progress_.steps_per_epoch = (*session)->steps_per_epoch();
+    progress_.total_steps = (*session)->total_steps();
+  }
+  absl::StatusOr<uint64_t> first_step = (*session)->Prepare();
+  if (!first_step.ok()) {
+    LOG(WARNING) << "generation " << assignment.generation()
+                 << " could not start: " << first_step.status();
+    step_failures_.Add({{"reason", "prepare"}}).Increment();
+    SetPhase(v1::WORKER_RENDEZVOUS, std::string(first_step.status().message()));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.phase = v1::WORKER_TRAINING;
+    progress_.step = *first_step;
+  }
+  LOG(INFO) << "generation " << assignment.generation() << ": training from step "
+            << *first_step << " of " << (*session)->total_steps();
+  TrainSteps(**session, *first_step);
+}
+
+absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
+  shutdown_ = &shutdown;
+  absl::StatusOr<std::vector<v1::Device>> devices = DiscoverDevices(options_.devices);
+  if (!devices.ok()) return devices.status();
+  devices_ = *std::move(devices);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(options_.coordinator_address, options_.channel);
+  if (!channel.ok()) return channel.status();
+  channel_ = *channel;
+  stub_ = v1::Coordinator::NewStub(channel_);
+  if (absl::Status registered = Register(); !registered.ok()) return registered;
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+
+  while (!shutdown.requested()) {
+    v1::Assignment next;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return pending_.generation() > current_.generation() || shutdown.requested() ||
+               (options_.exit_after_job && job_stopped_ && current_.generation() > 0);
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      if (options_.exit_after_job && job_stopped_ && current_.generation() > 0) {
+        LOG(INFO) << "the job is over; leaving (--exit_after_job)";
+        shutdown.Request("job finished");
+        break;
+      }
+      if (pending_.generation() <= current_.generation()) continue;
+      next = pending_;
+    }
+    RunGeneration(next);
+  }
+
+  // Leaving: say goodbye so the coordinator re-forms the generation without waiting
+  // for our heartbeats to time out.
+  std::string worker_id;
+  {
+    absl::MutexLock lock(&mu_);
+    worker_id = worker_id_;
+    if (draining_) progress_.phase = v1::WORKER_DRAINING;
+  }
+  stopping_ = true;
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  v1::DeregisterRequest request;
+  request.set_worker_id(worker_id);
+  request.set_reason(shutdown.Wait());
+  v1::DeregisterResponse response;
+  auto context = Deadline(absl::Seconds(5));
+  const grpc::Status status = stub_->Deregister(context.get(), request, &response);
+  if (!status.ok()) LOG(WARNING) << "Deregister: " << status.error_message();
+  return absl::OkStatus();
+}
+
+v1::WorkerStatus WorkerRuntime::GetStatus() {
+  v1::WorkerStatus status;
+  absl::MutexLock lock(&mu_);
+  status.set_worker_id(worker_id_);
+  status.set_node_name(options_.node_name);
+  status.set_phase(draining_ ? v1::WORKER_DRAINING : progress_.phase);
+  *status.mutable_assignment() = current_;
+  status.set_step(progress_.step);
+  status.set_epoch(progress_.epoch);
+  status.set_loss(progress_.loss);
+  status.set_test_accuracy(progress_.test_accuracy);
+  status.set_samples_per_second(progress_.samples_per_second);
+  status.set_step_seconds(progress_.step_seconds);
+  status.set_push_wait_seconds(progress_.push_wait_seconds);
+  status.set_reduce_seconds(progress_.reduce_seconds);
+  status.set_reduce_backend(reduce_backend_);
+  for (size_t i = 0; i < replica_devices_.size(); ++i) {
+    v1::ReplicaStatus* replica = status.add_replicas();
+    replica->set_replica(static_cast<uint32_t>(i));
+    if (i < static_cast<size_t>(current_.devices_size())) {
+      *replica->mutable_device() = current_.devices(static_cast<int>(i));
+    }
+    if (i < replica_batches_.size()) {
+      replica->set_batch_size(static_cast<uint32_t>(replica_batches_[i]));
+    }
+    if (i < replica_seconds_.size()) replica->set_forward_backward_seconds(replica_seconds_[i]);
+  }
+  status.set_bytes_pushed(bytes_pushed_);
+  status.set_bytes_pulled(bytes_pulled_);
+  status.set_error(progress_.error);
+  return status;
+}
+
+v1::WorkerPhase WorkerRuntime::Drain(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!draining_) LOG(INFO) << "draining: " << reason;
+    draining_ = true;
+  }
+  if (shutdown_ != nullptr) shutdown_->Request(absl::StrCat("drain: ", reason));
+  return v1::WORKER_DRAINING;
+}
+
+}  // namespace tributary::worker

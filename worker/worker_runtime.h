@@ -1,0 +1,158 @@
+// The worker process's control loop: registers with the coordinator, heartbeats,
+// and runs whatever generation it is assigned (a TrainingSession), obeying the
+// coordinator's actions (wait, re-rendezvous, pause, stop) at step boundaries. It
+// also answers the Worker service (GetStatus, Drain) through WorkerHandler, which
+// keeps gRPC out of the business logic.
+#ifndef TRIBUTARY_WORKER_WORKER_RUNTIME_H_
+#define TRIBUTARY_WORKER_WORKER_RUNTIME_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/channel.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "common/shutdown.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/worker.pb.h"
+#include "worker/devices.h"
+#include "worker/engine/dataset.h"
+#include "worker/training_session.h"
+
+namespace tributary::worker {
+
+// What the Worker gRPC service calls (worker_service.h adapts it to gRPC).
+class WorkerHandler {
+ public:
+  virtual ~WorkerHandler() = default;
+  virtual v1::WorkerStatus GetStatus() = 0;
+  // Finish the current step, deregister, stop. Idempotent.
+  virtual v1::WorkerPhase Drain(const std::string& reason) = 0;
+};
+
+struct WorkerOptions {
+  std::string coordinator_address;
+  std::string node_name;
+  DeviceRequest devices;
+  std::string advertise_host = "127.0.0.1";
+  int grpc_port = 0;
+  int http_port = 0;
+  ChannelOptions channel;
+  // Gloo's transport binds here for the node's other worker processes.
+  std::string bind_host = "127.0.0.1";
+  absl::Duration collective_timeout = absl::Seconds(30);
+  absl::Duration update_timeout = absl::Seconds(120);
+  // Give up when the coordinator cannot be reached for this long at start-up.
+  absl::Duration register_timeout = absl::Minutes(5);
+  // Leave once the job this worker trained ends (tributary local); otherwise stay
+  // registered for the next job.
+  bool exit_after_job = false;
+  int64_t eval_batch_size = 1000;
+  // Threads per CPU matrix product; 0 = cores / (replicas x processes of the node).
+  int cpu_threads = 0;
+};
+
+class WorkerRuntime : public WorkerHandler {
+ public:
+  WorkerRuntime(WorkerOptions options, prometheus::Registry& registry);
+  ~WorkerRuntime() override;
+
+  // Where this worker's own service listens (known once its server started); call
+  // before Run.
+  void SetEndpoint(const std::string& host, int grpc_port, int http_port);
+
+  // Registers and trains until shutdown fires (SIGTERM, Drain) or, with
+  // exit_after_job, the job ends (then it requests shutdown itself). On the way out
+  // it finishes the step in progress and deregisters. Errors: the coordinator never
+  // answered, bad devices.
+  absl::Status Run(ShutdownSignal& shutdown);
+
+  v1::WorkerStatus GetStatus() override;
+  v1::WorkerPhase Drain(const std::string& reason) override;
+
+ private:
+  struct Progress {
+    v1::WorkerPhase phase = v1::WORKER_IDLE;
+    uint64_t generation = 0;
+    uint64_t step = 0;  // Steps completed.
+    uint32_t epoch = 0;
+    float loss = 0;
+    float test_accuracy = -1;
+    float test_loss = 0;
+    double samples_per_second = 0;
+    double step_seconds = 0;
+    double push_wait_seconds = 0;
+    double reduce_seconds = 0;
+    uint64_t steps_per_epoch = 0;
+    uint64_t total_steps = 0;
+    std::string error;
+  };
+
+  absl::Status Register();
+  void HeartbeatLoop();
+  void SendHeartbeat();
+  // Runs one assignment until it ends; returns when a new generation is pending, the
+  // job stopped or finished, or shutdown was asked for.
+  void RunGeneration(const v1::Assignment& assignment);
+  void TrainSteps(TrainingSession& session, uint64_t first_step);
+  void EvaluateInto(TrainingSession& session);
+  absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
+  // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
+  std::string Interruption();
+  void SetPhase(v1::WorkerPhase phase, const std::string& error = "");
+  void WaitWhilePaused();
+
+  WorkerOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::vector<v1::Device> devices_;
+  ShutdownSignal* shutdown_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  Progress progress_ ABSL_GUARDED_BY(mu_);
+  v1::Assignment current_ ABSL_GUARDED_BY(mu_);
+  v1::Assignment pending_ ABSL_GUARDED_BY(mu_);  // Newest assignment not yet taken.
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_stopped_ ABSL_GUARDED_BY(mu_) = false;  // ACTION_STOP for the current job.
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reduce_backend_ ABSL_GUARDED_BY(mu_) = "none";
+  std::vector<std::string> replica_devices_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> replica_batches_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> replica_seconds_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> bytes_pushed_{0};
+  std::atomic<uint64_t> bytes_pulled_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread heartbeat_thread_;
+
+  // Datasets stay loaded across generations of the same job.
+  std::string datasets_key_;
+  std::unique_ptr<engine::Datasets> datasets_;
+
+  prometheus::Gauge& steps_gauge_;
+  prometheus::Gauge& generation_gauge_;
+  prometheus::Gauge& samples_per_second_gauge_;
+  prometheus::Gauge& test_accuracy_gauge_;
+  prometheus::Histogram& step_seconds_;
+  prometheus::Histogram& push_wait_seconds_;
+  prometheus::Histogram& reduce_seconds_;
+  prometheus::Counter& bytes_pushed_counter_;
+  prometheus::Counter& bytes_pulled_counter_;
+  prometheus::Family<prometheus::Counter>& step_failures_;
+};
+
+}  // namespace tributary::worker
+
+#endif  // TRIBUTARY_WORKER_WORKER_RUNTIME_H_
