@@ -1,0 +1,1014 @@
+// The coordinator's core driven directly, with a fake clock and in-memory fake PS
+// shards: generations forming (settle window, nodes_min/max, late registration),
+// assignments, failure detection and re-forming, job-level failure rules, progress
+// and completion, job control, persistence across a restart, and the shard protocol.
+#include "services/coordinator/coordinator.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tributary::coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// In-memory PS shards, by address. Behaves like the real shard: BeginGeneration before
+// the job is installed is noted (or refused, to test the other protocol), a generation
+// must be newer than the current one.
+class FakeShards : public ShardClient {
+ public:
+  struct Shard {
+    bool reachable = true;
+    std::string job_id;
+    uint64_t generation = 0;
+    uint64_t step = 0;
+    uint64_t bytes_in = 0;
+    bool refuse_before_init = false;  // FAILED_PRECONDITION while holding no job.
+    std::optional<v1::BeginGenerationRequest> pending;
+    std::vector<v1::BeginGenerationRequest> begun;
+    std::vector<std::string> ended;
+  };
+
+  Shard& operator[](const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    return shards_[address];
+  }
+
+  // What a worker's InitPartitions does to a shard.
+  void Install(const std::string& address, const std::string& job_id) {
+    absl::MutexLock lock(&mu_);
+    Shard& shard = shards_[address];
+    shard.job_id = job_id;
+    if (shard.pending && shard.pending->job_id() == job_id) {
+      shard.generation = shard.pending->generation();
+      shard.step = shard.pending->resume_step();
+      shard.pending.reset();
+    }
+  }
+
+  absl::StatusOr<v1::ShardStatus> GetShardStatus(const v1::ShardInfo& info) override {
+    absl::MutexLock lock(&mu_);
+    Shard& shard = shards_[info.address()];
+    if (!shard.reachable) {
+      return absl::UnavailableError(absl::StrCat("PS shard ", info.shard_index(), " at ",
+                                                 info.address(), ": connection refused"));
+    }
+    v1::ShardStatus status;
+    status.set_shard_index(info.shard_index());
+    status.set_job_id(shard.job_id);
+    status.set_generation(shard.generation);
+    status.set_step(shard.step);
+    status.set_bytes_in(shard.bytes_in);
+    status.set_bytes_out(2 * shard.bytes_in);
+    status.set_aggregation_wait_seconds(0.25);
+    status.add_partitions()->set_partition_id(0);
+    return status;
+  }
+
+  absl::StatusOr<v1::BeginGenerationResponse> BeginGeneration(
+      const v1::ShardInfo& info, const v1::BeginGenerationRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    Shard& shard = shards_[info.address()];
+    if (!shard.reachable) return absl::UnavailableError("connection refused");
+    if (shard.job_id.empty()) {
+      if (shard.refuse_before_init) return absl::FailedPreconditionError("holds no job");
+      shard.pending = request;
+      shard.begun.push_back(request);
+      return v1::BeginGenerationResponse();
+    }
+    if (request.job_id() != shard.job_id) return absl::FailedPreconditionError("other job");
+    if (request.generation() <= shard.generation) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("generation ", request.generation(), " not newer than ", shard.generation));
+    }
+    shard.generation = request.generation();
+    shard.step = request.resume_step();
+    shard.begun.push_back(request);
+    return v1::BeginGenerationResponse();
+  }
+
+  absl::Status EndJob(const v1::ShardInfo& info, const std::string& job_id) override {
+    absl::MutexLock lock(&mu_);
+    Shard& shard = shards_[info.address()];
+    if (!shard.reachable) return absl::UnavailableError("connection refused");
+    if (shard.job_id != job_id) return absl::NotFoundError("not that job");
+    shard.ended.push_back(job_id);
+    shard.job_id.clear();
+    shard.generation = 0;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, Shard> shards_;
+};
+
+v1::Device Gpu(int index, const std::string& node) {
+  v1::Device device;
+  device.set_kind(v1::GPU);
+  device.set_index(index);
+  device.set_uuid(absl::StrCat("GPU-", node, "-", index));
+  device.set_name("NVIDIA H100");
+  return device;
+}
+
+v1::Device Cpu() {
+  v1::Device device;
+  device.set_kind(v1::CPU);
+  device.set_index(-1);
+  device.set_cpu_cores(4);
+  return device;
+}
+
+v1::JobSpec Spec(uint32_t nodes_min, uint32_t nodes_max, v1::DeviceKind devices = v1::AUTO) {
+  v1::JobSpec spec;
+  spec.set_name("test");
+  spec.mutable_dataset()->set_format(v1::SYNTHETIC);
+  spec.mutable_dataset()->set_synthetic_train_samples(1000);
+  spec.set_global_batch_size(100);
+  spec.set_epochs(2);
+  spec.set_nodes_min(nodes_min);
+  spec.set_nodes_max(nodes_max);
+  spec.set_devices(devices);
+  return spec;
+}
+
+struct Reply {
+  bool called = false;
+  absl::Status status;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorTest() { Make(); }
+
+  static CoordinatorOptions Options() {
+    CoordinatorOptions options;
+    options.ps_shards = 2;
+    options.heartbeat_interval = absl::Seconds(1);
+    options.heartbeat_timeout = absl::Seconds(10);
+    options.settle_window = absl::Seconds(2);
+    options.formation_retry = absl::Seconds(1);
+    options.version = "test";
+    return options;
+  }
+
+  void Make(CoordinatorOptions options = Options()) {
+    coordinator_.reset();
+    coordinator_ = std::make_unique<Coordinator>(std::move(options), &clock_, &shards_);
+    ASSERT_TRUE(coordinator_->Start().ok());
+  }
+
+  void RegisterShards(int count = 2) {
+    for (int i = 0; i < count; ++i) {
+      v1::RegisterParameterServerRequest request;
+      request.set_address(absl::StrCat("ps", i, ":1"));
+      request.set_shard_index(i);
+      v1::RegisterParameterServerResponse reply;
+      Reply r;
+      coordinator_->HandleRegisterParameterServer(request, &reply, Done(r));
+      ASSERT_TRUE(r.status.ok()) << r.status;
+    }
+  }
+
+  static ReplyCallback Done(Reply& reply) {
+    return [&reply](absl::Status status) {
+      EXPECT_FALSE(reply.called) << "reply callback ran twice";
+      reply.called = true;
+      reply.status = std::move(status);
+    };
+  }
+
+  // Registers and returns the answer (a deferred answer is collected with a Tick).
+  absl::StatusOr<v1::RegisterWorkerResponse> Register(const std::string& node,
+                                                      std::vector<v1::Device> devices,
+                                                      uint32_t port = 0) {
+    v1::RegisterWorkerRequest request;
+    request.set_node_name(node);
+    request.set_host("host-" + node);
+    request.set_grpc_port(port == 0 ? ++next_port_ : port);
+    for (v1::Device& device : devices) *request.add_devices() = device;
+    v1::RegisterWorkerResponse reply;
+    Reply r;
+    coordinator_->HandleRegisterWorker(request, &reply, Done(r));
+    if (!r.called) coordinator_->Tick();
+    EXPECT_TRUE(r.called);
+    if (!r.status.ok()) return r.status;
+    return reply;
+  }
+
+  std::string MustRegister(const std::string& node, std::vector<v1::Device> devices = {Cpu()}) {
+    absl::StatusOr<v1::RegisterWorkerResponse> reply = Register(node, std::move(devices));
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->worker_id() : "";
+  }
+
+  v1::HeartbeatResponse Beat(const std::string& worker, uint64_t generation,
+                             v1::WorkerPhase phase = v1::WORKER_TRAINING, uint64_t step = 0,
+                             const std::string& error = "", float loss = 1.0f) {
+    v1::HeartbeatRequest request;
+    request.set_worker_id(worker);
+    request.set_generation(generation);
+    request.set_phase(phase);
+    request.set_step(step);
+    request.set_loss(loss);
+    request.set_test_accuracy(-1);
+    request.set_samples_per_second(100);
+    request.set_step_seconds(0.1);
+    request.set_error(error);
+    request.set_steps_per_epoch(10);
+    request.set_total_steps(20);
+    request.set_bytes_pushed(1000);
+    v1::HeartbeatResponse reply;
+    Reply r;
+    coordinator_->HandleHeartbeat(request, &reply, Done(r));
+    EXPECT_TRUE(r.called);
+    last_heartbeat_status_ = r.status;
+    return reply;
+  }
+
+  v1::Job Submit(const v1::JobSpec& spec) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    v1::Job job;
+    Reply r;
+    coordinator_->HandleSubmitJob(request, &job, Done(r));
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    return job;
+  }
+
+  absl::StatusOr<v1::Job> Control(const std::string& what, const std::string& reason = "") {
+    v1::JobControlRequest request;
+    request.set_reason(reason);
+    v1::Job job;
+    Reply r;
+    if (what == "pause") coordinator_->HandlePauseJob(request, &job, Done(r));
+    if (what == "resume") coordinator_->HandleResumeJob(request, &job, Done(r));
+    if (what == "stop") coordinator_->HandleStopJob(request, &job, Done(r));
+    if (!r.status.ok()) return r.status;
+    return job;
+  }
+
+  v1::Job GetJob() {
+    v1::Job job;
+    Reply r;
+    coordinator_->HandleGetJob(v1::GetJobRequest(), &job, Done(r));
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    return job;
+  }
+
+  // Heartbeats every listed worker (acting in `generation`) so none times out.
+  std::map<std::string, v1::HeartbeatResponse> BeatAll(const std::vector<std::string>& workers,
+                                                       uint64_t generation,
+                                                       v1::WorkerPhase phase = v1::WORKER_TRAINING,
+                                                       uint64_t step = 0) {
+    std::map<std::string, v1::HeartbeatResponse> replies;
+    for (const std::string& worker : workers) replies[worker] = Beat(worker, generation, phase, step);
+    return replies;
+  }
+
+  std::string Events() {
+    std::string all;
+    const v1::Job job = GetJob();
+    for (const v1::JobEvent& event : job.events()) {
+      absl::StrAppend(&all, v1::JobState_Name(event.from_state()), "->",
+                      v1::JobState_Name(event.to_state()), ": ", event.reason(), "\n");
+    }
+    return all;
+  }
+
+  FakeClock clock_;
+  FakeShards shards_;
+  std::unique_ptr<Coordinator> coordinator_;
+  uint32_t next_port_ = 5000;
+  absl::Status last_heartbeat_status_;
+};
+
+TEST_F(CoordinatorTest, TwoNodesTwoGpusEachGetDistinctGpusAndConsistentRanks) {
+  RegisterShards();
+  // Workers register before the job exists.
+  const std::string a1 = MustRegister("a", {Gpu(0, "a"), Gpu(1, "a")});
+  const std::string b1 = MustRegister("b", {Gpu(0, "b"), Gpu(1, "b")});
+  const std::string a2 = MustRegister("a", {Gpu(0, "a"), Gpu(1, "a")});
+  const std::string b2 = MustRegister("b", {Gpu(0, "b"), Gpu(1, "b")});
+  EXPECT_EQ(Beat(a1, 0).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(Beat(a1, 0).message(), HasSubstr("no active job"));
+
+  const v1::Job job = Submit(Spec(2, 2, v1::GPU));
+  EXPECT_EQ(job.state(), v1::PENDING);
+  coordinator_->Tick();  // nodes_max present: no settle wait.
+
+  std::map<std::string, v1::Assignment> got;
+  for (const std::string& w : {a1, a2, b1, b2}) {
+    const v1::HeartbeatResponse reply = Beat(w, 0, v1::WORKER_IDLE);
+    ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS) << reply.message();
+    got[w] = reply.assignment();
+  }
+  EXPECT_EQ(got[a1].generation(), 1u);
+  EXPECT_EQ(got[a1].job_id(), job.job_id());
+  EXPECT_EQ(got[a1].global_rank(), 0u);
+  EXPECT_EQ(got[b1].global_rank(), 2u);
+  EXPECT_EQ(got[a2].global_rank(), 1u);
+  EXPECT_EQ(got[b2].global_rank(), 3u);
+  EXPECT_EQ(got[a1].node_rank(), 0u);
+  EXPECT_EQ(got[b2].node_rank(), 1u);
+  EXPECT_TRUE(got[b1].node_leader());
+  EXPECT_FALSE(got[b2].node_leader());
+  EXPECT_NE(got[a1].devices(0).uuid(), got[a2].devices(0).uuid());
+  EXPECT_NE(got[b1].devices(0).uuid(), got[b2].devices(0).uuid());
+  EXPECT_EQ(got[a1].rendezvous_id(), got[a2].rendezvous_id());
+  EXPECT_NE(got[a1].rendezvous_id(), got[b1].rendezvous_id());
+  EXPECT_TRUE(coordinator_->rendezvous().IsOpen(got[a1].rendezvous_id()));
+  EXPECT_EQ(got[a1].shards_size(), 2);
+  EXPECT_EQ(got[a1].shards(1).address(), "ps1:1");
+  EXPECT_EQ(got[a1].job().replicas_per_worker(), 1u) << "the spec comes with defaults";
+  EXPECT_EQ(got[a1].job().partition_bytes(), 4 << 20);
+  EXPECT_EQ(got[a1].resume_step(), 0u);
+  EXPECT_EQ(got[b2].total_replicas(), 4u);
+  EXPECT_EQ(got[b2].first_replica(), 3u);
+  EXPECT_EQ(got[b2].node_first_replica(), 2u);
+  // Every shard heard of the generation before the workers did.
+  for (const char* address : {"ps0:1", "ps1:1"}) {
+    ASSERT_EQ(shards_[address].begun.size(), 1u);
+    EXPECT_EQ(shards_[address].begun[0].generation(), 1u);
+    EXPECT_EQ(shards_[address].begun[0].num_nodes(), 2u);
+    EXPECT_EQ(shards_[address].begun[0].resume_step(), 0u);
+  }
+  EXPECT_EQ(GetJob().state(), v1::RENDEZVOUS);
+  BeatAll({a1, a2, b1, b2}, 1, v1::WORKER_RENDEZVOUS);
+  EXPECT_EQ(GetJob().state(), v1::RENDEZVOUS);
+  BeatAll({a1, a2, b1, b2}, 1);
+  EXPECT_EQ(GetJob().state(), v1::RUNNING);
+  EXPECT_EQ(Beat(a1, 1).action(), v1::ACTION_CONTINUE);
+}
+
+TEST_F(CoordinatorTest, RegistrationAnswerCarriesTheAssignmentWhenItFormsTheGeneration) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  absl::StatusOr<v1::RegisterWorkerResponse> reply = Register("a", {Cpu()});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_TRUE(reply->has_assignment());
+  EXPECT_EQ(reply->assignment().generation(), 1u);
+  EXPECT_EQ(reply->assignment().devices(0).kind(), v1::CPU);
+  EXPECT_EQ(reply->heartbeat_interval_ms(), 1000u);
+}
+
+TEST_F(CoordinatorTest, TooFewGpusOnANodeIsAClearErrorAtRegistration) {
+  RegisterShards();
+  Submit(Spec(1, 1, v1::GPU));
+  MustRegister("a", {Gpu(0, "a"), Gpu(1, "a")});
+  MustRegister("a", {Gpu(0, "a"), Gpu(1, "a")});
+  absl::StatusOr<v1::RegisterWorkerResponse> third = Register("a", {Gpu(0, "a"), Gpu(1, "a")});
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(),
+              AllOf(HasSubstr("node a has too few free GPUs"), HasSubstr("is used by worker w1")));
+}
+
+TEST_F(CoordinatorTest, ExplicitGpuRequestedTwiceOnANodeIsRefused) {
+  v1::RegisterWorkerRequest request;
+  request.set_node_name("a");
+  *request.add_devices() = Gpu(0, "a");
+  request.add_requested_gpus(0);
+  request.set_grpc_port(1);
+  v1::RegisterWorkerResponse reply;
+  Reply first;
+  coordinator_->HandleRegisterWorker(request, &reply, Done(first));
+  ASSERT_TRUE(first.status.ok());
+  request.set_grpc_port(2);
+  Reply second;
+  coordinator_->HandleRegisterWorker(request, &reply, Done(second));
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second.status.message(), HasSubstr("GPU 0 (GPU-a-0) is already requested"));
+  request.clear_node_name();
+  Reply invalid;
+  coordinator_->HandleRegisterWorker(request, &reply, Done(invalid));
+  EXPECT_EQ(invalid.status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, SettleWindowWaitsForUpToNodesMax) {
+  RegisterShards();
+  Submit(Spec(1, 3));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              HasSubstr("settling: 1 of nodes_max=3"));
+  clock_.Advance(absl::Seconds(1));
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(b, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(reply.assignment().num_nodes(), 2u);
+}
+
+TEST_F(CoordinatorTest, WaitsForPsShardsAndSaysSo) {
+  RegisterShards(1);
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  EXPECT_EQ(reply.action(), v1::ACTION_WAIT);
+  EXPECT_THAT(reply.message(), HasSubstr("waiting for PS shards: 1 of 2 registered"));
+  RegisterShards(2);
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
+}
+
+TEST_F(CoordinatorTest, SilentWorkerEndsGenerationSurvivorsGetNewRanksAndReturningWorkerJoins) {
+  RegisterShards();
+  Submit(Spec(1, 3));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  const std::string c = MustRegister("c");
+  coordinator_->Tick();
+  auto replies = BeatAll({a, b, c}, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(replies[b].action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(replies[b].assignment().global_rank(), 1u);
+  EXPECT_EQ(replies[c].assignment().global_rank(), 2u);
+  const std::string old_rendezvous = replies[a].assignment().rendezvous_id();
+  shards_.Install("ps0:1", GetJob().job_id());
+  shards_.Install("ps1:1", GetJob().job_id());
+  BeatAll({a, b, c}, 1, v1::WORKER_TRAINING, 0);
+  ASSERT_EQ(GetJob().state(), v1::RUNNING);
+
+  // The shards complete 7 steps; shard 1 is one step ahead (SYNC keeps one back).
+  shards_["ps0:1"].step = 7;
+  shards_["ps1:1"].step = 8;
+  // b goes silent: a and c keep beating.
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    BeatAll({a, c}, 1, v1::WORKER_TRAINING, 7);
+  }
+  coordinator_->Tick();  // Expires b and ends generation 1.
+  EXPECT_FALSE(coordinator_->rendezvous().IsOpen(old_rendezvous));
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(), HasSubstr("settling"));
+  clock_.Advance(absl::Seconds(2));  // The settle window gives b a chance to return.
+  BeatAll({a, c}, 1, v1::WORKER_TRAINING, 7);
+  coordinator_->Tick();  // Forms generation 2 without b.
+  const std::string events = Events();
+  EXPECT_THAT(events, HasSubstr("RUNNING->RENDEZVOUS: generation 1 ended: worker " + b +
+                                " (node b) missed heartbeats"));
+  EXPECT_THAT(events, HasSubstr("generation 2 formed: 2 node(s) [a, c]"));
+  EXPECT_THAT(events, HasSubstr("resuming at step 7"));
+  ASSERT_EQ(shards_["ps1:1"].begun.size(), 2u);
+  EXPECT_EQ(shards_["ps1:1"].begun[1].generation(), 2u);
+  EXPECT_EQ(shards_["ps1:1"].begun[1].num_nodes(), 2u);
+  EXPECT_EQ(shards_["ps1:1"].begun[1].resume_step(), 7u);
+
+  replies = BeatAll({a, c}, 1, v1::WORKER_TRAINING, 7);
+  ASSERT_EQ(replies[c].action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(replies[c].assignment().generation(), 2u);
+  EXPECT_EQ(replies[c].assignment().global_rank(), 1u) << "c moves up to rank 1";
+  EXPECT_EQ(replies[c].assignment().node_rank(), 1u);
+  EXPECT_EQ(replies[c].assignment().world_size(), 2u);
+  EXPECT_EQ(replies[c].assignment().resume_step(), 7u);
+  // The silent worker is gone: its next heartbeat must register again.
+  Beat(b, 1);
+  EXPECT_EQ(last_heartbeat_status_.code(), absl::StatusCode::kNotFound);
+  BeatAll({a, c}, 2, v1::WORKER_TRAINING, 7);
+  EXPECT_EQ(GetJob().state(), v1::RUNNING);
+
+  // b comes back: it waits for the next boundary, which its arrival causes after the
+  // settle window (the generation can grow to nodes_max=3).
+  const std::string b_again = MustRegister("b");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(b_again, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(Beat(b_again, 0, v1::WORKER_IDLE).message(), HasSubstr("next generation"));
+  clock_.Advance(absl::Seconds(2));
+  BeatAll({a, c}, 2, v1::WORKER_TRAINING, 7);
+  coordinator_->Tick();
+  EXPECT_THAT(Events(), HasSubstr("generation 2 ended: worker " + b_again + " (node b) joined"));
+  replies = BeatAll({a, c, b_again}, 2, v1::WORKER_TRAINING, 7);
+  ASSERT_EQ(replies[b_again].action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(replies[b_again].assignment().generation(), 3u);
+  EXPECT_EQ(replies[b_again].assignment().num_nodes(), 3u);
+  EXPECT_EQ(replies[b_again].assignment().node_rank(), 2u) << "nodes keep registration order";
+}
+
+TEST_F(CoordinatorTest, TooFewSurvivorsMakeTheJobWaitAndSayWhy) {
+  RegisterShards();
+  Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  BeatAll({a, b}, 1);
+  ASSERT_EQ(GetJob().state(), v1::RUNNING);
+  v1::DeregisterRequest leave;
+  leave.set_worker_id(b);
+  leave.set_reason("drained by operator");
+  v1::DeregisterResponse left;
+  Reply r;
+  coordinator_->HandleDeregister(leave, &left, Done(r));
+  ASSERT_TRUE(r.status.ok());
+  coordinator_->Tick();
+  const v1::Job job = GetJob();
+  EXPECT_EQ(job.state(), v1::RENDEZVOUS);
+  EXPECT_THAT(job.state_reason(), HasSubstr("left: drained by operator"));
+  const v1::HeartbeatResponse reply = Beat(a, 1);
+  EXPECT_EQ(reply.action(), v1::ACTION_WAIT);
+  EXPECT_THAT(reply.message(), HasSubstr("generation 1 ended"));
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              HasSubstr("waiting for nodes: 1 of nodes_min=2"));
+  // Enough nodes again: a new generation.
+  const std::string c = MustRegister("c");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(c, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
+}
+
+TEST_F(CoordinatorTest, SameErrorFromEveryWorkerFailsTheJob) {
+  RegisterShards();
+  Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  const std::string missing = "dataset file /data/train.csv: No such file or directory";
+  Beat(a, 1, v1::WORKER_FAILED, 0, missing);
+  EXPECT_EQ(GetJob().state(), v1::RENDEZVOUS) << "one worker's error may be its machine's";
+  Beat(b, 1, v1::WORKER_FAILED, 0, missing);
+  const v1::Job job = GetJob();
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.state_reason(), HasSubstr("every worker of generation 1 (2) failed with: " +
+                                            missing));
+  EXPECT_EQ(Beat(a, 1, v1::WORKER_FAILED, 0, missing).action(), v1::ACTION_STOP);
+}
+
+TEST_F(CoordinatorTest, GenerationsDyingOfWorkerErrorsWithoutProgressFailTheJob) {
+  CoordinatorOptions options = Options();
+  options.max_generation_failures = 2;
+  Make(options);
+  RegisterShards();
+  Submit(Spec(1, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  Beat(a, 1, v1::WORKER_FAILED, 0, "CUDA error: out of memory");
+  EXPECT_EQ(GetJob().state(), v1::RENDEZVOUS);
+  coordinator_->Tick();
+  clock_.Advance(absl::Seconds(2));
+  Beat(b, 1);
+  coordinator_->Tick();  // Generation 2 with b alone; a is out until it recovers.
+  ASSERT_EQ(Beat(b, 1).action(), v1::ACTION_RENDEZVOUS);
+  Beat(b, 2, v1::WORKER_FAILED, 0, "Gloo: connection reset");
+  const v1::Job job = GetJob();
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.state_reason(),
+              HasSubstr("2 generations in a row ended by worker errors without completing a step"));
+}
+
+TEST_F(CoordinatorTest, RecoveredWorkerIsEligibleAgain) {
+  RegisterShards();
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("a");
+  Submit(Spec(1, 1));
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  Beat(a, 1, v1::WORKER_FAILED, 0, "bad GPU");
+  EXPECT_EQ(GetJob().state(), v1::RENDEZVOUS) << "b has not failed: not the job's fault";
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(b, 1).assignment().world_size(), 1u) << "a sits out while failed";
+  const v1::HeartbeatResponse still_failed = Beat(a, 1, v1::WORKER_FAILED, 0, "bad GPU");
+  EXPECT_EQ(still_failed.action(), v1::ACTION_WAIT);
+  EXPECT_THAT(still_failed.message(), HasSubstr("generation 1 ended"));
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  coordinator_->Tick();  // a would enlarge the generation: the settle window starts.
+  clock_.Advance(absl::Seconds(2));
+  BeatAll({a, b}, 2);
+  coordinator_->Tick();  // Scale-up: generation 3 with both.
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).assignment().world_size(), 2u);
+  EXPECT_EQ(Beat(b, 2).assignment().generation(), 3u);
+}
+
+TEST_F(CoordinatorTest, SingleWorkerWithAJobErrorFailsTheJob) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  Beat(a, 1, v1::WORKER_FAILED, 0, "dataset directory /nope: not found");
+  const v1::Job job = GetJob();
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.state_reason(),
+              HasSubstr("every registered worker (1) failed with: dataset directory /nope"));
+}
+
+TEST_F(CoordinatorTest, ProgressCompletionAndResult) {
+  RegisterShards();
+  const v1::Job submitted = Submit(Spec(2, 2));
+  EXPECT_EQ(submitted.total_steps(), 20u) << "synthetic data: steps known at submission";
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  shards_.Install("ps0:1", submitted.job_id());
+  shards_.Install("ps1:1", submitted.job_id());
+  shards_["ps0:1"].bytes_in = 5000;
+  coordinator_->PollShards();
+  Beat(a, 1, v1::WORKER_TRAINING, 5, "", 2.0f);
+  Beat(b, 1, v1::WORKER_TRAINING, 4, "", 1.0f);
+  v1::Job job = GetJob();
+  EXPECT_EQ(job.step(), 4u) << "the job's step is the slowest worker's";
+  ASSERT_EQ(job.progress_size(), 1);
+  EXPECT_EQ(job.progress(0).step(), 4u);
+  EXPECT_FLOAT_EQ(job.progress(0).loss(), 1.5f);
+  EXPECT_DOUBLE_EQ(job.progress(0).samples_per_second(), 200);
+  Beat(b, 1, v1::WORKER_TRAINING, 12);
+  Beat(a, 1, v1::WORKER_TRAINING, 13);
+  job = GetJob();
+  EXPECT_EQ(job.step(), 12u);
+  EXPECT_EQ(job.epoch(), 1u);
+  EXPECT_EQ(job.steps_per_epoch(), 10u);
+  Beat(a, 1, v1::WORKER_FINISHED, 20);
+  EXPECT_EQ(GetJob().state(), v1::RUNNING);
+  Beat(b, 1, v1::WORKER_FINISHED, 20);
+  job = GetJob();
+  EXPECT_EQ(job.state(), v1::COMPLETED);
+  EXPECT_THAT(job.state_reason(), HasSubstr("finished: 20 of 20 steps"));
+  EXPECT_EQ(job.result().steps(), 20u);
+  EXPECT_EQ(job.result().bytes_pushed(), 5000u) << "max of worker totals and shard counters";
+  EXPECT_GT(job.result().samples_per_second(), 0);
+  EXPECT_TRUE(job.has_finished());
+  EXPECT_EQ(Beat(a, 1, v1::WORKER_FINISHED, 20).action(), v1::ACTION_STOP);
+  coordinator_->Tick();
+  EXPECT_THAT(shards_["ps0:1"].ended, ElementsAre(submitted.job_id()));
+  EXPECT_THAT(shards_["ps1:1"].ended, ElementsAre(submitted.job_id()));
+}
+
+TEST_F(CoordinatorTest, ProgressHistoryIsBounded) {
+  CoordinatorOptions options = Options();
+  options.progress_history = 10;
+  Make(options);
+  RegisterShards();
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  for (uint64_t step = 1; step <= 100; ++step) Beat(a, 1, v1::WORKER_TRAINING, step);
+  const v1::Job job = GetJob();
+  EXPECT_LE(job.progress_size(), 10);
+  EXPECT_EQ(job.progress(0).step(), 1u) << "the curve still starts at the beginning";
+  EXPECT_EQ(job.progress(job.progress_size() - 1).step(), 100u);
+}
+
+TEST_F(CoordinatorTest, PauseResumeStopWithReasons) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  EXPECT_EQ(Control("pause").status().code(), absl::StatusCode::kFailedPrecondition)
+      << "PENDING cannot be paused";
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  Beat(a, 1);
+  ASSERT_TRUE(Control("pause", "maintenance window").ok());
+  EXPECT_EQ(Beat(a, 1).action(), v1::ACTION_PAUSE);
+  EXPECT_EQ(Control("pause").status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<v1::Job> resumed = Control("resume", "done");
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(resumed->state(), v1::RUNNING);
+  EXPECT_EQ(Beat(a, 1).action(), v1::ACTION_CONTINUE);
+  EXPECT_EQ(Control("resume").status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<v1::Job> stopped = Control("stop", "wrong learning rate");
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state(), v1::STOPPED);
+  EXPECT_EQ(Beat(a, 1).action(), v1::ACTION_STOP);
+  EXPECT_THAT(Beat(a, 1).message(), HasSubstr("wrong learning rate"));
+  EXPECT_EQ(Control("stop").status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string events = Events();
+  EXPECT_THAT(events, HasSubstr("RUNNING->PAUSED: paused: maintenance window"));
+  EXPECT_THAT(events, HasSubstr("PAUSED->RUNNING: resumed: done"));
+  EXPECT_THAT(events, HasSubstr("RUNNING->STOPPED: stopped: wrong learning rate"));
+  // The next job may start now; idle workers join it.
+  Submit(Spec(1, 1));
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 1).action(), v1::ACTION_RENDEZVOUS);
+}
+
+TEST_F(CoordinatorTest, PausedJobDoesNotFormAndResumeReforms) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  Beat(a, 1);
+  ASSERT_TRUE(Control("pause").ok());
+  // A shard restart ends the generation while paused: nothing forms until resumed.
+  RegisterShards(1);
+  coordinator_->Tick();
+  EXPECT_EQ(GetJob().state(), v1::PAUSED);
+  EXPECT_EQ(Beat(a, 1).action(), v1::ACTION_WAIT);
+  absl::StatusOr<v1::Job> resumed = Control("resume");
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(resumed->state(), v1::RENDEZVOUS);
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 1).assignment().generation(), 2u);
+}
+
+TEST_F(CoordinatorTest, SubmitValidatesFieldByFieldAndRunsOneJobAtATime) {
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->mutable_model()->set_name("resnet");
+  v1::Job job;
+  Reply bad_model;
+  coordinator_->HandleSubmitJob(request, &job, Done(bad_model));
+  EXPECT_EQ(bad_model.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_model.status.message(), HasSubstr("spec.model.name"));
+  request.mutable_spec()->mutable_model()->set_name("mlp");
+  request.mutable_spec()->set_nodes_min(3);
+  request.mutable_spec()->set_nodes_max(2);
+  Reply bad_nodes;
+  coordinator_->HandleSubmitJob(request, &job, Done(bad_nodes));
+  EXPECT_THAT(bad_nodes.status.message(), HasSubstr("spec.nodes_max"));
+  Submit(Spec(1, 1));
+  Reply second;
+  request.mutable_spec()->set_nodes_max(3);
+  coordinator_->HandleSubmitJob(request, &job, Done(second));
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status.message(), HasSubstr("one active job at a time"));
+}
+
+TEST_F(CoordinatorTest, ShardThatRefusesBeginGenerationBeforeInitIsBroughtUpLater) {
+  shards_["ps0:1"].refuse_before_init = true;
+  shards_["ps1:1"].refuse_before_init = true;
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_THAT(Events(), HasSubstr("join the generation after InitPartitions"));
+  EXPECT_EQ(coordinator_->PollShards(), absl::Milliseconds(100)) << "polls fast while pending";
+  shards_.Install("ps0:1", job.job_id());
+  shards_.Install("ps1:1", job.job_id());
+  coordinator_->PollShards();
+  EXPECT_EQ(shards_["ps0:1"].generation, 1u);
+  EXPECT_EQ(shards_["ps1:1"].generation, 1u);
+  EXPECT_EQ(coordinator_->PollShards(), absl::Seconds(2));
+}
+
+TEST_F(CoordinatorTest, NotedGenerationAppliesAtInstall) {
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  shards_.Install("ps0:1", job.job_id());
+  EXPECT_EQ(shards_["ps0:1"].generation, 1u);
+  EXPECT_EQ(coordinator_->PollShards(), absl::Seconds(2));
+}
+
+TEST_F(CoordinatorTest, UnreachableShardDelaysTheGenerationWithAReason) {
+  RegisterShards();
+  shards_["ps1:1"].reachable = false;
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  EXPECT_EQ(reply.action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              HasSubstr("PS shard 1 at ps1:1: connection refused"));
+  coordinator_->PollShards();
+  const v1::ClusterStatus status = coordinator_->GetClusterStatus();
+  ASSERT_EQ(status.shards_size(), 2);
+  EXPECT_TRUE(status.shards(0).reachable());
+  EXPECT_FALSE(status.shards(1).reachable());
+  EXPECT_THAT(status.shards(1).error(), HasSubstr("connection refused"));
+  shards_["ps1:1"].reachable = true;
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT) << "retry waits";
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
+}
+
+TEST_F(CoordinatorTest, ShardThatLostItsStateStopsTheResume) {
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));
+  shards_.Install("ps0:1", job.job_id());
+  shards_["ps0:1"].step = 30;
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              HasSubstr("PS shard(s) 1 hold no state of job " + job.job_id() +
+                        " while shard(s) 0 stand at step 30"));
+}
+
+TEST_F(CoordinatorTest, ShardHoldingAnOldJobIsFreed) {
+  RegisterShards();
+  shards_.Install("ps1:1", "job-from-before");
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_THAT(shards_["ps1:1"].ended, ElementsAre("job-from-before"));
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
+}
+
+TEST_F(CoordinatorTest, ShardRegistrationRules) {
+  v1::RegisterParameterServerRequest request;
+  v1::RegisterParameterServerResponse reply;
+  Reply empty;
+  coordinator_->HandleRegisterParameterServer(request, &reply, Done(empty));
+  EXPECT_THAT(empty.status.message(), HasSubstr("address"));
+  request.set_address("ps9:1");
+  request.set_shard_index(5);
+  Reply out_of_range;
+  coordinator_->HandleRegisterParameterServer(request, &reply, Done(out_of_range));
+  EXPECT_THAT(out_of_range.status.message(), HasSubstr("--ps_shards=2"));
+  request.set_shard_index(-1);
+  Reply picked;
+  coordinator_->HandleRegisterParameterServer(request, &reply, Done(picked));
+  ASSERT_TRUE(picked.status.ok());
+  EXPECT_EQ(reply.shard_index(), 0u);
+  EXPECT_EQ(reply.expected_shards(), 2u);
+  Reply again;
+  coordinator_->HandleRegisterParameterServer(request, &reply, Done(again));
+  EXPECT_EQ(reply.shard_index(), 0u) << "the same address keeps its index";
+  request.set_address("other:1");
+  request.set_shard_index(0);
+  Reply taken;
+  coordinator_->HandleRegisterParameterServer(request, &reply, Done(taken));
+  EXPECT_EQ(taken.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(taken.status.message(), HasSubstr("taken by the live shard at ps9:1"));
+  // Once the holder is seen unreachable, a replacement may take its index.
+  shards_["ps9:1"].reachable = false;
+  coordinator_->PollShards();
+  Reply replaced;
+  coordinator_->HandleRegisterParameterServer(request, &reply, Done(replaced));
+  EXPECT_TRUE(replaced.status.ok()) << replaced.status;
+}
+
+TEST_F(CoordinatorTest, GenerationEndAbortsRendezvousWaiters) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  const v1::Assignment assignment = Beat(a, 0, v1::WORKER_IDLE).assignment();
+  v1::WaitRendezvousRequest wait;
+  wait.set_rendezvous_id(assignment.rendezvous_id());
+  wait.add_keys("nccl_id");
+  wait.set_timeout_ms(60000);
+  v1::WaitRendezvousResponse values;
+  Reply r;
+  EXPECT_NE(coordinator_->HandleWaitRendezvous(wait, &values, Done(r)), 0u);
+  EXPECT_FALSE(r.called);
+  Beat(a, 1, v1::WORKER_FAILED, 0, "segfault");
+  ASSERT_TRUE(r.called);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(r.status.message(), HasSubstr("segfault"));
+}
+
+TEST_F(CoordinatorTest, RendezvousThroughTheHandler) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  const std::string id = Beat(a, 0, v1::WORKER_IDLE).assignment().rendezvous_id();
+  v1::WaitRendezvousRequest wait;
+  wait.set_rendezvous_id(id);
+  wait.add_keys("k");
+  wait.set_timeout_ms(1000);
+  v1::WaitRendezvousResponse values;
+  Reply waited;
+  coordinator_->HandleWaitRendezvous(wait, &values, Done(waited));
+  v1::PublishRendezvousRequest publish;
+  publish.set_rendezvous_id(id);
+  publish.set_key("k");
+  publish.set_value("v");
+  v1::PublishRendezvousResponse published;
+  Reply r;
+  coordinator_->HandlePublishRendezvous(publish, &published, Done(r));
+  ASSERT_TRUE(r.status.ok());
+  ASSERT_TRUE(waited.called);
+  EXPECT_THAT(values.values(), ElementsAre("v"));
+  wait.clear_keys();
+  wait.add_keys("missing");
+  Reply timed_out;
+  v1::WaitRendezvousResponse none;
+  coordinator_->HandleWaitRendezvous(wait, &none, Done(timed_out));
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->ExpireRendezvousDeadlines();
+  EXPECT_EQ(timed_out.status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorTest, StragglerMarkedInStatus) {
+  RegisterShards();
+  Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  v1::HeartbeatRequest slow;
+  slow.set_worker_id(b);
+  slow.set_generation(1);
+  slow.set_phase(v1::WORKER_TRAINING);
+  slow.set_step_seconds(0.5);
+  v1::HeartbeatResponse reply;
+  Reply r;
+  coordinator_->HandleHeartbeat(slow, &reply, Done(r));
+  Beat(a, 1);  // 0.1 s per step.
+  const v1::ClusterStatus status = coordinator_->GetClusterStatus();
+  ASSERT_EQ(status.nodes_size(), 2);
+  EXPECT_FALSE(status.nodes(0).workers(0).straggler());
+  EXPECT_TRUE(status.nodes(1).workers(0).straggler());
+  EXPECT_EQ(status.generation(), 1u);
+  EXPECT_EQ(status.expected_shards(), 2u);
+}
+
+TEST_F(CoordinatorTest, RestartedWorkerReplacesItsOldRecord) {
+  RegisterShards();
+  Submit(Spec(1, 1, v1::GPU));
+  absl::StatusOr<v1::RegisterWorkerResponse> first = Register("a", {Gpu(0, "a")}, 7000);
+  ASSERT_TRUE(first.ok());
+  // Same endpoint again (the process restarted): no "GPU in use" error, a new id.
+  absl::StatusOr<v1::RegisterWorkerResponse> second = Register("a", {Gpu(0, "a")}, 7000);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(first->worker_id(), second->worker_id());
+  Beat(first->worker_id(), 0);
+  EXPECT_EQ(last_heartbeat_status_.code(), absl::StatusCode::kNotFound);
+}
+
+class CoordinatorRestartTest : public CoordinatorTest {
+ protected:
+  CoordinatorOptions Persistent() {
+    CoordinatorOptions options = Options();
+    options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/" +
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    return options;
+  }
+};
+
+TEST_F(CoordinatorRestartTest, JobsEventsAndGenerationSurviveARestart) {
+  Make(Persistent());
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  Beat(a, 1, v1::WORKER_TRAINING, 6);
+  ASSERT_TRUE(Control("pause", "before restart").ok());
+  ASSERT_TRUE(Control("resume").ok());
+  coordinator_->Tick();
+
+  Make(Persistent());  // The restarted coordinator.
+  v1::Job restored = GetJob();
+  EXPECT_EQ(restored.job_id(), job.job_id());
+  EXPECT_EQ(restored.state(), v1::RENDEZVOUS);
+  EXPECT_EQ(restored.step(), 6u);
+  EXPECT_THAT(restored.state_reason(), HasSubstr("coordinator restarted"));
+  EXPECT_THAT(Events(), HasSubstr("paused: before restart"));
+  // Workers are unknown now and register again; the generation number goes on.
+  Beat(a, 1);
+  EXPECT_EQ(last_heartbeat_status_.code(), absl::StatusCode::kNotFound);
+  RegisterShards();
+  const std::string a_again = MustRegister("a");
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a_again, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(reply.assignment().generation(), 2u);
+  EXPECT_EQ(reply.assignment().job_id(), job.job_id());
+}
+
+TEST_F(CoordinatorRestartTest, TornStateFileIsDetectedAndReported) {
+  const CoordinatorOptions options = Persistent();
+  Make(options);
+  Submit(Spec(1, 1));
+  coordinator_.reset();
+  StateFile file(options.state_dir);
+  // Both versions torn: refuse to start rather than silently lose the jobs.
+  for (const std::string& path : {file.path(), file.previous_path()}) {
+    std::ifstream in(path);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    std::ofstream(path, std::ios::trunc) << bytes.str().substr(0, bytes.str().size() / 2);
+  }
+  Coordinator restarted(options, &clock_, &shards_);
+  const absl::Status started = restarted.Start();
+  EXPECT_EQ(started.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(started.message(), HasSubstr("torn"));
+  EXPECT_THAT(started.message(), HasSubstr(file.path()));
+}
+
+TEST_F(CoordinatorRestartTest, TornCurrentFileFallsBackToThePreviousOne) {
+  const CoordinatorOptions options = Persistent();
+  Make(options);
+  const v1::Job job = Submit(Spec(1, 1));
+  ASSERT_TRUE(Control("stop", "first").ok());
+  coordinator_.reset();
+  StateFile file(options.state_dir);
+  std::ofstream(file.path(), std::ios::trunc) << "tributary-coordinator-state v1 bytes=99";
+  Make(options);
+  v1::Job restored = GetJob();
+  EXPECT_EQ(restored.job_id(), job.job_id());
+  EXPECT_THAT(Events(), HasSubstr("using the previous version"));
+}
+
+}  // namespace
+}  // namespace tributary::coordinator
