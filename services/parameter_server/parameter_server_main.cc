@@ -1,15 +1,23 @@
 // A parameter server shard: aggregation, optimizer, parameter streaming, checkpoints.
+// Start-up: restore the newest intact checkpoint, serve (health SERVING only then),
+// register with the coordinator when one is named, drain on SIGTERM.
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include <glog/logging.h>
 
 #include "absl/flags/flag.h"
+#include "common/channel.h"
 #include "common/process.h"
-#include "common/serve.h"
 #include "common/service_host.h"
 #include "common/shutdown.h"
-#include "proto/parameter_server.grpc.pb.h"
+#include "services/parameter_server/coordinator_registration.h"
+#include "services/parameter_server/parameter_server_service.h"
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/partition_executor.h"
 
 // --- Network ---
 ABSL_FLAG(std::string, listen, "0.0.0.0:50061",
@@ -21,17 +29,110 @@ ABSL_FLAG(int64_t, max_partition_bytes, 4 << 20,
           "Largest partition (bytes, FLOAT32) this shard accepts; sets the gRPC receive "
           "limit. Default: 4194304 (4 MiB).");
 
+// --- Cluster ---
+ABSL_FLAG(std::string, coordinator, "",
+          "Coordinator address host:port to register with (retried with backoff until it "
+          "answers). Empty: serve standalone. Default: empty.");
+ABSL_FLAG(int, shard_index, -1,
+          "Shard index this process serves, e.g. a StatefulSet ordinal; -1 lets the "
+          "coordinator pick (standalone: the first InitPartitions names it). Default: -1.");
+
+// --- Checkpoints ---
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory of this shard's checkpoints (files under <dir>/shard-<k>/), used when "
+          "the job names none; the newest intact checkpoint in it is restored at start. "
+          "Empty: no checkpoints unless the job names a directory. Default: empty.");
+ABSL_FLAG(int, checkpoints_to_keep, 3,
+          "Checkpoint files kept per shard directory (>= 1); older ones are deleted. "
+          "Default: 3.");
+
+// --- Performance ---
+ABSL_FLAG(int, summation_threads, 0,
+          "Threads that sum pushes and apply the optimizer; each partition always runs on "
+          "the same thread. 0: one per CPU core. Default: 0.");
+
 int main(int argc, char** argv) {
   tributary::InitProcess(argc, argv,
                          "parameter_server: one Tributary PS shard.\n"
-                         "Usage: parameter_server [--listen=HOST:PORT] [--http_port=N] ...");
+                         "Usage: parameter_server [--listen=HOST:PORT] [--http_port=N] "
+                         "[--coordinator=HOST:PORT] [--shard_index=K] [--checkpoint_dir=DIR] ...");
   tributary::ShutdownSignal shutdown;
-  // The RPCs themselves arrive with the parameter server issue; until then gRPC
-  // answers UNIMPLEMENTED for each of them.
-  tributary::v1::ParameterServer::CallbackService service;
+
+  const int64_t max_partition_bytes = absl::GetFlag(FLAGS_max_partition_bytes);
+  if (max_partition_bytes < 4 || max_partition_bytes % 4 != 0) {
+    LOG(ERROR) << "--max_partition_bytes must be a positive multiple of 4, got "
+               << max_partition_bytes;
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_checkpoints_to_keep) < 1) {
+    LOG(ERROR) << "--checkpoints_to_keep must be >= 1, got "
+               << absl::GetFlag(FLAGS_checkpoints_to_keep);
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_shard_index) < -1) {
+    LOG(ERROR) << "--shard_index must be >= -1, got " << absl::GetFlag(FLAGS_shard_index);
+    return 2;
+  }
+  int threads = absl::GetFlag(FLAGS_summation_threads);
+  if (threads < 0) {
+    LOG(ERROR) << "--summation_threads must be >= 0, got " << threads;
+    return 2;
+  }
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "parameter_server", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port),
-      tributary::MaxReceiveBytesForPartition(absl::GetFlag(FLAGS_max_partition_bytes))));
+      tributary::MaxReceiveBytesForPartition(max_partition_bytes)));
+
+  tributary::ps::ShardOptions options;
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  options.max_partition_bytes = max_partition_bytes;
+  tributary::ps::ParameterShard shard(options, host.registry());
+  // Ready means restored: health stays NOT_SERVING until this is done.
+  absl::StatusOr<std::string> restored = shard.RestoreFromCheckpointDirectory();
+  if (!restored.ok()) {
+    LOG(ERROR) << "cannot restore from " << options.checkpoint_dir << ": " << restored.status();
+    return 1;
+  }
+  LOG(INFO) << (restored->empty() ? std::string("starting with no job")
+                                  : "restored from " + *restored);
+
+  tributary::ps::PartitionExecutor executor(threads);
+  tributary::ps::ParameterServerService service(&shard, &executor);
   host.AddService(&service, tributary::v1::ParameterServer::service_full_name());
-  return tributary::ServeUntilShutdown(host, shutdown);
+  if (absl::Status started = host.Start(); !started.ok()) {
+    LOG(ERROR) << "cannot start: " << started;
+    return 1;
+  }
+  host.SetServing(true);
+  LOG(INFO) << "shard ready: " << threads << " summation threads, max partition "
+            << max_partition_bytes << " bytes";
+
+  std::unique_ptr<tributary::ps::CoordinatorRegistration> registration;
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
+    tributary::ps::RegistrationOptions registration_options;
+    registration_options.coordinator = absl::GetFlag(FLAGS_coordinator);
+    registration_options.channel = tributary::ChannelOptionsFromFlags();
+    registration_options.request.set_address(host.advertised_address());
+    registration_options.request.set_http_port(static_cast<uint32_t>(std::max(0, host.http_port())));
+    registration_options.request.set_shard_index(shard.shard_index());
+    registration_options.request.set_version(tributary::kVersion);
+    registration = std::make_unique<tributary::ps::CoordinatorRegistration>(
+        std::move(registration_options),
+        [&shard](const tributary::v1::RegisterParameterServerResponse& response) {
+          if (absl::Status set = shard.set_shard_index(response.shard_index()); !set.ok()) {
+            LOG(ERROR) << "the coordinator assigned shard " << response.shard_index() << ": "
+                       << set;
+          }
+        });
+  }
+
+  while (!shutdown.WaitFor(absl::Seconds(1))) shard.RefreshGauges();
+  LOG(INFO) << "shutting down";
+  registration.reset();
+  host.Shutdown();
+  shard.FlushCheckpoints();
+  return 0;
 }

@@ -1257,6 +1257,11 @@ absl::Status ParameterShard::InstallCheckpoint(const std::string& path,
   return absl::OkStatus();
 }
 
+void ParameterShard::RecordPulledBytes(size_t bytes) {
+  metrics_.bytes_out.Increment(static_cast<double>(bytes));
+  bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 void ParameterShard::RefreshGauges() {
   absl::MutexLock lock(&last_checkpoint_mu_);
   if (last_checkpoint_time_ != absl::InfinitePast()) {

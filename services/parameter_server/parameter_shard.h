@@ -152,6 +152,9 @@ class ParameterShard {
   absl::Status set_shard_index(uint32_t index);
   int shard_index() const;
 
+  // Counts parameter bytes sent by Pull (bytes out).
+  void RecordPulledBytes(size_t bytes);
+
   // Refreshes time-dependent gauges (checkpoint age); call periodically.
   void RefreshGauges();
 

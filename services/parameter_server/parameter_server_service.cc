@@ -1,0 +1,420 @@
+#include "services/parameter_server/parameter_server_service.h"
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+
+namespace tributary::ps {
+namespace {
+
+// One PushPull stream: the node's pushes go up, parameter values come down.
+//
+// Concurrency: gRPC calls the On* reactions, executor lanes run the pushes, and the
+// shard calls the NodeSink methods (with its own locks held). All state is under
+// mu_. gRPC operations are decided under mu_ and started after releasing it
+// (Finish may run OnDone inline), Finish last. The reactor deletes itself once gRPC
+// is done with it (OnDone) and no executor task refers to it any more.
+class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>,
+                              public NodeSink {
+ public:
+  PushPullReactor(ParameterShard* shard, PartitionExecutor* executor,
+                  grpc::CallbackServerContext* context)
+      : shard_(shard), executor_(executor), context_(context) {
+    for (v1::GradientPush& slot : slots_) free_.push_back(&slot);
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      PlanLocked(actions);
+    }
+    Act(actions);
+  }
+
+  void OnReadDone(bool ok) override {
+    Actions actions;
+    v1::GradientPush* push = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      v1::GradientPush* slot = reading_slot_;
+      reading_ = false;
+      reading_slot_ = nullptr;
+      if (!ok) {
+        read_closed_ = true;  // The client half-closed, or the call is gone.
+        if (context_->IsCancelled()) EndLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        free_.push_back(slot);
+      } else if (ending()) {
+        free_.push_back(slot);
+      } else {
+        push = slot;
+        ++tasks_;
+      }
+      PlanLocked(actions);
+    }
+    if (push != nullptr) Schedule(push);
+    Act(actions);
+  }
+
+  void OnWriteDone(bool ok) override {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      writes_.pop_front();
+      if (!ok) {
+        EndLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "PushPull: the stream broke"));
+      }
+      PlanLocked(actions);
+    }
+    Act(actions);
+  }
+
+  void OnCancel() override {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      EndLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      PlanLocked(actions);
+    }
+    Act(actions);
+  }
+
+  void OnDone() override {
+    bool destroy;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      destroy = tasks_ == 0;
+    }
+    if (destroy) Destroy();
+  }
+
+  // NodeSink -----------------------------------------------------------------------
+
+  void Deliver(std::shared_ptr<const v1::PartitionValues> values) override {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending() || done_) return;
+      auto awaited = awaiting_.find(values->partition_id());
+      if (awaited != awaiting_.end() && values->step() > awaited->second) awaiting_.erase(awaited);
+      writes_.push_back(std::move(values));
+      PlanLocked(actions);
+    }
+    Act(actions);  // At most a StartWrite: never Finish while the shard's locks are held.
+  }
+
+  void Retry(uint32_t partition_id) override {
+    v1::GradientPush* push;
+    {
+      absl::MutexLock lock(&mu_);
+      auto held = held_.find(partition_id);
+      if (held == held_.end() || done_) return;
+      push = held->second;
+      held_.erase(held);
+      if (ending()) {
+        free_.push_back(push);
+        return;
+      }
+      ++tasks_;
+    }
+    Schedule(push);
+  }
+
+  void End(const absl::Status& status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending() || done_) return;
+      EndLocked(ToGrpcStatus(status));
+      ++tasks_;  // Finish from an executor lane, not under the shard's locks.
+    }
+    executor_->Submit(reinterpret_cast<uintptr_t>(this), [this] { FinishTask(); });
+  }
+
+ private:
+  static constexpr int kReadSlots = 2;  // One push being processed while the next arrives.
+
+  // gRPC operations to start once mu_ is released.
+  struct Actions {
+    v1::GradientPush* read = nullptr;
+    const v1::PartitionValues* write = nullptr;
+    std::optional<grpc::Status> finish;
+  };
+
+  bool ending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return end_status_.has_value() || finish_called_;
+  }
+
+  void EndLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending()) return;
+    end_status_ = std::move(status);
+    // Queued values are dropped; the one gRPC is sending must live until OnWriteDone.
+    while (writes_.size() > (writing_ ? 1u : 0u)) writes_.pop_back();
+  }
+
+  void PlanLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_called_) return;
+    if (!writing_ && !writes_.empty() && !end_status_.has_value()) {
+      writing_ = true;
+      actions.write = writes_.front().get();
+    }
+    if (!reading_ && !read_closed_ && !end_status_.has_value() && !free_.empty()) {
+      reading_ = true;
+      reading_slot_ = free_.back();
+      free_.pop_back();
+      actions.read = reading_slot_;
+    }
+    // A half-closed stream stays open until every push it made has its values.
+    const bool drained = read_closed_ && tasks_ == 0 && held_.empty() && awaiting_.empty() &&
+                         writes_.empty();
+    if (!writing_ && (end_status_.has_value() || drained)) {
+      finish_called_ = true;
+      actions.finish = end_status_.value_or(grpc::Status::OK);
+    }
+  }
+
+  void Act(Actions& actions) {
+    if (actions.write != nullptr) StartWrite(actions.write);
+    if (actions.read != nullptr) StartRead(actions.read);
+    if (actions.finish.has_value()) Finish(*std::move(actions.finish));  // May delete `this`.
+  }
+
+  void Schedule(v1::GradientPush* push) {
+    executor_->Submit(push->partition_id(), [this, push] { RunPush(push); });
+  }
+
+  void RunPush(v1::GradientPush* push) {
+    const uint32_t partition = push->partition_id();
+    bool skip;
+    {
+      absl::MutexLock lock(&mu_);
+      skip = ending();
+      // Set before pushing: in ASYNC the values are delivered from inside Push().
+      if (!skip) awaiting_[partition] = push->step();
+    }
+    absl::StatusOr<PushResult> result = PushResult::kDuplicate;
+    if (!skip) result = shard_->Push(*push, this);
+    Actions actions;
+    bool destroy;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!skip && !result.ok()) {
+        awaiting_.erase(partition);
+        EndLocked(ToGrpcStatus(result.status()));
+        free_.push_back(push);
+      } else if (!skip && *result == PushResult::kHeld) {
+        held_[partition] = push;  // Its slot stays taken until Retry().
+      } else {
+        free_.push_back(push);
+      }
+      --tasks_;
+      PlanLocked(actions);
+      destroy = done_ && tasks_ == 0;
+    }
+    if (destroy) {
+      Destroy();
+      return;
+    }
+    Act(actions);
+  }
+
+  void FinishTask() {
+    Actions actions;
+    bool destroy;
+    {
+      absl::MutexLock lock(&mu_);
+      --tasks_;
+      PlanLocked(actions);
+      destroy = done_ && tasks_ == 0;
+    }
+    if (destroy) {
+      Destroy();
+      return;
+    }
+    Act(actions);
+  }
+
+  void Destroy() {
+    shard_->Detach(this);  // After this no sink call can reach us.
+    delete this;
+  }
+
+  ParameterShard* const shard_;
+  PartitionExecutor* const executor_;
+  grpc::CallbackServerContext* const context_;
+
+  absl::Mutex mu_;
+  v1::GradientPush slots_[kReadSlots];
+  std::vector<v1::GradientPush*> free_ ABSL_GUARDED_BY(mu_);
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  v1::GradientPush* reading_slot_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
+  int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
+  absl::flat_hash_map<uint32_t, v1::GradientPush*> held_ ABSL_GUARDED_BY(mu_);
+  // Partition -> step pushed on this stream whose new values have not come yet.
+  absl::flat_hash_map<uint32_t, uint64_t> awaiting_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> end_status_ ABSL_GUARDED_BY(mu_);
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// InitPartitions: header, then one message per owned partition.
+class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsRequest> {
+ public:
+  InitReactor(ParameterShard* shard, PartitionExecutor* control,
+              v1::InitPartitionsResponse* response)
+      : control_(control), response_(response), session_(shard->StartInit()) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // All values are in: install on the control lane (it waits for in-flight pushes).
+      control_->Submit(0, [this] {
+        absl::StatusOr<v1::InitPartitionsResponse> result = session_->Finish();
+        if (result.ok()) *response_ = *std::move(result);
+        Finish(ToGrpcStatus(result.status()));
+      });
+      return;
+    }
+    absl::Status status;
+    switch (request_.payload_case()) {
+      case v1::InitPartitionsRequest::kHeader:
+        status = session_->Header(request_.header());
+        break;
+      case v1::InitPartitionsRequest::kInitial:
+        status = session_->Values(*request_.mutable_initial());
+        break;
+      default:
+        status = absl::InvalidArgumentError("InitPartitions: a message with neither header nor values");
+    }
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  PartitionExecutor* control_;
+  v1::InitPartitionsResponse* response_;
+  std::unique_ptr<ParameterShard::InitSession> session_;
+  v1::InitPartitionsRequest request_;
+};
+
+class PullReactor final : public grpc::ServerWriteReactor<v1::PartitionValues> {
+ public:
+  PullReactor(ParameterShard* shard, const v1::PullRequest& request) : shard_(shard) {
+    auto values = shard->Pull(request);
+    if (!values.ok()) {
+      Finish(ToGrpcStatus(values.status()));
+      return;
+    }
+    values_ = *std::move(values);
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Pull: the stream broke"));
+      return;
+    }
+    shard_->RecordPulledBytes(values_[index_]->data().size());
+    ++index_;
+    Next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (index_ < values_.size()) {
+      StartWrite(values_[index_].get());
+    } else {
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  ParameterShard* shard_;
+  std::vector<std::shared_ptr<const v1::PartitionValues>> values_;
+  size_t index_ = 0;
+};
+
+}  // namespace
+
+ParameterServerService::ParameterServerService(ParameterShard* shard, PartitionExecutor* executor)
+    : shard_(shard), executor_(executor) {}
+
+ParameterServerService::~ParameterServerService() = default;
+
+grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::InitPartitions(
+    grpc::CallbackServerContext* /*context*/, v1::InitPartitionsResponse* response) {
+  return new InitReactor(shard_, &control_, response);
+}
+
+grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerService::PushPull(
+    grpc::CallbackServerContext* context) {
+  return new PushPullReactor(shard_, executor_, context);
+}
+
+grpc::ServerWriteReactor<v1::PartitionValues>* ParameterServerService::Pull(
+    grpc::CallbackServerContext* /*context*/, const v1::PullRequest* request) {
+  return new PullReactor(shard_, *request);
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
+    grpc::CallbackServerContext* context, const v1::GetShardStatusRequest* /*request*/,
+    v1::ShardStatus* response) {
+  *response = shard_->Status();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
+    grpc::CallbackServerContext* context, const v1::CheckpointRequest* /*request*/,
+    v1::CheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  control_.Submit(0, [this, reactor, response] {
+    absl::StatusOr<v1::CheckpointResponse> result = shard_->Checkpoint();
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
+    grpc::CallbackServerContext* context, const v1::BeginGenerationRequest* request,
+    v1::BeginGenerationResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  control_.Submit(0, [this, reactor, request, response] {
+    absl::StatusOr<v1::BeginGenerationResponse> result = shard_->BeginGeneration(*request);
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::EndJob(grpc::CallbackServerContext* context,
+                                                         const v1::EndJobRequest* request,
+                                                         v1::EndJobResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  control_.Submit(0, [this, reactor, request, response] {
+    absl::StatusOr<v1::EndJobResponse> result = shard_->EndJob(*request);
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  return reactor;
+}
+
+}  // namespace tributary::ps

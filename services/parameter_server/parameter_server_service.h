@@ -1,0 +1,52 @@
+// The gRPC face of a shard: tributary.v1.ParameterServer on the callback API, a thin
+// adaptor over ParameterShard. Each PushPull stream is a reactor that hands every
+// push to the PartitionExecutor lane of its partition (so gRPC's threads only move
+// bytes), queues the values the shard sends it and converts statuses at the edge.
+#ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_PARAMETER_SERVER_SERVICE_H_
+#define TRIBUTARY_SERVICES_PARAMETER_SERVER_PARAMETER_SERVER_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "proto/parameter_server.grpc.pb.h"
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/partition_executor.h"
+
+namespace tributary::ps {
+
+class ParameterServerService final : public v1::ParameterServer::CallbackService {
+ public:
+  // shard and executor are not owned and must outlive the service and the server it
+  // is registered with (shut the server down first).
+  ParameterServerService(ParameterShard* shard, PartitionExecutor* executor);
+  ~ParameterServerService() override;
+
+  grpc::ServerReadReactor<v1::InitPartitionsRequest>* InitPartitions(
+      grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response) override;
+  grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* PushPull(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::PartitionValues>* Pull(grpc::CallbackServerContext* context,
+                                                      const v1::PullRequest* request) override;
+  grpc::ServerUnaryReactor* GetShardStatus(grpc::CallbackServerContext* context,
+                                           const v1::GetShardStatusRequest* request,
+                                           v1::ShardStatus* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const v1::CheckpointRequest* request,
+                                       v1::CheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* BeginGeneration(grpc::CallbackServerContext* context,
+                                            const v1::BeginGenerationRequest* request,
+                                            v1::BeginGenerationResponse* response) override;
+  grpc::ServerUnaryReactor* EndJob(grpc::CallbackServerContext* context,
+                                   const v1::EndJobRequest* request,
+                                   v1::EndJobResponse* response) override;
+
+ private:
+  ParameterShard* shard_;
+  PartitionExecutor* executor_;
+  // Calls that write files or wait for a job to install run here, not on gRPC's
+  // callback threads.
+  PartitionExecutor control_{1};
+};
+
+}  // namespace tributary::ps
+
+#endif  // TRIBUTARY_SERVICES_PARAMETER_SERVER_PARAMETER_SERVER_SERVICE_H_
