@@ -1,7 +1,10 @@
 #include "worker/engine/cpu_executor.h"
 
+#include <omp.h>
+
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -77,8 +80,27 @@ int64_t ConvChunk(int64_t ckk, int64_t ohw, int64_t n) {
 
 }  // namespace
 
-void SetCpuMatmulThreads(int threads) { Eigen::setNbThreads(std::max(1, threads)); }
-int CpuMatmulThreads() { return Eigen::nbThreads(); }
+namespace {
+
+std::atomic<int> matmul_threads{1};
+
+// Products smaller than this run on one thread: an OpenMP team costs a barrier per
+// product, and on a loaded machine a barrier can wait a whole scheduler slice for a
+// descheduled team member (measured: 10x slower MLP steps at load 3 on 2 cores).
+// 20 MFLOP is about 1 ms on one core.
+constexpr double kMinParallelFlops = 20e6;
+
+// Sets the calling thread's OpenMP team size (a per-thread setting, so concurrent
+// replicas do not disturb each other), which Eigen reads for the next product.
+void ThreadsForProduct(double flops) {
+  const int threads = flops >= kMinParallelFlops ? matmul_threads.load() : 1;
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
+}  // namespace
+
+void SetCpuMatmulThreads(int threads) { matmul_threads = std::max(1, threads); }
+int CpuMatmulThreads() { return matmul_threads.load(); }
 
 template <typename Scalar>
 CpuExecutor<Scalar>::CpuExecutor(ModelDef model)
@@ -109,6 +131,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
         ConstMatrixMap<S> w(params + l.weight.offset, out_size, in_size);
         ConstRowVectorMap<S> b(params + l.bias.offset, out_size);
         MatrixMap<S> ym(y.data(), n, out_size);
+        ThreadsForProduct(2.0 * n * in_size * out_size);
         ym.noalias() = xm * w.transpose();
         ym.rowwise() += b;
         break;
@@ -131,6 +154,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
           }
           ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
           MatrixMap<S> out(dcol_.data(), oc, g * ohw);
+          ThreadsForProduct(2.0 * oc * ckk * g * ohw);
           out.noalias() = w * col;
           out.colwise() += b;
           for (int64_t t = 0; t < g; ++t) {
@@ -263,6 +287,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           dw.setZero();
           db.setZero();
         } else {
+          ThreadsForProduct(2.0 * n * in_size * out_size);
           dw.noalias() = dy.transpose() * xm;
           db.noalias() = dy.colwise().sum();
         }
@@ -300,6 +325,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           }
           ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
           ConstMatrixMap<S> dout(dout_.data(), oc, g * ohw);
+          ThreadsForProduct(2.0 * oc * ckk * g * ohw);
           dw.noalias() += dout * col.transpose();
           db.noalias() += dout.rowwise().sum();
           if (need_input_grad) {

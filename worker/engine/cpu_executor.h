@@ -12,8 +12,9 @@
 
 namespace tributary::engine {
 
-// Threads each Eigen matrix product may use (process-wide, OpenMP). A process
-// running R replicas concurrently on C cores sets max(1, C / R).
+// Threads each large Eigen matrix product may use (OpenMP; products under ~20 MFLOP
+// always run on one thread). Process-wide, default 1. A process running R replicas
+// concurrently on C cores sets max(1, C / R).
 void SetCpuMatmulThreads(int threads);
 int CpuMatmulThreads();
 
