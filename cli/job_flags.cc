@@ -1,0 +1,279 @@
+#include "cli/job_flags.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/job_spec.h"
+#include "common/tls.h"
+
+// --- The job as a whole ---
+ABSL_FLAG(std::string, job_json, "",
+          "Read the JobSpec from this JSON file (proto3 JSON, as for grpcurl's SubmitJob "
+          "'spec'); flags given on the command line override its fields. Default: empty.");
+ABSL_FLAG(std::string, job_name, "job", "Job name shown on the dashboard. Default: job.");
+
+// --- Model ---
+ABSL_FLAG(std::string, model, "mlp", "Model: logreg, mlp or cnn. Default: mlp.");
+ABSL_FLAG(std::string, layers, "",
+          "Layer sizes, comma separated: logreg/mlp [inputs,hidden...,classes] (mlp default "
+          "784,256,128,10), cnn [hidden...,classes] (default 128,10).");
+ABSL_FLAG(std::string, conv_channels, "", "cnn: channels of its two conv layers. Default: 32,64.");
+ABSL_FLAG(double, dropout, 0, "Dropout probability after each hidden layer. Default: 0.");
+
+// --- Data ---
+ABSL_FLAG(std::string, dataset, "idx",
+          "Dataset format: idx (MNIST/Fashion-MNIST files), csv or synthetic. Default: idx.");
+ABSL_FLAG(std::string, data_dir, tributary::kDefaultIdxDirectory,
+          "idx: directory of the IDX files. Default: /usr/share/datasets/fashion-mnist.");
+ABSL_FLAG(std::string, train_csv, "", "csv: training file.");
+ABSL_FLAG(std::string, test_csv, "", "csv: test file (optional).");
+ABSL_FLAG(int, label_column, 0, "csv: 0-based label column. Default: 0.");
+ABSL_FLAG(bool, csv_header, false, "csv: skip the first line. Default: false.");
+ABSL_FLAG(uint64_t, train_limit, 0, "Use only the first N training samples; 0 = all.");
+ABSL_FLAG(uint64_t, test_limit, 0, "Use only the first N test samples; 0 = all.");
+ABSL_FLAG(bool, normalize, false,
+          "Standardise features with the training set's mean and std. Default: false.");
+
+// --- Schedule ---
+ABSL_FLAG(uint32_t, batch, 64, "Global batch size (samples per step, all replicas). Default: 64.");
+ABSL_FLAG(uint32_t, epochs, 3, "Epochs; 0 = bounded by --max_steps only. Default: 3.");
+ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps; 0 = no cap. Default: 0.");
+ABSL_FLAG(uint64_t, eval_interval, 0,
+          "Evaluate on the test split every N steps; 0 = each epoch. Default: 0.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of initial parameters, data order and dropout. Default: 1.");
+
+// --- Optimizer ---
+ABSL_FLAG(std::string, optimizer, "momentum",
+          "sgd, momentum, adam or adamw. Default: momentum.");
+ABSL_FLAG(double, lr, 0.05, "Learning rate. Default: 0.05.");
+ABSL_FLAG(double, momentum, 0.9, "momentum: coefficient. Default: 0.9.");
+ABSL_FLAG(bool, nesterov, false, "momentum: Nesterov's form. Default: false.");
+ABSL_FLAG(double, weight_decay, 0, "Weight decay (L2; decoupled for adamw). Default: 0.");
+ABSL_FLAG(std::string, lr_schedule, "constant", "constant, step or cosine. Default: constant.");
+ABSL_FLAG(uint64_t, lr_step_size, 0, "step schedule: steps between decays.");
+ABSL_FLAG(double, lr_gamma, 0.1, "step schedule: decay factor. Default: 0.1.");
+ABSL_FLAG(double, min_lr, 0, "cosine schedule: floor. Default: 0.");
+ABSL_FLAG(uint64_t, warmup_steps, 0, "Linear warm-up steps. Default: 0.");
+
+// --- Distribution ---
+ABSL_FLAG(std::string, mode, "sync", "sync, async or bounded (bounded staleness). Default: sync.");
+ABSL_FLAG(uint32_t, staleness, 4, "bounded: max steps ahead of the slowest node. Default: 4.");
+ABSL_FLAG(uint32_t, nodes_min, 0,
+          "Nodes needed to start (and to go on after a failure); 0 = every node the local "
+          "cluster starts (submit: 1).");
+ABSL_FLAG(uint32_t, nodes_max, 0, "Nodes admitted; 0 = nodes_min.");
+ABSL_FLAG(uint32_t, replicas, 2, "Replicas per worker process. Default: 2.");
+ABSL_FLAG(std::string, job_devices, "auto", "Where replicas run: auto, cpu or gpu. Default: auto.");
+ABSL_FLAG(int64_t, partition_bytes, tributary::kDefaultPartitionBytes,
+          "Largest partition in bytes. Default: 4194304 (4 MiB).");
+ABSL_FLAG(std::string, wire_dtype, "float32",
+          "Gradient dtype on the wire: float32, float16 or bfloat16. Default: float32.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "PS checkpoint directory; empty = each shard's own. Default: empty.");
+ABSL_FLAG(uint64_t, checkpoint_interval, 0,
+          "Checkpoint every N steps; 0 = only on demand. Default: 0.");
+
+namespace tributary::cli {
+namespace {
+
+std::set<std::string>& GivenFlags() {
+  static auto* given = new std::set<std::string>;
+  return *given;
+}
+
+absl::Status BadFlag(const std::string& name, const std::string& value,
+                     const std::string& expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, "=", value, ": expected ", expected));
+}
+
+absl::StatusOr<std::vector<uint32_t>> ParseSizes(const std::string& name,
+                                                 const std::string& value) {
+  std::vector<uint32_t> sizes;
+  for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    uint32_t size = 0;
+    if (!absl::SimpleAtoi(part, &size) || size == 0) {
+      return BadFlag(name, value, "positive integers separated by commas");
+    }
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+template <typename Enum>
+absl::StatusOr<Enum> ParseChoice(const std::string& name, const std::string& value,
+                                 const std::vector<std::pair<std::string, Enum>>& choices) {
+  const std::string lower = absl::AsciiStrToLower(value);
+  std::string expected;
+  for (const auto& [text, result] : choices) {
+    if (lower == text) return result;
+    absl::StrAppend(&expected, expected.empty() ? "" : ", ", text);
+  }
+  return BadFlag(name, value, "one of " + expected);
+}
+
+}  // namespace
+
+void RememberGivenFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.rfind("--", 0) != 0 && arg.rfind("-", 0) == 0) arg = "-" + arg;
+    if (arg.rfind("--", 0) != 0) continue;
+    std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos
+                                                                        : arg.find('=') - 2);
+    GivenFlags().insert(name);
+    if (name.rfind("no", 0) == 0) GivenFlags().insert(name.substr(2));
+  }
+}
+
+bool FlagGiven(const std::string& name) { return GivenFlags().count(name) > 0; }
+
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
+  v1::JobSpec spec;
+  const std::string json_path = absl::GetFlag(FLAGS_job_json);
+  const bool from_json = !json_path.empty();
+  if (from_json) {
+    absl::StatusOr<std::string> json = ReadFileToString(json_path);
+    if (!json.ok()) return json.status();
+    const auto parsed = google::protobuf::util::JsonStringToMessage(*json, &spec);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job_json=", json_path, ": ", parsed.message().as_string()));
+    }
+  }
+  // Without --job_json every flag applies (its default included); with it, only the
+  // flags given on the command line.
+  auto use = [&](const char* name) { return !from_json || FlagGiven(name); };
+
+  if (use("job_name")) spec.set_name(absl::GetFlag(FLAGS_job_name));
+  v1::ModelSpec& model = *spec.mutable_model();
+  if (use("model")) model.set_name(absl::AsciiStrToLower(absl::GetFlag(FLAGS_model)));
+  if (use("layers") && !absl::GetFlag(FLAGS_layers).empty()) {
+    absl::StatusOr<std::vector<uint32_t>> sizes = ParseSizes("layers", absl::GetFlag(FLAGS_layers));
+    if (!sizes.ok()) return sizes.status();
+    model.clear_layer_sizes();
+    for (uint32_t size : *sizes) model.add_layer_sizes(size);
+  }
+  if (use("conv_channels") && !absl::GetFlag(FLAGS_conv_channels).empty()) {
+    absl::StatusOr<std::vector<uint32_t>> sizes =
+        ParseSizes("conv_channels", absl::GetFlag(FLAGS_conv_channels));
+    if (!sizes.ok()) return sizes.status();
+    model.clear_conv_channels();
+    for (uint32_t size : *sizes) model.add_conv_channels(size);
+  }
+  if (use("dropout")) model.set_dropout(static_cast<float>(absl::GetFlag(FLAGS_dropout)));
+
+  v1::DatasetSpec& dataset = *spec.mutable_dataset();
+  if (use("dataset")) {
+    absl::StatusOr<v1::DatasetFormat> format = ParseChoice<v1::DatasetFormat>(
+        "dataset", absl::GetFlag(FLAGS_dataset),
+        {{"idx", v1::IDX}, {"csv", v1::CSV}, {"synthetic", v1::SYNTHETIC}});
+    if (!format.ok()) return format.status();
+    dataset.set_format(*format);
+  }
+  if (use("data_dir") && dataset.format() == v1::IDX) {
+    dataset.set_directory(absl::GetFlag(FLAGS_data_dir));
+  }
+  if (use("train_csv")) dataset.set_train_path(absl::GetFlag(FLAGS_train_csv));
+  if (use("test_csv")) dataset.set_test_path(absl::GetFlag(FLAGS_test_csv));
+  if (use("label_column")) {
+    if (absl::GetFlag(FLAGS_label_column) < 0) {
+      return BadFlag("label_column", std::to_string(absl::GetFlag(FLAGS_label_column)),
+                     "a column index >= 0");
+    }
+    dataset.set_label_column(static_cast<uint32_t>(absl::GetFlag(FLAGS_label_column)));
+  }
+  if (use("csv_header")) dataset.set_csv_has_header(absl::GetFlag(FLAGS_csv_header));
+  if (use("train_limit")) dataset.set_train_limit(absl::GetFlag(FLAGS_train_limit));
+  if (use("test_limit")) dataset.set_test_limit(absl::GetFlag(FLAGS_test_limit));
+  if (use("normalize")) dataset.set_normalize(absl::GetFlag(FLAGS_normalize));
+
+  if (use("batch")) spec.set_global_batch_size(absl::GetFlag(FLAGS_batch));
+  if (use("epochs")) spec.set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (use("max_steps")) spec.set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  if (use("eval_interval")) spec.set_eval_interval_steps(absl::GetFlag(FLAGS_eval_interval));
+  if (use("seed")) spec.set_seed(absl::GetFlag(FLAGS_seed));
+
+  v1::OptimizerSpec& optimizer = *spec.mutable_optimizer();
+  if (use("optimizer")) {
+    absl::StatusOr<v1::OptimizerType> type = ParseChoice<v1::OptimizerType>(
+        "optimizer", absl::GetFlag(FLAGS_optimizer),
+        {{"sgd", v1::SGD}, {"momentum", v1::MOMENTUM}, {"adam", v1::ADAM}, {"adamw", v1::ADAMW}});
+    if (!type.ok()) return type.status();
+    optimizer.set_type(*type);
+  }
+  if (use("lr")) optimizer.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
+  if (use("momentum") && optimizer.type() == v1::MOMENTUM) {
+    optimizer.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
+  }
+  if (use("nesterov")) optimizer.set_nesterov(absl::GetFlag(FLAGS_nesterov));
+  if (use("weight_decay")) {
+    optimizer.set_weight_decay(static_cast<float>(absl::GetFlag(FLAGS_weight_decay)));
+  }
+  v1::LrSchedule& schedule = *optimizer.mutable_schedule();
+  if (use("lr_schedule")) {
+    absl::StatusOr<v1::LrScheduleKind> kind = ParseChoice<v1::LrScheduleKind>(
+        "lr_schedule", absl::GetFlag(FLAGS_lr_schedule),
+        {{"constant", v1::CONSTANT}, {"step", v1::STEP}, {"cosine", v1::COSINE}});
+    if (!kind.ok()) return kind.status();
+    schedule.set_kind(*kind);
+  }
+  if (use("lr_step_size")) schedule.set_step_size(absl::GetFlag(FLAGS_lr_step_size));
+  if (use("lr_gamma") && schedule.kind() == v1::STEP) {
+    schedule.set_gamma(static_cast<float>(absl::GetFlag(FLAGS_lr_gamma)));
+  }
+  if (use("min_lr")) schedule.set_min_lr(static_cast<float>(absl::GetFlag(FLAGS_min_lr)));
+  if (use("warmup_steps")) schedule.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
+
+  if (use("mode")) {
+    absl::StatusOr<v1::TrainingMode> mode = ParseChoice<v1::TrainingMode>(
+        "mode", absl::GetFlag(FLAGS_mode),
+        {{"sync", v1::SYNC}, {"async", v1::ASYNC}, {"bounded", v1::BOUNDED_STALENESS}});
+    if (!mode.ok()) return mode.status();
+    spec.set_mode(*mode);
+  }
+  if (use("staleness") && spec.mode() == v1::BOUNDED_STALENESS) {
+    spec.set_staleness(absl::GetFlag(FLAGS_staleness));
+  }
+  if (use("nodes_min") && absl::GetFlag(FLAGS_nodes_min) > 0) {
+    spec.set_nodes_min(absl::GetFlag(FLAGS_nodes_min));
+  }
+  if (use("nodes_max") && absl::GetFlag(FLAGS_nodes_max) > 0) {
+    spec.set_nodes_max(absl::GetFlag(FLAGS_nodes_max));
+  }
+  if (use("replicas")) spec.set_replicas_per_worker(absl::GetFlag(FLAGS_replicas));
+  if (use("job_devices")) {
+    absl::StatusOr<v1::DeviceKind> devices = ParseChoice<v1::DeviceKind>(
+        "job_devices", absl::GetFlag(FLAGS_job_devices),
+        {{"auto", v1::AUTO}, {"cpu", v1::CPU}, {"gpu", v1::GPU}});
+    if (!devices.ok()) return devices.status();
+    spec.set_devices(*devices);
+  }
+  if (use("partition_bytes")) spec.set_partition_bytes(absl::GetFlag(FLAGS_partition_bytes));
+  if (use("wire_dtype")) {
+    absl::StatusOr<v1::DType> dtype = ParseChoice<v1::DType>(
+        "wire_dtype", absl::GetFlag(FLAGS_wire_dtype),
+        {{"float32", v1::FLOAT32}, {"float16", v1::FLOAT16}, {"bfloat16", v1::BFLOAT16}});
+    if (!dtype.ok()) return dtype.status();
+    spec.set_wire_dtype(*dtype);
+  }
+  if (use("checkpoint_dir")) spec.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  if (use("checkpoint_interval")) {
+    spec.set_checkpoint_interval_steps(absl::GetFlag(FLAGS_checkpoint_interval));
+  }
+
+  spec = WithDefaults(std::move(spec));
+  if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) return valid;
+  return spec;
+}
+
+}  // namespace tributary::cli

@@ -1,0 +1,29 @@
+// The JobSpec as command-line flags, for `tributary local` and `tributary submit`:
+// one flag per knob, optionally on top of a spec read from --job_json (flags given
+// on the command line win). Defaults not set by a flag come from common/job_spec.h.
+#ifndef TRIBUTARY_CLI_JOB_FLAGS_H_
+#define TRIBUTARY_CLI_JOB_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace tributary::cli {
+
+// Remembers which flags the command line names (call with main's argc/argv before
+// parsing); only those override --job_json. This Abseil release does not say whether
+// a flag was given, so the command line is read directly.
+void RememberGivenFlags(int argc, char** argv);
+
+// True when the command line named --<name> (or --no<name>).
+bool FlagGiven(const std::string& name);
+
+// The spec the flags describe, validated, with defaults filled in. INVALID_ARGUMENT
+// naming the flag for a bad value (an unknown --optimizer, a malformed --layers, an
+// unreadable --job_json, a spec ValidateJobSpec refuses).
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags();
+
+}  // namespace tributary::cli
+
+#endif  // TRIBUTARY_CLI_JOB_FLAGS_H_

@@ -1,0 +1,238 @@
+#include "cli/local_cluster.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <regex>
+
+#include <glog/logging.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tools/cpp/runfiles/runfiles.h"
+
+namespace tributary::cli {
+namespace {
+
+constexpr int kLogTailLines = 15;
+
+absl::Status MakeDirectories(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      partial = path.substr(0, i);
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::InternalError(absl::StrCat("cannot create directory ", partial));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// {"grpc_port":N,"http_port":M,...} as written by ServiceHost.
+bool ReadPortFile(const std::string& path, int* grpc_port, int* http_port) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch grpc_match, http_match;
+  if (!std::regex_search(text, grpc_match, std::regex("\"grpc_port\":(\\d+)")) ||
+      !std::regex_search(text, http_match, std::regex("\"http_port\":(-?\\d+)"))) {
+    return false;
+  }
+  *grpc_port = std::stoi(grpc_match[1]);
+  *http_port = std::stoi(http_match[1]);
+  return true;
+}
+
+bool Serving(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const grpc::Status status =
+      grpc::health::v1::Health::NewStub(channel)->Check(&context, request, &response);
+  return status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+std::string Died(ChildProcess& child) {
+  return absl::StrCat(child.name(), " ", child.ExitDescription(), "; last lines of ",
+                      child.log_path(), ":\n", child.LogTail(kLogTailLines));
+}
+
+}  // namespace
+
+absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir,
+                            LocalClusterOptions& options) {
+  if (!bin_dir.empty()) {
+    options.coordinator_binary = bin_dir + "/coordinator";
+    options.parameter_server_binary = bin_dir + "/parameter_server";
+    options.worker_binary = bin_dir + "/worker";
+    return absl::OkStatus();
+  }
+  std::string error;
+  std::unique_ptr<bazel::tools::cpp::runfiles::Runfiles> runfiles(
+      bazel::tools::cpp::runfiles::Runfiles::Create(argv0, &error));
+  if (runfiles == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot find the service binaries: no Bazel runfiles (", error,
+        "); run through `bazel run //:tributary -- ...` or pass --bin_dir"));
+  }
+  options.coordinator_binary =
+      runfiles->Rlocation("tributary/services/coordinator/coordinator");
+  options.parameter_server_binary =
+      runfiles->Rlocation("tributary/services/parameter_server/parameter_server");
+  options.worker_binary = runfiles->Rlocation("tributary/worker/worker");
+  return absl::OkStatus();
+}
+
+LocalCluster::LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+std::string LocalCluster::PortFile(const std::string& name) const {
+  return absl::StrCat(options_.run_dir, "/", name, ".ports.json");
+}
+
+std::string LocalCluster::dashboard_url() const {
+  return absl::StrCat("http://127.0.0.1:", coordinator_http_port_, "/");
+}
+
+std::vector<ChildProcess*> LocalCluster::processes() {
+  std::vector<ChildProcess*> all;
+  if (coordinator_ != nullptr) all.push_back(coordinator_.get());
+  for (auto& shard : shards_) all.push_back(shard.get());
+  for (auto& worker : workers_) all.push_back(worker.get());
+  return all;
+}
+
+absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
+    const std::string& name, std::vector<std::string> argv,
+    std::unique_ptr<ChildProcess>& slot) {
+  const std::string port_file = PortFile(name);
+  std::remove(port_file.c_str());
+  argv.push_back("--listen=127.0.0.1:0");
+  argv.push_back("--http_port=0");
+  argv.push_back("--port_file=" + port_file);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(name, std::move(argv), absl::StrCat(options_.run_dir, "/", name, ".log"));
+  if (!child.ok()) return child.status();
+  slot = *std::move(child);
+
+  Endpoint endpoint;
+  const absl::Time give_up = absl::Now() + options_.start_timeout;
+  std::shared_ptr<grpc::Channel> channel;
+  while (true) {
+    if (!slot->Running()) {
+      return absl::UnavailableError(absl::StrCat("could not start ", Died(*slot)));
+    }
+    if (channel == nullptr && ReadPortFile(port_file, &endpoint.grpc_port, &endpoint.http_port)) {
+      channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", endpoint.grpc_port),
+                                    grpc::InsecureChannelCredentials());
+    }
+    if (channel != nullptr && Serving(channel)) return endpoint;
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          name, " did not become SERVING within ", absl::FormatDuration(options_.start_timeout),
+          "; last lines of ", slot->log_path(), ":\n", slot->LogTail(kLogTailLines)));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+absl::Status LocalCluster::Start() {
+  if (absl::Status made = MakeDirectories(options_.run_dir); !made.ok()) return made;
+  std::vector<std::string> coordinator = {
+      options_.coordinator_binary,
+      absl::StrCat("--ps_shards=", options_.ps_shards),
+      absl::StrCat("--state_dir=", options_.run_dir, "/coordinator-state"),
+      "--drain_seconds=0.2",
+  };
+  coordinator.insert(coordinator.end(), options_.coordinator_args.begin(),
+                     options_.coordinator_args.end());
+  absl::StatusOr<Endpoint> endpoint = StartAndWait("coordinator", coordinator, coordinator_);
+  if (!endpoint.ok()) return endpoint.status();
+  coordinator_address_ = absl::StrCat("127.0.0.1:", endpoint->grpc_port);
+  coordinator_http_port_ = endpoint->http_port;
+  coordinator_channel_ =
+      grpc::CreateChannel(coordinator_address_, grpc::InsecureChannelCredentials());
+
+  for (int i = 0; i < options_.ps_shards; ++i) {
+    const std::string name = absl::StrCat("ps-", i);
+    std::vector<std::string> argv = {
+        options_.parameter_server_binary,
+        "--coordinator=" + coordinator_address_,
+        absl::StrCat("--shard_index=", i),
+        absl::StrCat("--checkpoint_dir=", options_.run_dir, "/", name, "-checkpoints"),
+        "--drain_seconds=0.2",
+    };
+    argv.insert(argv.end(), options_.parameter_server_args.begin(),
+                options_.parameter_server_args.end());
+    shards_.emplace_back();
+    absl::StatusOr<Endpoint> shard = StartAndWait(name, argv, shards_.back());
+    if (!shard.ok()) return shard.status();
+    shard_addresses_.push_back(absl::StrCat("127.0.0.1:", shard->grpc_port));
+  }
+
+  const int nodes = options_.nodes > 0 ? options_.nodes : options_.workers;
+  for (int i = 0; i < options_.workers; ++i) {
+    const std::string name = absl::StrCat("worker-", i);
+    std::vector<std::string> argv = {
+        options_.worker_binary,
+        "--coordinator=" + coordinator_address_,
+        absl::StrCat("--node=node-", i % nodes),
+        "--devices=" + options_.devices,
+        "--exit_after_job",
+        "--drain_seconds=0.2",
+    };
+    argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
+    workers_.emplace_back();
+    absl::StatusOr<Endpoint> worker = StartAndWait(name, argv, workers_.back());
+    if (!worker.ok()) return worker.status();
+    worker_addresses_.push_back(absl::StrCat("127.0.0.1:", worker->grpc_port));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::CheckProcesses() {
+  if (coordinator_ != nullptr && !coordinator_->Running()) {
+    return absl::UnavailableError(Died(*coordinator_));
+  }
+  for (auto& shard : shards_) {
+    if (shard != nullptr && !shard->Running()) return absl::UnavailableError(Died(*shard));
+  }
+  for (auto& worker : workers_) {
+    if (worker != nullptr && !worker->Running() && worker->exit_code() != 0) {
+      return absl::UnavailableError(Died(*worker));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void LocalCluster::KillWorker(int index) {
+  if (index >= 0 && index < static_cast<int>(workers_.size()) && workers_[index] != nullptr) {
+    workers_[index]->Signal(SIGKILL);
+    workers_[index]->Wait(absl::Seconds(10));
+  }
+}
+
+void LocalCluster::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  // Signal a whole tier at once, then wait for it: stopping W workers one after the
+  // other would cost W grace periods when a step is in flight.
+  for (auto* tier : {&workers_, &shards_}) {
+    for (auto& child : *tier) {
+      if (child != nullptr) child->Signal(SIGTERM);
+    }
+    for (auto& child : *tier) {
+      if (child != nullptr) child->Stop(options_.stop_grace);
+    }
+  }
+  if (coordinator_ != nullptr) coordinator_->Stop(options_.stop_grace);
+}
+
+}  // namespace tributary::cli

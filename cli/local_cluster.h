@@ -1,0 +1,103 @@
+// A whole Tributary cluster on loopback, as child processes: one coordinator, P
+// parameter server shards and W workers, each on free ports, with logs, port files,
+// state and checkpoints under one run directory. `tributary local` drives it, and
+// so do the multi-process tests.
+#ifndef TRIBUTARY_CLI_LOCAL_CLUSTER_H_
+#define TRIBUTARY_CLI_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cli/child_process.h"
+
+namespace tributary::cli {
+
+struct LocalClusterOptions {
+  // The three binaries.
+  std::string coordinator_binary;
+  std::string parameter_server_binary;
+  std::string worker_binary;
+
+  int ps_shards = 2;
+  int workers = 2;
+  // Node groups the workers are spread over (round-robin): workers of one node reduce
+  // together (Gloo) and one of them pushes. 0 = one node per worker.
+  int nodes = 0;
+  std::string devices = "cpu";  // --devices of every worker.
+  std::string run_dir;          // Logs, port files, state; created if missing.
+
+  // Passed through to every process of that kind, e.g. {"--heartbeat_timeout_ms=2000"}.
+  std::vector<std::string> coordinator_args;
+  std::vector<std::string> parameter_server_args;
+  std::vector<std::string> worker_args;
+
+  absl::Duration start_timeout = absl::Seconds(60);
+  absl::Duration stop_grace = absl::Seconds(10);
+};
+
+// Finds the three binaries: in bin_dir when given (the layout of an installed
+// release: coordinator, parameter_server, worker side by side), else through the
+// Bazel runfiles of `argv0` (bazel run //:tributary, bazel test).
+absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir,
+                            LocalClusterOptions& options);
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(LocalClusterOptions options);
+  ~LocalCluster();  // Stop().
+
+  // Starts the coordinator, then the shards, then the workers, each once the one
+  // before is SERVING (health check on its port file's port). An error names the
+  // process and shows its last log lines.
+  absl::Status Start();
+
+  // Workers first (they finish their step and deregister), then shards, then the
+  // coordinator; SIGKILL after the grace period. Idempotent.
+  void Stop();
+
+  // OK while every process that should run does; otherwise names the first one that
+  // died, how, and its last log lines. Workers that exited 0 after their job are fine.
+  absl::Status CheckProcesses();
+
+  // A worker that is still running, for failure tests: SIGKILL.
+  void KillWorker(int index);
+
+  std::string coordinator_address() const { return coordinator_address_; }
+  std::string dashboard_url() const;
+  std::vector<std::string> shard_addresses() const { return shard_addresses_; }
+  std::vector<std::string> worker_addresses() const { return worker_addresses_; }
+  std::shared_ptr<grpc::Channel> coordinator_channel() const { return coordinator_channel_; }
+  const LocalClusterOptions& options() const { return options_; }
+  // Every child, coordinator first, then shards, then workers.
+  std::vector<ChildProcess*> processes();
+
+ private:
+  struct Endpoint {
+    int grpc_port = 0;
+    int http_port = 0;
+  };
+  absl::StatusOr<Endpoint> StartAndWait(const std::string& name,
+                                        std::vector<std::string> argv,
+                                        std::unique_ptr<ChildProcess>& slot);
+  std::string PortFile(const std::string& name) const;
+
+  LocalClusterOptions options_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> shards_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::string coordinator_address_;
+  int coordinator_http_port_ = 0;
+  std::vector<std::string> shard_addresses_;
+  std::vector<std::string> worker_addresses_;
+  std::shared_ptr<grpc::Channel> coordinator_channel_;
+  bool stopped_ = false;
+};
+
+}  // namespace tributary::cli
+
+#endif  // TRIBUTARY_CLI_LOCAL_CLUSTER_H_

@@ -1,0 +1,481 @@
+// tributary: the command-line front end.
+//   tributary local  [job flags]  a whole cluster on loopback, trains, prints a summary
+//   tributary submit [job flags]  submits a job to a running coordinator
+//   tributary status | pause | resume | stop | pull   conveniences over the gRPC API
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/client_context.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "cli/job_flags.h"
+#include "cli/local_cluster.h"
+#include "cli/parameters.h"
+#include "common/channel.h"
+#include "common/grpc_status.h"
+#include "common/process.h"
+#include "common/shutdown.h"
+#include "proto/coordinator.grpc.pb.h"
+
+// --- Where the cluster is ---
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
+          "submit/status/pause/resume/stop/pull: coordinator address host:port. "
+          "Default: 127.0.0.1:50051.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the coordinator's control token (sent as 'authorization: Bearer "
+          "<token>' on submit/pause/resume/stop). Default: empty (none).");
+ABSL_FLAG(std::string, reason, "", "pause/resume/stop: reason kept in the job's event log.");
+ABSL_FLAG(std::string, job_id, "", "pause/resume/stop/status: job id; empty = the active job.");
+ABSL_FLAG(bool, json, false, "status: print ClusterStatus as JSON instead of a summary.");
+ABSL_FLAG(std::string, out, "", "pull: write the flat float32 parameters to this file.");
+
+// --- tributary local ---
+ABSL_FLAG(int, ps_shards, 2, "local: parameter server shards to start. Default: 2.");
+ABSL_FLAG(int, workers, 2, "local: worker processes to start. Default: 2.");
+ABSL_FLAG(int, nodes, 0,
+          "local: node groups the workers are spread over (workers of one node reduce "
+          "through Gloo and push once); 0 = one node per worker. Default: 0.");
+ABSL_FLAG(std::string, devices, "cpu",
+          "local: --devices of every worker (auto, cpu, gpu, gpu:0,1). Default: cpu.");
+ABSL_FLAG(std::string, run_dir, "",
+          "local: directory for logs, port files, state and checkpoints. Default: a new "
+          "/tmp/tributary-local-XXXXXX.");
+ABSL_FLAG(std::string, bin_dir, "",
+          "local: directory holding coordinator, parameter_server and worker. Default: "
+          "empty (the Bazel runfiles of this binary).");
+ABSL_FLAG(std::string, summary_json, "",
+          "local: write the final summary (accuracy, loss, steps, throughput, bytes, the "
+          "job spec) as JSON to this file. Default: empty (not written).");
+ABSL_FLAG(std::string, params_out, "",
+          "local: pull the final parameters from the PS into this file (flat float32) "
+          "before stopping. Default: empty.");
+ABSL_FLAG(double, progress_interval, 0.5,
+          "local: seconds between progress updates. Default: 0.5.");
+ABSL_FLAG(std::vector<std::string>, coordinator_arg, {},
+          "local: extra flags for the coordinator, comma separated.");
+ABSL_FLAG(std::vector<std::string>, ps_arg, {},
+          "local: extra flags for every PS shard, comma separated.");
+ABSL_FLAG(std::vector<std::string>, worker_arg, {},
+          "local: extra flags for every worker, comma separated.");
+
+namespace tributary::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "tributary: Tributary's command line.\n"
+    "  tributary local  [job flags]   start a cluster on loopback and train (see --helpfull)\n"
+    "  tributary submit [job flags]   submit a job to --coordinator\n"
+    "  tributary status [--json]      the cluster and its job\n"
+    "  tributary pause|resume|stop    control the active job (--reason)\n"
+    "  tributary pull --out=FILE      the current parameters from the PS shards\n"
+    "Job flags: --model, --layers, --dataset, --batch, --epochs, --optimizer, --lr, --mode,\n"
+    "--replicas, ... (tributary --helpfull lists them all with their defaults).";
+
+std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(address, ChannelOptionsFromFlags());
+  if (!channel.ok()) {
+    std::cerr << "tributary: " << channel.status() << "\n";
+    std::exit(2);
+  }
+  return v1::Coordinator::NewStub(*channel);
+}
+
+void Authorize(grpc::ClientContext& context) {
+  const std::string path = absl::GetFlag(FLAGS_token_file);
+  if (path.empty()) return;
+  absl::StatusOr<std::string> token = ReadFileToString(path);
+  if (!token.ok()) {
+    std::cerr << "tributary: --token_file: " << token.status() << "\n";
+    std::exit(2);
+  }
+  std::string value = *token;
+  while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
+  context.AddMetadata("authorization", "Bearer " + value);
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "tributary: " << status << "\n";
+  return 1;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!(seconds >= 0) || std::isinf(seconds)) return "--:--";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  return absl::StrFormat("%02d:%02d", s / 60, s % 60);
+}
+
+// One line of progress from the coordinator's view of the job.
+std::string ProgressLine(const v1::Job& job, double elapsed) {
+  float loss = NAN, accuracy = -1;
+  double samples_per_second = 0;
+  if (job.progress_size() > 0) {
+    const v1::ProgressPoint& last = job.progress(job.progress_size() - 1);
+    loss = last.loss();
+    samples_per_second = last.samples_per_second();
+    for (int i = job.progress_size() - 1; i >= 0; --i) {
+      if (job.progress(i).test_accuracy() >= 0) {
+        accuracy = job.progress(i).test_accuracy();
+        break;
+      }
+    }
+  }
+  const double steps_per_second = job.step() > 0 && elapsed > 0 ? job.step() / elapsed : 0;
+  const double eta = steps_per_second > 0 && job.total_steps() >= job.step()
+                         ? (job.total_steps() - job.step()) / steps_per_second
+                         : -1;
+  const uint32_t epochs = job.spec().epochs();
+  return absl::StrFormat(
+      "%-10s epoch %u%s  step %llu/%llu  loss %s  acc %s  %s samples/s  elapsed %s  ETA %s",
+      v1::JobState_Name(job.state()), job.epoch() + 1,
+      epochs > 0 ? absl::StrCat("/", epochs) : std::string(),
+      static_cast<unsigned long long>(job.step()),
+      static_cast<unsigned long long>(job.total_steps()),
+      std::isnan(loss) ? std::string("-") : absl::StrFormat("%.4f", loss),
+      accuracy < 0 ? std::string("-") : absl::StrFormat("%.4f", accuracy),
+      absl::StrFormat("%.0f", samples_per_second), FormatDuration(elapsed), FormatDuration(eta));
+}
+
+bool Terminal(v1::JobState state) {
+  return state == v1::COMPLETED || state == v1::FAILED || state == v1::STOPPED;
+}
+
+absl::StatusOr<v1::Job> GetJob(v1::Coordinator::Stub& stub, const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  absl::Status status = FromGrpcStatus(stub.GetJob(&context, request, &job), "GetJob");
+  if (!status.ok()) return status;
+  return job;
+}
+
+absl::StatusOr<v1::Job> Submit(v1::Coordinator::Stub& stub, const v1::JobSpec& spec) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  Authorize(context);
+  absl::Status status = FromGrpcStatus(stub.SubmitJob(&context, request, &job), "SubmitJob");
+  if (!status.ok()) return status;
+  return job;
+}
+
+int RunSubmit() {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  if (!spec.ok()) return Fail(spec.status());
+  auto stub = Connect(absl::GetFlag(FLAGS_coordinator));
+  absl::StatusOr<v1::Job> job = Submit(*stub, *spec);
+  if (!job.ok()) return Fail(job.status());
+  std::cout << "submitted " << job->job_id() << " (" << v1::JobState_Name(job->state())
+            << ")\n";
+  return 0;
+}
+
+int RunControl(const std::string& verb) {
+  auto stub = Connect(absl::GetFlag(FLAGS_coordinator));
+  v1::JobControlRequest request;
+  request.set_job_id(absl::GetFlag(FLAGS_job_id));
+  request.set_reason(absl::GetFlag(FLAGS_reason).empty() ? "tributary " + verb
+                                                         : absl::GetFlag(FLAGS_reason));
+  v1::Job job;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  Authorize(context);
+  grpc::Status status;
+  if (verb == "pause") status = stub->PauseJob(&context, request, &job);
+  if (verb == "resume") status = stub->ResumeJob(&context, request, &job);
+  if (verb == "stop") status = stub->StopJob(&context, request, &job);
+  if (!status.ok()) return Fail(FromGrpcStatus(status, verb));
+  std::cout << job.job_id() << ": " << v1::JobState_Name(job.state()) << "\n";
+  return 0;
+}
+
+int RunStatus() {
+  auto stub = Connect(absl::GetFlag(FLAGS_coordinator));
+  v1::ClusterStatus status;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status rpc = stub->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &status);
+  if (!rpc.ok()) return Fail(FromGrpcStatus(rpc, "GetClusterStatus"));
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(status) << "\n";
+    return 0;
+  }
+  if (status.has_job()) {
+    std::cout << status.job().job_id() << " " << ProgressLine(status.job(), 0) << "\n";
+    if (!status.job().state_reason().empty()) {
+      std::cout << "  " << status.job().state_reason() << "\n";
+    }
+  } else {
+    std::cout << "no job\n";
+  }
+  if (!status.waiting_reason().empty()) std::cout << "waiting: " << status.waiting_reason() << "\n";
+  std::cout << "generation " << status.generation() << ", " << status.nodes_size()
+            << " node(s), " << status.idle_workers_size() << " idle worker(s), "
+            << status.shards_size() << "/" << status.expected_shards() << " PS shard(s)\n";
+  for (const v1::NodeInfo& node : status.nodes()) {
+    for (const v1::WorkerInfo& worker : node.workers()) {
+      std::cout << absl::StrFormat("  %-12s %-10s rank %u  step %llu  %.0f samples/s%s\n",
+                                   worker.worker_id(), node.node_name(),
+                                   worker.assignment().global_rank(),
+                                   static_cast<unsigned long long>(worker.step()),
+                                   worker.samples_per_second(),
+                                   worker.straggler() ? "  STRAGGLER" : "");
+    }
+  }
+  return 0;
+}
+
+int RunPull() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail(absl::InvalidArgumentError("pull needs --out=FILE"));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags());
+  if (!channel.ok()) return Fail(channel.status());
+  absl::StatusOr<PulledParameters> params = PullParameters(*channel, ChannelOptionsFromFlags());
+  if (!params.ok()) return Fail(params.status());
+  if (absl::Status written = WriteParameters(*params, out); !written.ok()) return Fail(written);
+  std::cout << "wrote " << params->values.size() << " parameters of job " << params->job_id
+            << " (step " << params->step << ") to " << out << "\n";
+  return 0;
+}
+
+// --- tributary local ---
+
+struct Summary {
+  v1::Job job;
+  double wall_seconds = 0;
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+};
+
+std::string SummaryJson(const Summary& summary) {
+  const v1::Job& job = summary.job;
+  const v1::JobResult& result = job.result();
+  const double samples_per_second =
+      result.samples_per_second() > 0
+          ? result.samples_per_second()
+          : (job.progress_size() > 0
+                 ? job.progress(job.progress_size() - 1).samples_per_second()
+                 : 0);
+  float final_loss = result.final_loss();
+  if (final_loss == 0 && job.progress_size() > 0) {
+    final_loss = job.progress(job.progress_size() - 1).loss();
+  }
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  google::protobuf::util::MessageToJsonString(job.spec(), &spec_json, options);
+  return absl::StrFormat(
+      "{\"job_id\":\"%s\",\"state\":\"%s\",\"test_accuracy\":%.6f,\"test_loss\":%.6f,"
+      "\"final_loss\":%.6f,\"steps\":%llu,\"samples_per_second\":%.2f,\"wall_seconds\":%.3f,"
+      "\"bytes_pushed\":%llu,\"bytes_pulled\":%llu,\"job_spec\":%s}",
+      job.job_id(), v1::JobState_Name(job.state()), result.test_accuracy(), result.test_loss(),
+      final_loss, static_cast<unsigned long long>(job.step()), samples_per_second,
+      summary.wall_seconds, static_cast<unsigned long long>(summary.bytes_pushed),
+      static_cast<unsigned long long>(summary.bytes_pulled), spec_json);
+}
+
+int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  if (!spec.ok()) return Fail(spec.status());
+  LocalClusterOptions options;
+  if (absl::Status found = LocateBinaries(argv0, absl::GetFlag(FLAGS_bin_dir), options);
+      !found.ok()) {
+    return Fail(found);
+  }
+  options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.nodes = absl::GetFlag(FLAGS_nodes);
+  options.devices = absl::GetFlag(FLAGS_devices);
+  options.coordinator_args = absl::GetFlag(FLAGS_coordinator_arg);
+  options.parameter_server_args = absl::GetFlag(FLAGS_ps_arg);
+  options.worker_args = absl::GetFlag(FLAGS_worker_arg);
+  if (options.ps_shards < 1 || options.workers < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--ps_shards=", options.ps_shards, " --workers=", options.workers, ": both must be >= 1")));
+  }
+  const int nodes = options.nodes > 0 ? std::min(options.nodes, options.workers) : options.workers;
+  // The job needs every node this cluster starts, unless the flags say otherwise.
+  if (!FlagGiven("nodes_min") && spec->nodes_min() <= 1) {
+    spec->set_nodes_min(nodes);
+    if (spec->nodes_max() < spec->nodes_min()) spec->set_nodes_max(nodes);
+  }
+  options.run_dir = absl::GetFlag(FLAGS_run_dir);
+  if (options.run_dir.empty()) {
+    char pattern[] = "/tmp/tributary-local-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return Fail(absl::InternalError("mkdtemp failed"));
+    options.run_dir = pattern;
+  }
+
+  const absl::Time start = absl::Now();
+  std::cout << "tributary local: coordinator, " << options.ps_shards << " PS shard(s), "
+            << options.workers << " worker(s) on " << nodes << " node(s), "
+            << spec->replicas_per_worker() << " replica(s) each; logs in " << options.run_dir
+            << std::endl;
+  LocalCluster cluster(options);
+  if (absl::Status started = cluster.Start(); !started.ok()) {
+    cluster.Stop();
+    return Fail(started);
+  }
+  std::cout << "dashboard: " << cluster.dashboard_url() << "\n"
+            << "coordinator: " << cluster.coordinator_address() << " (grpcurl -plaintext "
+            << cluster.coordinator_address() << " list)" << std::endl;
+
+  auto stub = v1::Coordinator::NewStub(cluster.coordinator_channel());
+  absl::StatusOr<v1::Job> submitted = Submit(*stub, *spec);
+  if (!submitted.ok()) {
+    cluster.Stop();
+    return Fail(submitted.status());
+  }
+  std::cout << "job " << submitted->job_id() << ": " << spec->model().name() << " on "
+            << v1::DatasetFormat_Name(spec->dataset().format()) << ", batch "
+            << spec->global_batch_size() << ", "
+            << v1::TrainingMode_Name(spec->mode()) << std::endl;
+
+  const bool tty = isatty(STDOUT_FILENO);
+  const absl::Duration interval = absl::Seconds(absl::GetFlag(FLAGS_progress_interval));
+  absl::Time last_line = absl::InfinitePast();
+  v1::Job job = *submitted;
+  int exit_code = 0;
+  absl::Time training_started = absl::InfiniteFuture();
+  while (true) {
+    if (shutdown.WaitFor(interval)) {
+      std::cout << (tty ? "\n" : "") << "interrupted: stopping the job and the cluster"
+                << std::endl;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      v1::JobControlRequest request;
+      request.set_reason("tributary local interrupted");
+      v1::Job stopped;
+      stub->StopJob(&context, request, &stopped);
+      exit_code = 130;
+      break;
+    }
+    if (absl::Status alive = cluster.CheckProcesses(); !alive.ok()) {
+      std::cout << (tty ? "\n" : "");
+      std::cerr << "tributary local: " << alive.message() << std::endl;
+      exit_code = 1;
+      break;
+    }
+    absl::StatusOr<v1::Job> current = GetJob(*stub, submitted->job_id());
+    if (!current.ok()) continue;
+    job = *current;
+    if (job.state() == v1::RUNNING && training_started == absl::InfiniteFuture()) {
+      training_started = absl::Now();
+    }
+    const double elapsed = training_started == absl::InfiniteFuture()
+                               ? 0
+                               : absl::ToDoubleSeconds(absl::Now() - training_started);
+    const std::string line = ProgressLine(job, elapsed);
+    if (tty) {
+      std::cout << "\r\033[K" << line << std::flush;
+    } else if (absl::Now() - last_line > absl::Seconds(10) || Terminal(job.state())) {
+      std::cout << line << std::endl;
+      last_line = absl::Now();
+    }
+    if (Terminal(job.state())) {
+      if (tty) std::cout << "\n";
+      if (job.state() != v1::COMPLETED) {
+        std::cerr << "job " << v1::JobState_Name(job.state()) << ": " << job.state_reason()
+                  << std::endl;
+        exit_code = 1;
+      }
+      break;
+    }
+  }
+
+  Summary summary;
+  summary.job = job;
+  summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  summary.bytes_pushed = job.result().bytes_pushed();
+  summary.bytes_pulled = job.result().bytes_pulled();
+  if (!absl::GetFlag(FLAGS_params_out).empty() && job.state() == v1::COMPLETED) {
+    absl::StatusOr<PulledParameters> params =
+        PullParameters(cluster.coordinator_channel(), ChannelOptions());
+    absl::Status written = params.ok()
+                               ? WriteParameters(*params, absl::GetFlag(FLAGS_params_out))
+                               : params.status();
+    if (!written.ok()) {
+      std::cerr << "tributary local: --params_out: " << written << std::endl;
+      exit_code = 1;
+    }
+  }
+  cluster.Stop();
+
+  if (job.state() == v1::COMPLETED) {
+    const v1::JobResult& result = job.result();
+    std::cout << absl::StrFormat(
+                     "done: %llu steps in %.1fs, test accuracy %.4f, final loss %.4f, "
+                     "%.0f samples/s, %.1f MB pushed, %.1f MB pulled\n",
+                     static_cast<unsigned long long>(job.step()), summary.wall_seconds,
+                     result.test_accuracy(), result.final_loss(), result.samples_per_second(),
+                     summary.bytes_pushed / 1e6, summary.bytes_pulled / 1e6);
+  }
+  const std::string summary_path = absl::GetFlag(FLAGS_summary_json);
+  if (!summary_path.empty()) {
+    std::ofstream out(summary_path);
+    out << SummaryJson(summary) << "\n";
+    if (!out) {
+      std::cerr << "tributary local: cannot write --summary_json " << summary_path << "\n";
+      exit_code = exit_code == 0 ? 1 : exit_code;
+    } else {
+      std::cout << "summary: " << summary_path << "\n";
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace tributary::cli
+
+int main(int argc, char** argv) {
+  tributary::cli::RememberGivenFlags(argc, argv);
+  std::vector<std::string> args = tributary::InitProcess(argc, argv, tributary::cli::kUsage);
+  FLAGS_minloglevel = 1;  // The CLI speaks for itself; glog only for warnings.
+  if (args.size() < 2) {
+    std::cerr << tributary::cli::kUsage << "\n";
+    return 2;
+  }
+  const std::string& command = args[1];
+  if (command == "local") {
+    tributary::ShutdownSignal shutdown;
+    return tributary::cli::RunLocal(argv[0], shutdown);
+  }
+  if (command == "submit") return tributary::cli::RunSubmit();
+  if (command == "status") return tributary::cli::RunStatus();
+  if (command == "pull") return tributary::cli::RunPull();
+  if (command == "pause" || command == "resume" || command == "stop") {
+    return tributary::cli::RunControl(command);
+  }
+  if (command == "version") {
+    std::cout << "tributary " << tributary::kVersion << "\n";
+    return 0;
+  }
+  std::cerr << "tributary: unknown command '" << command << "'\n" << tributary::cli::kUsage << "\n";
+  return 2;
+}
