@@ -1,0 +1,75 @@
+// The thin gRPC edge of the coordinator (callback API): each RPC becomes one call of
+// a CoordinatorHandler and its reply callback becomes Finish(), with the status
+// converted by common/grpc_status.h. The control token is checked here, since it is
+// carried in gRPC metadata. WaitRendezvous holds no thread while it waits.
+#ifndef TRIBUTARY_SERVICES_COORDINATOR_GRPC_SERVICE_H_
+#define TRIBUTARY_SERVICES_COORDINATOR_GRPC_SERVICE_H_
+
+#include <optional>
+#include <string>
+
+#include "proto/coordinator.grpc.pb.h"
+#include "services/coordinator/coordinator_handler.h"
+
+namespace tributary::coordinator {
+
+class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
+ public:
+  // `handler` is not owned. With a `control_token`, SubmitJob, PauseJob, ResumeJob and
+  // StopJob need "authorization: Bearer <token>".
+  CoordinatorGrpcService(CoordinatorHandler* handler, std::optional<std::string> control_token);
+
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
+                                           const v1::RegisterWorkerRequest* request,
+                                           v1::RegisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Deregister(grpc::CallbackServerContext* context,
+                                       const v1::DeregisterRequest* request,
+                                       v1::DeregisterResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterParameterServer(
+      grpc::CallbackServerContext* context, const v1::RegisterParameterServerRequest* request,
+      v1::RegisterParameterServerResponse* response) override;
+  grpc::ServerUnaryReactor* PublishRendezvous(grpc::CallbackServerContext* context,
+                                              const v1::PublishRendezvousRequest* request,
+                                              v1::PublishRendezvousResponse* response) override;
+  grpc::ServerUnaryReactor* WaitRendezvous(grpc::CallbackServerContext* context,
+                                           const v1::WaitRendezvousRequest* request,
+                                           v1::WaitRendezvousResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* PauseJob(grpc::CallbackServerContext* context,
+                                     const v1::JobControlRequest* request,
+                                     v1::Job* response) override;
+  grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* context,
+                                      const v1::JobControlRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* StopJob(grpc::CallbackServerContext* context,
+                                    const v1::JobControlRequest* request,
+                                    v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
+                                             const v1::GetClusterStatusRequest* request,
+                                             v1::ClusterStatus* response) override;
+
+ private:
+  // False after finishing the call with UNAUTHENTICATED.
+  bool Authorized(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+                  const std::string& rpc);
+
+  CoordinatorHandler* handler_;
+  const std::optional<std::string> control_token_;
+};
+
+}  // namespace tributary::coordinator
+
+#endif  // TRIBUTARY_SERVICES_COORDINATOR_GRPC_SERVICE_H_
