@@ -1,7 +1,5 @@
 #include "worker/engine/cpu_executor.h"
 
-#include <omp.h>
-
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
@@ -84,17 +82,52 @@ namespace {
 
 std::atomic<int> matmul_threads{1};
 
-// Products smaller than this run on one thread: an OpenMP team costs a barrier per
-// product, and on a loaded machine a barrier can wait a whole scheduler slice for a
-// descheduled team member (measured: 10x slower MLP steps at load 3 on 2 cores).
-// 20 MFLOP is about 1 ms on one core.
+// Products smaller than this run on the calling thread alone: waking helpers costs
+// tens of microseconds, and on a loaded machine a product split in two can wait for a
+// helper the scheduler has not run yet. 20 MFLOP is about 1 ms on one core.
 constexpr double kMinParallelFlops = 20e6;
 
-// Sets the calling thread's OpenMP team size (a per-thread setting, so concurrent
-// replicas do not disturb each other), which Eigen reads for the next product.
-void ThreadsForProduct(double flops) {
-  const int threads = flops >= kMinParallelFlops ? matmul_threads.load() : 1;
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+// dst = lhs * rhs (or += with accumulate), cut into blocks of dst's rows or columns
+// (whichever dimension is longer) that the runner's threads compute independently.
+template <typename Dst, typename Lhs, typename Rhs>
+void Product(ParallelRunner& runner, Dst& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
+  const int64_t rows = dst.rows(), cols = dst.cols();
+  const double flops = 2.0 * rows * cols * lhs.cols();
+  int64_t blocks = 1;
+  if (runner.threads() > 1 && flops >= kMinParallelFlops) {
+    blocks = std::min<int64_t>(4 * runner.threads(),
+                               static_cast<int64_t>(flops / (kMinParallelFlops / 2)));
+  }
+  const bool by_rows = rows >= cols;
+  const int64_t extent = by_rows ? rows : cols;
+  blocks = std::max<int64_t>(1, std::min(blocks, extent));
+  if (blocks == 1) {
+    if (accumulate) {
+      dst.noalias() += lhs * rhs;
+    } else {
+      dst.noalias() = lhs * rhs;
+    }
+    return;
+  }
+  runner.Run(static_cast<int>(blocks), [&](int b) {
+    const int64_t begin = extent * b / blocks;
+    const int64_t size = extent * (b + 1) / blocks - begin;
+    if (by_rows) {
+      auto part = dst.middleRows(begin, size);
+      if (accumulate) {
+        part.noalias() += lhs.middleRows(begin, size) * rhs;
+      } else {
+        part.noalias() = lhs.middleRows(begin, size) * rhs;
+      }
+    } else {
+      auto part = dst.middleCols(begin, size);
+      if (accumulate) {
+        part.noalias() += lhs * rhs.middleCols(begin, size);
+      } else {
+        part.noalias() = lhs * rhs.middleCols(begin, size);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -107,7 +140,11 @@ CpuExecutor<Scalar>::CpuExecutor(ModelDef model)
     : model_(std::move(model)),
       activations_(model_.layers.size() + 1),
       dropout_scale_(model_.layers.size()),
-      pool_argmax_(model_.layers.size()) {}
+      pool_argmax_(model_.layers.size()),
+      runner_(std::make_unique<ParallelRunner>(CpuMatmulThreads())) {}
+
+template <typename Scalar>
+CpuExecutor<Scalar>::~CpuExecutor() = default;
 
 template <typename Scalar>
 LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& batch,
@@ -131,8 +168,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
         ConstMatrixMap<S> w(params + l.weight.offset, out_size, in_size);
         ConstRowVectorMap<S> b(params + l.bias.offset, out_size);
         MatrixMap<S> ym(y.data(), n, out_size);
-        ThreadsForProduct(2.0 * n * in_size * out_size);
-        ym.noalias() = xm * w.transpose();
+        Product(*runner_, ym, xm, w.transpose(), false);
         ym.rowwise() += b;
         break;
       }
@@ -154,8 +190,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
           }
           ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
           MatrixMap<S> out(dcol_.data(), oc, g * ohw);
-          ThreadsForProduct(2.0 * oc * ckk * g * ohw);
-          out.noalias() = w * col;
+          Product(*runner_, out, w, col, false);
           out.colwise() += b;
           for (int64_t t = 0; t < g; ++t) {
             for (int64_t c = 0; c < oc; ++c) {
@@ -287,15 +322,14 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           dw.setZero();
           db.setZero();
         } else {
-          ThreadsForProduct(2.0 * n * in_size * out_size);
-          dw.noalias() = dy.transpose() * xm;
+          Product(*runner_, dw, dy.transpose(), xm, false);
           db.noalias() = dy.colwise().sum();
         }
         ready(l.bias, l.bias.offset);
         ready(l.weight, l.weight.offset);
         if (need_input_grad) {
           MatrixMap<S> dx(grad_in_.data(), n, in_size);
-          dx.noalias() = dy * w;
+          Product(*runner_, dx, dy, w, false);
         }
         break;
       }
@@ -325,12 +359,11 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           }
           ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
           ConstMatrixMap<S> dout(dout_.data(), oc, g * ohw);
-          ThreadsForProduct(2.0 * oc * ckk * g * ohw);
-          dw.noalias() += dout * col.transpose();
+          Product(*runner_, dw, dout, col.transpose(), true);
           db.noalias() += dout.rowwise().sum();
           if (need_input_grad) {
             MatrixMap<S> dcol(dcol_.data(), ckk, g * ohw);
-            dcol.noalias() = w.transpose() * dout;
+            Product(*runner_, dcol, w.transpose(), dout, false);
             for (int64_t t = 0; t < g; ++t) {
               S* dx = grad_in_.data() + (s0 + t) * in_size;
               std::fill(dx, dx + in_size, S(0));

@@ -5,16 +5,18 @@
 #define TRIBUTARY_WORKER_ENGINE_CPU_EXECUTOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "worker/engine/model.h"
+#include "worker/engine/parallel_runner.h"
 #include "worker/engine/replica.h"
 
 namespace tributary::engine {
 
-// Threads each large Eigen matrix product may use (OpenMP; products under ~20 MFLOP
-// always run on one thread). Process-wide, default 1. A process running R replicas
-// concurrently on C cores sets max(1, C / R).
+// Threads (the replica's own included) that the large matrix products of each CPU
+// executor created afterwards may use; products under ~20 MFLOP run on the replica's
+// thread alone. Default 1. A process running R replicas on C cores sets max(1, C / R).
 void SetCpuMatmulThreads(int threads);
 int CpuMatmulThreads();
 
@@ -22,6 +24,7 @@ template <typename Scalar>
 class CpuExecutor {
  public:
   explicit CpuExecutor(ModelDef model);
+  ~CpuExecutor();
 
   const ModelDef& model() const { return model_; }
 
@@ -44,6 +47,7 @@ class CpuExecutor {
   std::vector<std::vector<Scalar>> dropout_scale_;  // Per layer: mask / (1 - p).
   std::vector<std::vector<int32_t>> pool_argmax_;   // Per layer: input index of each max.
   std::vector<Scalar> grad_out_, grad_in_;          // Ping-pong activation gradients.
+  std::unique_ptr<ParallelRunner> runner_;          // Splits large products.
   std::vector<Scalar> col_, dcol_, dout_;           // im2col scratch of a chunk of samples.
 };
 
