@@ -71,7 +71,7 @@ void Col2Im(const LayerSpec& l, const S* dcol, int64_t ld, S* dx) {
 }
 
 // Samples whose im2col columns go into one matrix product: large products keep the
-// cores busy with few OpenMP barriers; the cap bounds the scratch at ~4 MiB (float).
+// threads busy with few hand-offs; the cap bounds the scratch at ~4 MiB (float).
 int64_t ConvChunk(int64_t ckk, int64_t ohw, int64_t n) {
   return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 20) / (ckk * ohw)));
 }
