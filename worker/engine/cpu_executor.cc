@@ -148,7 +148,8 @@ CpuExecutor<Scalar>::~CpuExecutor() = default;
 
 template <typename Scalar>
 LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& batch,
-                                          const DropoutKey* dropout, Scalar* dlogits) {
+                                          const DropoutKey* dropout, Scalar* dlogits,
+                                          const ParametersNeededFn& needed) {
   using S = Scalar;
   const int64_t n = batch.count;
   std::vector<S>& input = activations_[0];
@@ -162,6 +163,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
     const int64_t in_size = l.in.size();
     const int64_t out_size = l.out.size();
     y.resize(n * out_size);
+    if (needed && l.has_parameters()) needed(l.weight.offset, l.weight.length + l.bias.length);
     switch (l.kind) {
       case LayerKind::kLinear: {
         ConstMatrixMap<S> xm(x.data(), n, in_size);
@@ -285,17 +287,18 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
 
 template <typename Scalar>
 LossStats CpuExecutor<Scalar>::Forward(const Scalar* params, const Batch& batch) {
-  return RunForward(params, batch, nullptr, nullptr);
+  return RunForward(params, batch, nullptr, nullptr, {});
 }
 
 template <typename Scalar>
 LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch& batch,
                                                const DropoutKey* dropout, Scalar* grads,
-                                               const GradientReadyFn& on_ready) {
+                                               const GradientReadyFn& on_ready,
+                                               const ParametersNeededFn& needed) {
   using S = Scalar;
   const int64_t n = batch.count;
   grad_out_.resize(n * model_.num_classes);
-  const LossStats stats = RunForward(params, batch, dropout, grad_out_.data());
+  const LossStats stats = RunForward(params, batch, dropout, grad_out_.data(), needed);
 
   auto ready = [&](const TensorRange& range, int64_t tensor_offset) {
     if (!on_ready) return;

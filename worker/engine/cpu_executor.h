@@ -30,16 +30,17 @@ class CpuExecutor {
 
   // Summed loss/gradient of the batch at `params`; grads (num_parameters) is
   // overwritten. dropout == nullptr runs without dropout. The batch must have passed
-  // CheckBatch. on_ready may be empty.
+  // CheckBatch. on_ready and needed may be empty (replica.h says when they run).
   LossStats ForwardBackward(const Scalar* params, const Batch& batch, const DropoutKey* dropout,
-                            Scalar* grads, const GradientReadyFn& on_ready);
+                            Scalar* grads, const GradientReadyFn& on_ready,
+                            const ParametersNeededFn& needed = {});
 
   // Forward only, no dropout.
   LossStats Forward(const Scalar* params, const Batch& batch);
 
  private:
   LossStats RunForward(const Scalar* params, const Batch& batch, const DropoutKey* dropout,
-                       Scalar* dlogits);
+                       Scalar* dlogits, const ParametersNeededFn& needed);
 
   ModelDef model_;
   // activations_[i] is the input of layer i; activations_.back() holds the logits.

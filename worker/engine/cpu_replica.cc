@@ -29,7 +29,8 @@ absl::Status CpuReplica::SetParameters(const float* host, int64_t offset, int64_
 absl::StatusOr<LossStats> CpuReplica::ForwardBackward(const Batch& batch, const DropoutKey& key,
                                                       const GradientReadyFn& on_ready) {
   if (absl::Status status = CheckBatch(model(), batch); !status.ok()) return status;
-  return executor_.ForwardBackward(parameters_, batch, &key, gradients_.data(), on_ready);
+  return executor_.ForwardBackward(parameters_, batch, &key, gradients_.data(), on_ready,
+                                   parameters_needed_);
 }
 
 absl::StatusOr<LossStats> CpuReplica::Evaluate(const Batch& batch) {

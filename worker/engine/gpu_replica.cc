@@ -206,6 +206,10 @@ absl::StatusOr<LossStats> GpuReplica::RunForward(const Batch& batch, const Dropo
     float* y = activations_[i + 1];
     const int64_t in_size = l.in.size();
     const int64_t out_size = l.out.size();
+    // Training passes only: Evaluate runs without a dropout key.
+    if (dropout != nullptr && parameters_needed_ && l.has_parameters()) {
+      parameters_needed_(l.weight.offset, l.weight.length + l.bias.length);
+    }
     switch (l.kind) {
       case LayerKind::kLinear:
         // Row-major Y[n, out] = X[n, in] W[out, in]^T; in cuBLAS's column-major terms

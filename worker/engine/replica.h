@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -65,6 +66,13 @@ struct LossStats {
 // tensor: index into ModelDef::tensors; [offset, offset + length) of the flat buffer.
 using GradientReadyFn = std::function<void(int tensor, int64_t offset, int64_t length)>;
 
+// Called on the replica's thread before the forward pass first reads parameters
+// [offset, offset + length) (one layer's weight and bias), in increasing offset order.
+// It may block until that range holds the step's parameters, and on a GPU replica
+// call SetParameters for it: the next step's forward can then start while the last
+// partitions of the previous update are still arriving.
+using ParametersNeededFn = std::function<void(int64_t offset, int64_t length)>;
+
 class Replica {
  public:
   virtual ~Replica() = default;
@@ -95,6 +103,13 @@ class Replica {
 
   // The gradient buffer in host memory when the replica keeps it there (CPU), else null.
   virtual const float* host_gradients() const { return nullptr; }
+
+  // Installs a hook ForwardBackward calls before each layer's parameters are first
+  // read (not Evaluate). Empty (the default) means the parameters are always current.
+  void set_parameters_needed(ParametersNeededFn hook) { parameters_needed_ = std::move(hook); }
+
+ protected:
+  ParametersNeededFn parameters_needed_;
 };
 
 // Checks a batch against the model: pointers set, labels in range. For replicas.

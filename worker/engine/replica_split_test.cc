@@ -1,5 +1,6 @@
 // The exactness the whole system rests on: the gradients of a batch split across R
 // replicas (uneven parts, dropout on), summed, equal the gradient of the whole batch.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -128,6 +129,37 @@ TEST(ReplicaSplitTest, GroupSumEqualsOneReplica) {
   EXPECT_EQ(b.samples, 11);
   EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-4);
   ExpectClose(three, one);
+}
+
+// A worker can start the forward pass before every partition of the new parameters
+// has arrived: the hook runs before each layer first reads its range.
+TEST(ReplicaSplitTest, ParametersNeededHookRunsBeforeEachLayerReadsItsRange) {
+  const ModelDef model = Cnn(0.5f);
+  const OwnedBatch batch = RandomBatch(model, 5, 3);
+  std::vector<float> params(model.num_parameters);
+  InitParameters(model, 4, params.data());
+  CpuReplica reference(model, params.data());
+  ASSERT_TRUE(reference.ForwardBackward(batch.View(), {4, 2}, nullptr).ok());
+
+  std::vector<float> arriving(model.num_parameters, std::nanf(""));
+  CpuReplica replica(model, arriving.data());
+  std::vector<std::pair<int64_t, int64_t>> requests;
+  replica.set_parameters_needed([&](int64_t offset, int64_t length) {
+    requests.emplace_back(offset, length);
+    std::copy(params.begin() + offset, params.begin() + offset + length, arriving.begin() + offset);
+  });
+  absl::StatusOr<LossStats> stats = replica.ForwardBackward(batch.View(), {4, 2}, nullptr);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t covered = 0;
+  for (const auto& [offset, length] : requests) {
+    EXPECT_EQ(offset, covered);  // Increasing, weight and bias of one layer together.
+    covered = offset + length;
+  }
+  EXPECT_EQ(covered, model.num_parameters);
+  EXPECT_EQ(requests.size(), 4u);  // conv1, conv2, fc1, fc2
+  for (int64_t j = 0; j < model.num_parameters; ++j) {
+    ASSERT_EQ(replica.host_gradients()[j], reference.host_gradients()[j]) << "element " << j;
+  }
 }
 
 TEST(ReplicaSplitTest, BadBatchesAreRejected) {
