@@ -1,0 +1,80 @@
+#include "tests/coordinator/coordinator_harness.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/create_channel.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace tributary::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// The port file is one line of JSON: {"grpc_port":N,"http_port":N,"pid":N}.
+int Field(const std::string& json, const std::string& name) {
+  const std::string key = "\"" + name + "\":";
+  const size_t at = json.find(key);
+  if (at == std::string::npos) return 0;
+  size_t end = at + key.size();
+  while (end < json.size() && (isdigit(json[end]) || json[end] == '-')) ++end;
+  int value = 0;
+  return absl::SimpleAtoi(json.substr(at + key.size(), end - at - key.size()), &value) ? value
+                                                                                         : 0;
+}
+
+}  // namespace
+
+std::string TempPath(const std::string& name) {
+  static int counter = 0;
+  const char* root = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(root == nullptr ? "/tmp" : root, "/", name, "-", getpid(), "-", ++counter);
+}
+
+std::string RunningCoordinator::address() const { return absl::StrCat("127.0.0.1:", grpc_port); }
+
+std::string RunningCoordinator::Log() const { return ReadAll(log_path); }
+
+absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::string>& flags,
+                                                    const std::string& name) {
+  RunningCoordinator running;
+  const std::string port_file = TempPath(name + ".ports");
+  running.log_path = TempPath(name + ".log");
+  std::vector<std::string> argv = {RunfilePath("services/coordinator/coordinator"),
+                                   "--listen=127.0.0.1:0", "--http_port=0",
+                                   "--drain_seconds=0", "--port_file=" + port_file};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv, running.log_path);
+  if (!process.ok()) return process.status();
+  running.process = *std::move(process);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (true) {
+    const std::string ports = ReadAll(port_file);
+    running.grpc_port = Field(ports, "grpc_port");
+    running.http_port = Field(ports, "http_port");
+    if (running.grpc_port > 0 && running.http_port > 0) break;
+    absl::StatusOr<int> exited = running.process.Wait(absl::ZeroDuration());
+    if (exited.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator exited (status ", *exited, ") before serving:\n", running.Log()));
+    }
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the coordinator wrote no port file:\n", running.Log()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  running.stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(running.address(), grpc::InsecureChannelCredentials()));
+  return running;
+}
+
+}  // namespace tributary::testing
