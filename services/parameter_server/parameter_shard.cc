@@ -455,12 +455,13 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
                       " elements (", p.length * job.wire_bytes, " bytes of ",
                       v1::DType_Name(job.wire_dtype), "), got ", push.data().size(), " bytes")));
   }
-  if (push.sample_count() == 0) {
+  // A node whose share of a short last batch is empty still pushes (SYNC waits for
+  // every node), with zero samples and a zero gradient.
+  if (push.sample_count() == 0 && !AllZero(job.wire_dtype, push.data().data(), p.length)) {
     return Reject(RejectReason::kZeroSamples,
-                  absl::InvalidArgumentError(absl::StrCat("partition ", p.id, " of step ",
-                                                          push.step(), " from node ",
-                                                          push.node_rank(),
-                                                          ": sample_count must be > 0")));
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "partition ", p.id, " of step ", push.step(), " from node ",
+                      push.node_rank(), ": sample_count 0 with a non-zero gradient")));
   }
   RegisterSink(push.node_rank(), sink);
   absl::MutexLock partition_lock(&p.mu);
@@ -580,6 +581,34 @@ void ParameterShard::CompleteSyncStep(const Job& job, Partition& p) {
   MovePartitionStep(p.step - 1, p.step);
 }
 
+void ParameterShard::ApplyAsyncPush(const Job& job, Partition& p, const v1::GradientPush& push) {
+  const uint64_t step = push.step();
+  const uint32_t node = push.node_rank();
+  const bool finite_input = WidenInto(job.wire_dtype, push.data().data(), p.length, p.sum.data());
+  float* grad = p.sum.data();
+  DivideInPlace(grad, p.length, static_cast<float>(push.sample_count()));
+  std::shared_ptr<v1::PartitionValues> next = NextValues(p);
+  if (finite_input && AllFinite(grad, p.length)) {
+    float* params = reinterpret_cast<float*>(next->mutable_data()->data());
+    const absl::Time start = absl::Now();
+    job.optimizer.Apply(p.values->version(), params, grad, p.state.data(), p.length);
+    metrics_.optimizer_apply_seconds.Observe(Seconds(absl::Now() - start));
+    next->set_version(next->version() + 1);
+    metrics_.updates_applied.Increment();
+    updates_applied_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    ++p.skipped_non_finite;
+    metrics_.updates_skipped_non_finite.Increment();
+    updates_skipped_.fetch_add(1, std::memory_order_relaxed);
+    LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << step << " from node "
+                              << node << ": non-finite gradient; update skipped ("
+                              << google::COUNTER << " so far)";
+  }
+  next->set_step(step + 1);
+  p.spare = std::move(p.values);
+  p.values = std::move(next);
+}
+
 absl::StatusOr<PushResult> ParameterShard::PushAsync(const Job& job, Partition& p,
                                                      const v1::GradientPush& push,
                                                      NodeSink* sink) {
@@ -615,29 +644,15 @@ absl::StatusOr<PushResult> ParameterShard::PushAsync(const Job& job, Partition& 
     return PushResult::kHeld;
   }
 
-  const bool finite_input = WidenInto(job.wire_dtype, push.data().data(), p.length, p.sum.data());
-  float* grad = p.sum.data();
-  DivideInPlace(grad, p.length, static_cast<float>(push.sample_count()));
-  std::shared_ptr<v1::PartitionValues> next = NextValues(p);
-  if (finite_input && AllFinite(grad, p.length)) {
-    float* params = reinterpret_cast<float*>(next->mutable_data()->data());
-    const absl::Time start = absl::Now();
-    job.optimizer.Apply(p.values->version(), params, grad, p.state.data(), p.length);
-    metrics_.optimizer_apply_seconds.Observe(Seconds(absl::Now() - start));
-    next->set_version(next->version() + 1);
-    metrics_.updates_applied.Increment();
-    updates_applied_.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    ++p.skipped_non_finite;
-    metrics_.updates_skipped_non_finite.Increment();
-    updates_skipped_.fetch_add(1, std::memory_order_relaxed);
-    LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << step << " from node "
-                              << node << ": non-finite gradient; update skipped ("
-                              << google::COUNTER << " so far)";
+  if (step >= p.step) {
+    // How far ahead of the slowest node this applied push runs.
+    uint64_t seen = max_staleness_applied_.load(std::memory_order_relaxed);
+    while (step - p.step > seen &&
+           !max_staleness_applied_.compare_exchange_weak(seen, step - p.step)) {
+    }
   }
-  next->set_step(step + 1);
-  p.spare = std::move(p.values);
-  p.values = std::move(next);
+  // A node without samples this step only advances; there is nothing to apply.
+  if (push.sample_count() > 0) ApplyAsyncPush(job, p, push);
   metrics_.pushes_accepted.Increment();
   metrics_.bytes_in.Increment(static_cast<double>(push.data().size()));
   pushes_accepted_.fetch_add(1, std::memory_order_relaxed);
@@ -898,6 +913,7 @@ v1::ShardStatus ParameterShard::Status() const {
   status.set_pushes_rejected(pushes_rejected_.load());
   status.set_updates_applied(updates_applied_.load());
   status.set_updates_skipped_non_finite(updates_skipped_.load());
+  status.set_max_staleness_applied(max_staleness_applied_.load());
   const uint64_t waits = aggregation_wait_count_.load();
   status.set_aggregation_wait_seconds(
       waits == 0 ? 0.0 : static_cast<double>(aggregation_wait_micros_.load()) / 1e6 / waits);

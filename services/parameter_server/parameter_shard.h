@@ -176,6 +176,8 @@ class ParameterShard {
   absl::Status Reject(RejectReason reason, absl::Status status);
   absl::StatusOr<PushResult> PushSync(const Job& job, Partition& p, const v1::GradientPush& push,
                                       NodeSink* sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  // Widens, divides and applies one ASYNC/BOUNDED_STALENESS push (p.mu held).
+  void ApplyAsyncPush(const Job& job, Partition& p, const v1::GradientPush& push);
   absl::StatusOr<PushResult> PushAsync(const Job& job, Partition& p,
                                        const v1::GradientPush& push, NodeSink* sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
@@ -236,6 +238,7 @@ class ParameterShard {
   std::atomic<uint64_t> pushes_rejected_{0};
   std::atomic<uint64_t> updates_applied_{0};
   std::atomic<uint64_t> updates_skipped_{0};
+  std::atomic<uint64_t> max_staleness_applied_{0};
   std::atomic<uint64_t> aggregation_wait_count_{0};
   std::atomic<uint64_t> aggregation_wait_micros_{0};
 

@@ -327,7 +327,7 @@ TEST(ParameterShardSyncTest, EveryRejectionHasItsStatusAndCounterAndChangesNothi
          RejectReason::kWrongLength);
   push = good();
   push.set_sample_count(0);
-  expect(push, absl::StatusCode::kInvalidArgument, "sample_count must be > 0",
+  expect(push, absl::StatusCode::kInvalidArgument, "sample_count 0 with a non-zero gradient",
          RejectReason::kZeroSamples);
   expect(good(0, 0, 2), absl::StatusCode::kInvalidArgument,
          "node_rank 2 is not in generation 0 of 2 nodes", RejectReason::kBadNodeRank);
@@ -514,6 +514,27 @@ TEST(ParameterShardAsyncTest, BoundedStalenessHoldsTheFastNodeUntilTheSlowestCat
   ExpectOk(f.Push(2, 0, 0, grad, 1, &fast), PushResult::kAccepted);
   EXPECT_EQ(f.Raw(0)->version(), 4u);
   EXPECT_EQ(f.shard.metrics().pushes_held.Value(), 1);
+  // The fast node never ran more than staleness (1) steps ahead of the slowest.
+  EXPECT_EQ(f.shard.Status().max_staleness_applied(), 1u);
+}
+
+// A node whose share of a short last batch is empty pushes zeros with 0 samples: in
+// SYNC the step completes with the others' samples; asynchronously nothing is applied
+// but the node's step advances.
+TEST(ParameterShardSyncTest, ANodeWithoutSamplesPushesZerosAndTheStepCompletes) {
+  Fixture f(MakeSpec(v1::SYNC, Sgd(0.1f), 2), Filled(kElements, 1.0f));
+  RecordingSink sinks[2];
+  const std::vector<float> grad = Filled(kElements, 3.0f);
+  ExpectOk(f.Push(0, 0, 0, grad, 3, &sinks[0]), PushResult::kAccepted);
+  ExpectOk(f.Push(0, 1, 0, Filled(kElements, -0.0f), 0, &sinks[1]), PushResult::kAccepted);
+  const std::vector<float> got = FloatsOf(*sinks[1].Last(0));
+  for (float value : got) EXPECT_FLOAT_EQ(value, 1.0f - 0.1f * (3.0f / 3));
+
+  Fixture g(MakeSpec(v1::ASYNC, Sgd(0.1f), 2), Filled(kElements, 1.0f));
+  RecordingSink sink;
+  ExpectOk(g.Push(0, 1, 0, Filled(kElements, 0.0f), 0, &sink), PushResult::kAccepted);
+  EXPECT_EQ(g.Raw(0)->version(), 0u);
+  for (float value : FloatsOf(*sink.Last(0))) EXPECT_FLOAT_EQ(value, 1.0f);
 }
 
 TEST(ParameterShardInitTest, IsIdempotentAndRefusesAnotherJobOrPlan) {

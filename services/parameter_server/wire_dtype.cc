@@ -179,6 +179,19 @@ void NarrowInto(v1::DType dtype, const float* src, size_t n, char* dst) {
   }
 }
 
+bool AllZero(v1::DType dtype, const char* src, size_t n) {
+  const size_t width = WireBytes(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const char* element = src + i * width;
+    // Little-endian: the sign bit is the top bit of the last byte.
+    for (size_t b = 0; b < width; ++b) {
+      const unsigned char byte = static_cast<unsigned char>(element[b]);
+      if ((b + 1 == width ? (byte & 0x7f) : byte) != 0) return false;
+    }
+  }
+  return true;
+}
+
 bool AllFinite(const float* data, size_t n) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad |= NotFinite(data[i]);

@@ -25,6 +25,9 @@ bool AccumulateInto(v1::DType dtype, const char* src, size_t n, float* dst);
 // dst (n elements of `dtype`) = src rounded to nearest, ties to even. For clients.
 void NarrowInto(v1::DType dtype, const float* src, size_t n, char* dst);
 
+// True when every element of src (n elements of `dtype`) is +0 or -0.
+bool AllZero(v1::DType dtype, const char* src, size_t n);
+
 // True when no element is NaN or +-Inf.
 bool AllFinite(const float* data, size_t n);
 
