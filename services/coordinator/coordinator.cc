@@ -96,8 +96,18 @@ absl::Status Coordinator::Start() {
       next_job_number_ = std::max<uint64_t>(1, state.state.next_job_number());
       last_generation_ = state.state.last_generation();
       for (const v1::Job& job : state.state.jobs()) jobs_.push_back(job);
+      for (const v1::ShardInfo& info : state.state.shards()) {
+        ShardRecord record;
+        record.info = info;
+        record.registered = clock_->Now();
+        *record.summary.mutable_shard() = info;
+        record.summary.set_error("registered before the coordinator restarted; not contacted yet");
+        record.summary.set_checkpoint_age_seconds(-1);
+        shards_[info.shard_index()] = std::move(record);
+      }
       LOG(INFO) << "coordinator state loaded from " << state.source << ": " << jobs_.size()
-                << " job(s), last generation " << last_generation_;
+                << " job(s), " << shards_.size() << " PS shard(s), last generation "
+                << last_generation_;
       if (v1::Job* job = ActiveJobLocked()) {
         const std::string problem =
             state.problem.empty() ? "" : absl::StrCat(" (", state.problem, ")");
@@ -1002,6 +1012,7 @@ absl::Status Coordinator::RegisterParameterServer(const v1::RegisterParameterSer
   record.summary.set_error("not contacted yet");
   record.summary.set_checkpoint_age_seconds(-1);
   shards_[shard_index] = std::move(record);
+  MarkDirtyLocked(true);
   LOG(INFO) << "PS shard " << shard_index << " registered at " << request.address()
             << (was.empty() ? "" : absl::StrCat(" (was at ", was, ")"));
   if (generation_.active && !was.empty()) {
@@ -1474,6 +1485,7 @@ absl::Status Coordinator::SaveState() {
     snapshot.set_next_job_number(next_job_number_);
     snapshot.set_last_generation(last_generation_);
     for (const v1::Job& job : jobs_) *snapshot.add_jobs() = job;
+    for (const auto& [index, shard] : shards_) *snapshot.add_shards() = shard.info;
     snapshot_version_ = version;
     save_urgent_ = false;
     last_save_ = clock_->Now();

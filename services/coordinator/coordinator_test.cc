@@ -967,7 +967,8 @@ TEST_F(CoordinatorRestartTest, JobsEventsAndGenerationSurviveARestart) {
   // Workers are unknown now and register again; the generation number goes on.
   Beat(a, 1);
   EXPECT_EQ(last_heartbeat_status_.code(), absl::StatusCode::kNotFound);
-  RegisterShards();
+  // The shards are remembered: they register only when they start.
+  ASSERT_EQ(coordinator_->GetClusterStatus().shards_size(), 2);
   const std::string a_again = MustRegister("a");
   coordinator_->Tick();
   const v1::HeartbeatResponse reply = Beat(a_again, 0, v1::WORKER_IDLE);

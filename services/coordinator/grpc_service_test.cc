@@ -86,6 +86,8 @@ class Cluster {
   }
 
   ~Cluster() {
+    stub_.reset();  // Open client connections would hold the server's shutdown.
+    channel_.reset();
     host_.Shutdown(absl::Seconds(1));
     driver_.Stop();
     ps_host_.Shutdown(absl::Seconds(1));

@@ -43,6 +43,11 @@ std::string RunningCoordinator::address() const { return absl::StrCat("127.0.0.1
 
 std::string RunningCoordinator::Log() const { return ReadAll(log_path); }
 
+absl::StatusOr<int> RunningCoordinator::Stop(int signal) {
+  stub.reset();
+  return process.Stop(signal, absl::Seconds(30));
+}
+
 absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::string>& flags,
                                                     const std::string& name) {
   RunningCoordinator running;

@@ -20,6 +20,9 @@ struct RunningCoordinator {
   std::unique_ptr<v1::Coordinator::Stub> stub;
 
   std::string address() const;
+  // Closes this test's channel first: gRPC's server shutdown waits for open client
+  // connections up to its deadline, which would slow every test by seconds.
+  absl::StatusOr<int> Stop(int signal);
   std::string Log() const;  // Its stdout/stderr so far.
 };
 

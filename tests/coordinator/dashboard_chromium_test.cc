@@ -194,7 +194,7 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
     EXPECT_TRUE(shot.ok() && shot->exit_code == 0) << png;
   }
 
-  ASSERT_TRUE(coordinator.process.Stop(SIGTERM, absl::Seconds(30)).ok());
+  ASSERT_TRUE(coordinator.Stop(SIGTERM).ok());
   ps_host.Shutdown(absl::Seconds(1));
 }
 
