@@ -1436,7 +1436,8 @@ void Coordinator::Tick() {
     if (!jobs_to_end_.empty() && now >= next_end_job_attempt_) {
       jobs_to_end = jobs_to_end_;
       for (const auto& [index, shard] : shards_) shards.push_back(shard.info);
-      next_end_job_attempt_ = now + options_.formation_retry;
+      // A shard that stays away is asked again every few seconds, not every pass.
+      next_end_job_attempt_ = now + std::max(options_.formation_retry, absl::Seconds(5));
     }
   }
   for (const std::string& job_id : jobs_to_end) {
