@@ -84,16 +84,16 @@ absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& request) {
           absl::StrCat("devices[", i, "]: GPU ", device.index(), " is listed twice"));
     }
     if (!device.uuid().empty() && !uuids.insert(device.uuid()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("devices[", i, "]: GPU UUID ",
-                                                     device.uuid(), " is listed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", i, "]: GPU UUID ", device.uuid(), " is listed twice"));
     }
   }
   std::set<int32_t> requested;
   for (int32_t index : request.requested_gpus()) {
     if (indices.count(index) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "requested_gpus: GPU ", index, " is not among the worker's GPUs [",
-          absl::StrJoin(indices, ","), "]"));
+      return absl::InvalidArgumentError(absl::StrCat("requested_gpus: GPU ", index,
+                                                     " is not among the worker's GPUs [",
+                                                     absl::StrJoin(indices, ","), "]"));
     }
     if (!requested.insert(index).second) {
       return absl::InvalidArgumentError(
@@ -103,8 +103,7 @@ absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& request) {
   return absl::OkStatus();
 }
 
-GenerationPlan PlanGeneration(const v1::JobSpec& spec,
-                              const std::vector<Candidate>& candidates) {
+GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candidate>& candidates) {
   GenerationPlan plan;
   const uint32_t replicas = std::max<uint32_t>(1, spec.replicas_per_worker());
 
@@ -112,9 +111,8 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec,
   {
     std::vector<const Candidate*> ordered;
     for (const Candidate& candidate : candidates) ordered.push_back(&candidate);
-    std::sort(ordered.begin(), ordered.end(), [](const Candidate* a, const Candidate* b) {
-      return a->sequence < b->sequence;
-    });
+    std::sort(ordered.begin(), ordered.end(),
+              [](const Candidate* a, const Candidate* b) { return a->sequence < b->sequence; });
     std::map<std::string, size_t> group_of;
     for (const Candidate* candidate : ordered) {
       const std::string& node = candidate->registration.node_name();
@@ -133,17 +131,15 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec,
     // Explicit requests choose first so that a worker picking freely cannot take the
     // GPU another one asked for.
     std::vector<const Candidate*> choosing = group.workers;
-    std::stable_sort(choosing.begin(), choosing.end(),
-                     [](const Candidate* a, const Candidate* b) {
-                       return !a->registration.requested_gpus().empty() &&
-                              b->registration.requested_gpus().empty();
-                     });
+    std::stable_sort(choosing.begin(), choosing.end(), [](const Candidate* a, const Candidate* b) {
+      return !a->registration.requested_gpus().empty() && b->registration.requested_gpus().empty();
+    });
     std::map<std::string, std::string> taken;  // GPU key -> worker id.
     std::map<const Candidate*, std::vector<v1::Device>> chosen;
     for (const Candidate* worker : choosing) {
       const v1::RegisterWorkerRequest& registration = worker->registration;
-      const bool gpu = spec.devices() == v1::GPU ||
-                       (spec.devices() == v1::AUTO && HasGpu(registration));
+      const bool gpu =
+          spec.devices() == v1::GPU || (spec.devices() == v1::AUTO && HasGpu(registration));
       if (!gpu) {
         chosen[worker] = CpuDevices(registration, replicas);
         continue;
@@ -163,9 +159,10 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec,
         }
       }
       if (options.empty()) {
-        plan.left_out[worker->worker_id] = LeftOut{LeftOut::Kind::kNoGpu, absl::StrCat(
-            "the job runs on GPUs (devices=GPU) but worker ", worker->worker_id, " on node ",
-            group.name, " reported none")};
+        plan.left_out[worker->worker_id] =
+            LeftOut{LeftOut::Kind::kNoGpu,
+                    absl::StrCat("the job runs on GPUs (devices=GPU) but worker ",
+                                 worker->worker_id, " on node ", group.name, " reported none")};
         continue;
       }
       std::vector<v1::Device> picked;
@@ -180,12 +177,14 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec,
         picked.push_back(device);
       }
       if (picked.size() < replicas) {
-        plan.left_out[worker->worker_id] = LeftOut{LeftOut::Kind::kTooFewGpus, absl::StrCat(
-            "node ", group.name, " has too few free GPUs for worker ", worker->worker_id,
-            ": it needs ", replicas, " (replicas_per_worker=", replicas, ") of its ",
-            registration.requested_gpus().empty() ? "" : "requested ", options.size(),
-            " GPU(s), ", picked.size(), " free",
-            busy.empty() ? "" : absl::StrCat(" (", absl::StrJoin(busy, "; "), ")"))};
+        plan.left_out[worker->worker_id] = LeftOut{
+            LeftOut::Kind::kTooFewGpus,
+            absl::StrCat("node ", group.name, " has too few free GPUs for worker ",
+                         worker->worker_id, ": it needs ", replicas,
+                         " (replicas_per_worker=", replicas, ") of its ",
+                         registration.requested_gpus().empty() ? "" : "requested ", options.size(),
+                         " GPU(s), ", picked.size(), " free",
+                         busy.empty() ? "" : absl::StrCat(" (", absl::StrJoin(busy, "; "), ")"))};
         continue;
       }
       for (const v1::Device& device : picked) taken[GpuKey(device)] = worker->worker_id;

@@ -3,10 +3,10 @@
 // workers, nodes_max, and registration checks.
 #include "services/coordinator/assignment.h"
 
-#include <set>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "absl/strings/str_cat.h"
 
@@ -94,7 +94,8 @@ TEST(PlanGenerationTest, TwoNodesTwoGpusEachFourWorkers) {
       Worker("w4", 4, "node-b", {Gpu(0, "b0"), Gpu(1, "b1")}),
   };
   const GenerationPlan plan = PlanGeneration(Spec(2, 2, 1, v1::GPU), workers);
-  ASSERT_EQ(plan.assignments.size(), 4u) << (plan.left_out.empty() ? "" : plan.left_out.begin()->second.reason);
+  ASSERT_EQ(plan.assignments.size(), 4u)
+      << (plan.left_out.empty() ? "" : plan.left_out.begin()->second.reason);
   ExpectConsistent(plan);
   EXPECT_EQ(plan.node_names, (std::vector<std::string>{"node-a", "node-b"}));
   const auto& w1 = plan.assignments.at("w1");

@@ -28,9 +28,10 @@ absl::StatusOr<std::string> ReadControlToken(const std::string& path) {
 absl::Status CheckBearerToken(const std::optional<std::string>& authorization,
                               const std::string& token, const std::string& rpc) {
   if (!authorization.has_value()) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        rpc, " needs 'authorization: Bearer <token>' metadata (the coordinator runs with "
-             "--control_token_file)"));
+    return absl::UnauthenticatedError(
+        absl::StrCat(rpc,
+                     " needs 'authorization: Bearer <token>' metadata (the coordinator runs with "
+                     "--control_token_file)"));
   }
   constexpr char kScheme[] = "Bearer ";
   if (!absl::StartsWith(*authorization, kScheme)) {

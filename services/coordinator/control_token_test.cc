@@ -1,10 +1,10 @@
 // The control token: read from its file, and the bearer check.
 #include "services/coordinator/control_token.h"
 
-#include <fstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 namespace tributary::coordinator {
 namespace {
@@ -27,8 +27,7 @@ TEST(ControlTokenTest, EmptyOrMissingFileIsAnErrorNamingIt) {
   const std::string empty = WriteFile("empty", " \n");
   EXPECT_THAT(ReadControlToken(empty).status().message(), HasSubstr(empty));
   EXPECT_THAT(ReadControlToken(empty).status().message(), HasSubstr("empty"));
-  EXPECT_THAT(ReadControlToken("/nonexistent/token").status().message(),
-              HasSubstr("cannot read"));
+  EXPECT_THAT(ReadControlToken("/nonexistent/token").status().message(), HasSubstr("cannot read"));
 }
 
 TEST(ControlTokenTest, BearerCheck) {

@@ -1,10 +1,10 @@
 #include "services/coordinator/coordinator.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
-
-#include <glog/logging.h>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -112,10 +112,10 @@ absl::Status Coordinator::Start() {
         const std::string problem =
             state.problem.empty() ? "" : absl::StrCat(" (", state.problem, ")");
         if (job->state() == v1::RUNNING || job->state() == v1::RENDEZVOUS) {
-          TransitionLocked(*job, v1::RENDEZVOUS,
-                           absl::StrCat("coordinator restarted: generation ", job->generation(),
-                                        " ended with it; waiting for workers to register again",
-                                        problem));
+          TransitionLocked(
+              *job, v1::RENDEZVOUS,
+              absl::StrCat("coordinator restarted: generation ", job->generation(),
+                           " ended with it; waiting for workers to register again", problem));
         } else if (!problem.empty() || job->state() == v1::PAUSED) {
           TransitionLocked(*job, job->state(), absl::StrCat("coordinator restarted", problem));
         }
@@ -203,8 +203,8 @@ void Coordinator::FinishJobLocked(v1::Job& job, v1::JobState to, const std::stri
   TransitionLocked(job, to, reason);
   *job.mutable_finished() = ToProto(clock_->Now());
   if (generation_.active && generation_.job_id == job.job_id()) {
-    DeactivateGenerationLocked(absl::StrCat("job ", job.job_id(), " ", v1::JobState_Name(to),
-                                            ": ", reason));
+    DeactivateGenerationLocked(
+        absl::StrCat("job ", job.job_id(), " ", v1::JobState_Name(to), ": ", reason));
   }
   jobs_to_end_.insert(job.job_id());
   next_end_job_attempt_ = absl::InfinitePast();
@@ -343,8 +343,8 @@ void Coordinator::RecordFailureLocked(const std::string& worker_id, uint64_t gen
   if (target != nullptr && target->job_id == job->job_id() &&
       target->assignments.count(worker_id) > 0) {
     target->failures[worker_id] = error;
-    bool same = target->assignments.size() >= 2 &&
-                target->failures.size() == target->assignments.size();
+    bool same =
+        target->assignments.size() >= 2 && target->failures.size() == target->assignments.size();
     for (const auto& [id, text] : target->failures) same = same && text == error;
     if (same) {
       FailJobLocked(*job, absl::StrCat("every worker of generation ", target->number, " (",
@@ -355,8 +355,8 @@ void Coordinator::RecordFailureLocked(const std::string& worker_id, uint64_t gen
   for (const auto& [id, worker] : workers_) {
     if (worker.failed_job != job->job_id() || worker.note != error) return;
   }
-  FailJobLocked(*job, absl::StrCat("every registered worker (", workers_.size(),
-                                   ") failed with: ", error));
+  FailJobLocked(
+      *job, absl::StrCat("every registered worker (", workers_.size(), ") failed with: ", error));
 }
 
 std::optional<Coordinator::FormationAttempt> Coordinator::PlanFormationLocked(absl::Time now) {
@@ -404,15 +404,15 @@ std::optional<Coordinator::FormationAttempt> Coordinator::PlanFormationLocked(ab
       }
     }
     scale_up_since_.reset();
-    EndGenerationLocked(absl::StrCat(absl::StrJoin(joining, ", "), " joined; re-forming with ",
-                                     plan.assignments.size(), " workers on ",
-                                     plan.node_names.size(), " node(s)"),
-                        "scale_up", false);
+    EndGenerationLocked(
+        absl::StrCat(absl::StrJoin(joining, ", "), " joined; re-forming with ",
+                     plan.assignments.size(), " workers on ", plan.node_names.size(), " node(s)"),
+        "scale_up", false);
     settle_since_ = now - options_.settle_window;
   }
   if (now < retry_formation_at_) {
-    waiting_reason_ = absl::StrCat(formation_error_, " (retrying in ",
-                                   Seconds(retry_formation_at_ - now), ")");
+    waiting_reason_ =
+        absl::StrCat(formation_error_, " (retrying in ", Seconds(retry_formation_at_ - now), ")");
     return std::nullopt;
   }
   std::vector<v1::ShardInfo> shards = ShardMapLocked();
@@ -421,23 +421,24 @@ std::optional<Coordinator::FormationAttempt> Coordinator::PlanFormationLocked(ab
     for (uint32_t index = 0; index < options_.ps_shards; ++index) {
       if (shards_.count(index) == 0) missing.push_back(index);
     }
-    waiting_reason_ = absl::StrCat("waiting for PS shards: ", shards.size(), " of ",
-                                   options_.ps_shards, " registered (missing shard index ",
-                                   absl::StrJoin(missing, ", "), ")");
+    waiting_reason_ =
+        absl::StrCat("waiting for PS shards: ", shards.size(), " of ", options_.ps_shards,
+                     " registered (missing shard index ", absl::StrJoin(missing, ", "), ")");
     return std::nullopt;
   }
   if (plan.node_names.size() < spec.nodes_min()) {
     settle_since_.reset();
-    waiting_reason_ = absl::StrCat("waiting for nodes: ", plan.node_names.size(), " of nodes_min=",
-                                   spec.nodes_min(), " node group(s) can be assigned");
+    waiting_reason_ =
+        absl::StrCat("waiting for nodes: ", plan.node_names.size(),
+                     " of nodes_min=", spec.nodes_min(), " node group(s) can be assigned");
     std::vector<std::string> notes;
     for (const auto& [id, left_out] : plan.left_out) {
       if (left_out.kind != LeftOut::Kind::kNodeNotAdmitted) notes.push_back(left_out.reason);
     }
     for (const auto& [id, worker] : workers_) {
       if (worker.failed_job == job->job_id()) {
-        notes.push_back(absl::StrCat(DescribeWorker(id, worker.registration),
-                                     " failed: ", worker.note));
+        notes.push_back(
+            absl::StrCat(DescribeWorker(id, worker.registration), " failed: ", worker.note));
       }
     }
     if (!notes.empty()) absl::StrAppend(&waiting_reason_, "; ", absl::StrJoin(notes, "; "));
@@ -445,9 +446,10 @@ std::optional<Coordinator::FormationAttempt> Coordinator::PlanFormationLocked(ab
   }
   if (!settle_since_) settle_since_ = now;
   if (plan.node_names.size() < spec.nodes_max() && now - *settle_since_ < options_.settle_window) {
-    waiting_reason_ = absl::StrCat("settling: ", plan.node_names.size(), " of nodes_max=",
-                                   spec.nodes_max(), " node group(s) present; forming in ",
-                                   Seconds(*settle_since_ + options_.settle_window - now));
+    waiting_reason_ =
+        absl::StrCat("settling: ", plan.node_names.size(), " of nodes_max=", spec.nodes_max(),
+                     " node group(s) present; forming in ",
+                     Seconds(*settle_since_ + options_.settle_window - now));
     return std::nullopt;
   }
   waiting_reason_ = absl::StrCat("forming generation ", last_generation_ + 1);
@@ -624,10 +626,10 @@ void Coordinator::FormGenerationIfDue() {
   scale_up_since_.reset();
   formation_error_.clear();
   waiting_reason_.clear();
-  std::string reason = absl::StrCat(
-      "generation ", generation, " formed: ", num_nodes, " node(s) [",
-      absl::StrJoin(generation_.node_names, ", "), "], ", generation_.assignments.size(),
-      " worker(s), ", total_replicas, " replica(s); resuming at step ", resume_step);
+  std::string reason = absl::StrCat("generation ", generation, " formed: ", num_nodes, " node(s) [",
+                                    absl::StrJoin(generation_.node_names, ", "), "], ",
+                                    generation_.assignments.size(), " worker(s), ", total_replicas,
+                                    " replica(s); resuming at step ", resume_step);
   if (restart_from_zero) {
     absl::StrAppend(&reason, " (the PS shards hold no state of this job: training restarts)");
   }
@@ -702,10 +704,10 @@ void Coordinator::UpdateProgressLocked(absl::Time now) {
     MarkDirtyLocked(false);
   }
   if (all_training && job->state() == v1::RENDEZVOUS) {
-    TransitionLocked(*job, v1::RUNNING,
-                     absl::StrCat("all ", generation_.assignments.size(),
-                                  " worker(s) of generation ", generation_.number,
-                                  " are training from step ", generation_.resume_step));
+    TransitionLocked(
+        *job, v1::RUNNING,
+        absl::StrCat("all ", generation_.assignments.size(), " worker(s) of generation ",
+                     generation_.number, " are training from step ", generation_.resume_step));
   }
   if (all_finished) CompleteJobLocked(*job);
 }
@@ -719,8 +721,8 @@ void Coordinator::ExpireSilentWorkersLocked(absl::Time now) {
     const WorkerRecord& worker = workers_.at(id);
     const std::string reason =
         absl::StrCat(DescribeWorker(id, worker.registration), " missed heartbeats for ",
-                     Seconds(now - worker.last_heartbeat), " (--heartbeat_timeout=",
-                     Seconds(options_.heartbeat_timeout), ")");
+                     Seconds(now - worker.last_heartbeat),
+                     " (--heartbeat_timeout=", Seconds(options_.heartbeat_timeout), ")");
     LOG(WARNING) << reason << "; removing it";
     RemoveWorkerLocked(id, reason, "worker_timeout", false);
   }
@@ -794,8 +796,7 @@ absl::Status Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& reques
       candidates.push_back(Candidate{id, record.sequence, request});
       GenerationPlan plan = PlanGeneration(job->spec(), candidates);
       auto left_out = plan.left_out.find(id);
-      if (left_out != plan.left_out.end() &&
-          left_out->second.kind == LeftOut::Kind::kTooFewGpus) {
+      if (left_out != plan.left_out.end() && left_out->second.kind == LeftOut::Kind::kTooFewGpus) {
         return absl::ResourceExhaustedError(left_out->second.reason);
       }
     }
@@ -809,7 +810,7 @@ absl::Status Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& reques
     // When this registration may complete a generation, answer after the next pass so
     // the assignment comes with the answer.
     *deferred = job != nullptr && !generation_.active &&
-            (job->state() == v1::PENDING || job->state() == v1::RENDEZVOUS);
+                (job->state() == v1::PENDING || job->state() == v1::RENDEZVOUS);
     if (*deferred) {
       after_tick_.push_back([this, id, reply, done]() {
         {
@@ -824,11 +825,13 @@ absl::Status Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& reques
   return absl::OkStatus();
 }
 
-void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply, ReplyCallback done) {
+void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply,
+                                  ReplyCallback done) {
   done(Heartbeat(request, reply));
 }
 
-absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply) {
+absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request,
+                                    v1::HeartbeatResponse* reply) {
   if (!v1::WorkerPhase_IsValid(request.phase())) {
     return absl::InvalidArgumentError(
         absl::StrCat("phase: unknown worker phase ", static_cast<int>(request.phase())));
@@ -859,8 +862,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Hea
     }
     RecordFailureLocked(id, request.generation(), error);
     if (InGenerationLocked(id)) {
-      EndGenerationLocked(absl::StrCat(DescribeWorker(id, worker.registration), " failed: ",
-                                       error),
+      EndGenerationLocked(absl::StrCat(DescribeWorker(id, worker.registration), " failed: ", error),
                           "worker_failed", true);
     }
   } else if (!worker.failed_job.empty()) {
@@ -887,10 +889,10 @@ void Coordinator::AnswerHeartbeatLocked(const WorkerRecord& worker, uint64_t rep
     if (reported_generation != generation_.number) {
       reply->set_action(v1::ACTION_RENDEZVOUS);
       *reply->mutable_assignment() = assignment;
-      reply->set_message(absl::StrCat(
-          "generation ", generation_.number, ": node ", assignment.node_rank(), " of ",
-          assignment.num_nodes(), ", rank ", assignment.global_rank(), " of ",
-          assignment.world_size(), ", resume at step ", assignment.resume_step()));
+      reply->set_message(
+          absl::StrCat("generation ", generation_.number, ": node ", assignment.node_rank(), " of ",
+                       assignment.num_nodes(), ", rank ", assignment.global_rank(), " of ",
+                       assignment.world_size(), ", resume at step ", assignment.resume_step()));
     } else if (job != nullptr && job->state() == v1::PAUSED) {
       reply->set_action(v1::ACTION_PAUSE);
       reply->set_message(absl::StrCat("job ", job->job_id(), " paused: ", job->state_reason()));
@@ -905,15 +907,14 @@ void Coordinator::AnswerHeartbeatLocked(const WorkerRecord& worker, uint64_t rep
       v1::Job* job = FindJobLocked(ended->second.first);
       if (job != nullptr && IsTerminal(job->state())) {
         reply->set_action(v1::ACTION_STOP);
-        reply->set_message(absl::StrCat("job ", job->job_id(), " ",
-                                        v1::JobState_Name(job->state()), ": ",
-                                        job->state_reason()));
+        reply->set_message(absl::StrCat("job ", job->job_id(), " ", v1::JobState_Name(job->state()),
+                                        ": ", job->state_reason()));
         return;
       }
       reply->set_action(v1::ACTION_WAIT);
-      reply->set_message(absl::StrCat(
-          "generation ", reported_generation, " ended: ", ended->second.second,
-          waiting_reason_.empty() ? "" : absl::StrCat("; ", waiting_reason_)));
+      reply->set_message(
+          absl::StrCat("generation ", reported_generation, " ended: ", ended->second.second,
+                       waiting_reason_.empty() ? "" : absl::StrCat("; ", waiting_reason_)));
       return;
     }
   }
@@ -929,11 +930,13 @@ void Coordinator::AnswerHeartbeatLocked(const WorkerRecord& worker, uint64_t rep
   }
 }
 
-void Coordinator::HandleDeregister(const v1::DeregisterRequest& request, v1::DeregisterResponse* reply, ReplyCallback done) {
+void Coordinator::HandleDeregister(const v1::DeregisterRequest& request,
+                                   v1::DeregisterResponse* reply, ReplyCallback done) {
   done(Deregister(request, reply));
 }
 
-absl::Status Coordinator::Deregister(const v1::DeregisterRequest& request, v1::DeregisterResponse* reply) {
+absl::Status Coordinator::Deregister(const v1::DeregisterRequest& request,
+                                     v1::DeregisterResponse* reply) {
   absl::MutexLock lock(&mu_);
   auto found = workers_.find(request.worker_id());
   if (found == workers_.end()) {
@@ -950,19 +953,22 @@ absl::Status Coordinator::Deregister(const v1::DeregisterRequest& request, v1::D
 // ---------------------------------------------------------------------------------
 // Parameter server shards
 
-void Coordinator::HandleRegisterParameterServer(const v1::RegisterParameterServerRequest& request, v1::RegisterParameterServerResponse* reply, ReplyCallback done) {
+void Coordinator::HandleRegisterParameterServer(const v1::RegisterParameterServerRequest& request,
+                                                v1::RegisterParameterServerResponse* reply,
+                                                ReplyCallback done) {
   done(RegisterParameterServer(request, reply));
 }
 
-absl::Status Coordinator::RegisterParameterServer(const v1::RegisterParameterServerRequest& request, v1::RegisterParameterServerResponse* reply) {
+absl::Status Coordinator::RegisterParameterServer(const v1::RegisterParameterServerRequest& request,
+                                                  v1::RegisterParameterServerResponse* reply) {
   if (request.address().empty()) {
     return absl::InvalidArgumentError(
         "address: must not be empty (host:port of the shard's ParameterServer service)");
   }
   if (request.shard_index() < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard_index: must be >= 0, or -1 to let the coordinator pick; got ",
-        request.shard_index()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index: must be >= 0, or -1 to let the coordinator pick; got ",
+                     request.shard_index()));
   }
   absl::MutexLock lock(&mu_);
   const auto live = [](const ShardRecord& shard) {
@@ -971,16 +977,15 @@ absl::Status Coordinator::RegisterParameterServer(const v1::RegisterParameterSer
   int64_t index = request.shard_index();
   if (index >= 0) {
     if (index >= options_.ps_shards) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shard_index ", index, " is out of range: --ps_shards=", options_.ps_shards,
-          " expects shard indices 0..", options_.ps_shards - 1));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_index ", index, " is out of range: --ps_shards=", options_.ps_shards,
+                       " expects shard indices 0..", options_.ps_shards - 1));
     }
     auto holder = shards_.find(static_cast<uint32_t>(index));
     if (holder != shards_.end() && holder->second.info.address() != request.address() &&
         live(holder->second)) {
-      return absl::InvalidArgumentError(absl::StrCat("shard_index ", index,
-                                                   " is taken by the live shard at ",
-                                                   holder->second.info.address()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard_index ", index, " is taken by the live shard at ", holder->second.info.address()));
     }
   } else {
     for (const auto& [taken, shard] : shards_) {
@@ -994,9 +999,9 @@ absl::Status Coordinator::RegisterParameterServer(const v1::RegisterParameterSer
     }
     if (index < 0) {
       return absl::InvalidArgumentError(absl::StrCat("all ", options_.ps_shards,
-                                                   " shard indices are taken by live shards "
-                                                   "(--ps_shards=",
-                                                   options_.ps_shards, ")"));
+                                                     " shard indices are taken by live shards "
+                                                     "(--ps_shards=",
+                                                     options_.ps_shards, ")"));
     }
   }
   const uint32_t shard_index = static_cast<uint32_t>(index);
@@ -1018,10 +1023,10 @@ absl::Status Coordinator::RegisterParameterServer(const v1::RegisterParameterSer
   if (generation_.active && !was.empty()) {
     // The shard restarted or moved: its in-flight aggregates are gone and its step may
     // have gone back to a checkpoint, so the resume step must be worked out again.
-    EndGenerationLocked(absl::StrCat("PS shard ", shard_index, " registered again at ",
-                                     request.address(),
-                                     was == request.address() ? "" : absl::StrCat(" (was ", was, ")")),
-                        "shard_registered", false);
+    EndGenerationLocked(
+        absl::StrCat("PS shard ", shard_index, " registered again at ", request.address(),
+                     was == request.address() ? "" : absl::StrCat(" (was ", was, ")")),
+        "shard_registered", false);
   }
   RequestWorkLocked();
   reply->set_shard_index(shard_index);
@@ -1063,8 +1068,8 @@ absl::Duration Coordinator::PollShards() {
           LOG(INFO) << "PS shard " << shard.shard_index() << " joined generation "
                     << generation.number;
         } else {
-          action_error = absl::StrCat("BeginGeneration(", generation.number,
-                                      "): ", begun.status().message());
+          action_error =
+              absl::StrCat("BeginGeneration(", generation.number, "): ", begun.status().message());
         }
       } else {
         caught_up = true;
@@ -1120,8 +1125,7 @@ void Coordinator::HandlePublishRendezvous(const v1::PublishRendezvousRequest& re
 }
 
 uint64_t Coordinator::HandleWaitRendezvous(const v1::WaitRendezvousRequest& request,
-                                           v1::WaitRendezvousResponse* reply,
-                                           ReplyCallback done) {
+                                           v1::WaitRendezvousResponse* reply, ReplyCallback done) {
   std::vector<std::string> keys(request.keys().begin(), request.keys().end());
   return rendezvous_.Wait(
       request.rendezvous_id(), keys, absl::Milliseconds(request.timeout_ms()),
@@ -1136,7 +1140,8 @@ bool Coordinator::CancelWaitRendezvous(uint64_t wait_id) { return rendezvous_.Ca
 // ---------------------------------------------------------------------------------
 // Jobs
 
-void Coordinator::HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply, ReplyCallback done) {
+void Coordinator::HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply,
+                                  ReplyCallback done) {
   done(SubmitJob(request, reply));
 }
 
@@ -1148,10 +1153,10 @@ absl::Status Coordinator::SubmitJob(const v1::SubmitJobRequest& request, v1::Job
   {
     absl::MutexLock lock(&mu_);
     if (v1::Job* active = ActiveJobLocked()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", active->job_id(), " ('", active->spec().name(), "') is ",
-          v1::JobState_Name(active->state()),
-          ": the coordinator runs one active job at a time; stop it first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", active->job_id(), " ('", active->spec().name(), "') is ",
+                       v1::JobState_Name(active->state()),
+                       ": the coordinator runs one active job at a time; stop it first"));
     }
     v1::Job job;
     job.set_job_id(absl::StrCat("job-", next_job_number_++, "-", RandomHex(4)));
@@ -1178,7 +1183,8 @@ absl::Status Coordinator::SubmitJob(const v1::SubmitJobRequest& request, v1::Job
   return absl::OkStatus();
 }
 
-void Coordinator::HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply, ReplyCallback done) {
+void Coordinator::HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply,
+                               ReplyCallback done) {
   done(GetJob(request, reply));
 }
 
@@ -1212,7 +1218,8 @@ void Coordinator::HandleListJobs(const v1::ListJobsRequest& request, v1::ListJob
   done(absl::OkStatus());
 }
 
-void Coordinator::HandlePauseJob(const v1::JobControlRequest& request, v1::Job* reply, ReplyCallback done) {
+void Coordinator::HandlePauseJob(const v1::JobControlRequest& request, v1::Job* reply,
+                                 ReplyCallback done) {
   done(PauseJob(request, reply));
 }
 
@@ -1228,8 +1235,9 @@ absl::Status Coordinator::PauseJob(const v1::JobControlRequest& request, v1::Job
           absl::StrCat("job ", (*job)->job_id(), " is ", v1::JobState_Name((*job)->state()),
                        ": only RUNNING or RENDEZVOUS jobs can be paused"));
     }
-    TransitionLocked(**job, v1::PAUSED,
-                     absl::StrCat("paused: ", request.reason().empty() ? "PauseJob" : request.reason()));
+    TransitionLocked(
+        **job, v1::PAUSED,
+        absl::StrCat("paused: ", request.reason().empty() ? "PauseJob" : request.reason()));
     *reply = **job;
     RequestWorkLocked();
   }
@@ -1237,7 +1245,8 @@ absl::Status Coordinator::PauseJob(const v1::JobControlRequest& request, v1::Job
   return absl::OkStatus();
 }
 
-void Coordinator::HandleResumeJob(const v1::JobControlRequest& request, v1::Job* reply, ReplyCallback done) {
+void Coordinator::HandleResumeJob(const v1::JobControlRequest& request, v1::Job* reply,
+                                  ReplyCallback done) {
   done(ResumeJob(request, reply));
 }
 
@@ -1249,9 +1258,9 @@ absl::Status Coordinator::ResumeJob(const v1::JobControlRequest& request, v1::Jo
       return job.status();
     }
     if ((*job)->state() != v1::PAUSED) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", (*job)->job_id(), " is ", v1::JobState_Name((*job)->state()),
-                       ": only a PAUSED job can be resumed"));
+      return absl::FailedPreconditionError(absl::StrCat("job ", (*job)->job_id(), " is ",
+                                                        v1::JobState_Name((*job)->state()),
+                                                        ": only a PAUSED job can be resumed"));
     }
     const bool running = generation_.active && generation_.job_id == (*job)->job_id();
     const std::string why = request.reason().empty() ? "ResumeJob" : request.reason();
@@ -1266,7 +1275,8 @@ absl::Status Coordinator::ResumeJob(const v1::JobControlRequest& request, v1::Jo
   return absl::OkStatus();
 }
 
-void Coordinator::HandleStopJob(const v1::JobControlRequest& request, v1::Job* reply, ReplyCallback done) {
+void Coordinator::HandleStopJob(const v1::JobControlRequest& request, v1::Job* reply,
+                                ReplyCallback done) {
   done(StopJob(request, reply));
 }
 
@@ -1279,10 +1289,11 @@ absl::Status Coordinator::StopJob(const v1::JobControlRequest& request, v1::Job*
     }
     if (IsTerminal((*job)->state())) {
       return absl::FailedPreconditionError(absl::StrCat("job ", (*job)->job_id(), " is already ",
-                                                      v1::JobState_Name((*job)->state())));
+                                                        v1::JobState_Name((*job)->state())));
     }
-    FinishJobLocked(**job, v1::STOPPED,
-                    absl::StrCat("stopped: ", request.reason().empty() ? "StopJob" : request.reason()));
+    FinishJobLocked(
+        **job, v1::STOPPED,
+        absl::StrCat("stopped: ", request.reason().empty() ? "StopJob" : request.reason()));
     *reply = **job;
   }
   SaveState().IgnoreError();
@@ -1371,10 +1382,10 @@ v1::ClusterStatus Coordinator::ClusterStatusLocked(absl::Time now) const {
   for (const auto& [id, worker] : workers_) {
     if (!InGenerationLocked(id)) idle.push_back(&worker);
   }
-  std::sort(idle.begin(), idle.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
-    return a->sequence < b->sequence;
-  });
-  for (const WorkerRecord* worker : idle) *status.add_idle_workers() = WorkerInfoLocked(*worker, now);
+  std::sort(idle.begin(), idle.end(),
+            [](const WorkerRecord* a, const WorkerRecord* b) { return a->sequence < b->sequence; });
+  for (const WorkerRecord* worker : idle)
+    *status.add_idle_workers() = WorkerInfoLocked(*worker, now);
   for (const auto& [index, shard] : shards_) *status.add_shards() = shard.summary;
   status.set_expected_shards(options_.ps_shards);
   if (shown != nullptr && shown->state() == v1::PAUSED) {
@@ -1393,9 +1404,8 @@ void Coordinator::HandleListWorkers(const v1::ListWorkersRequest& request,
   const absl::Time now = clock_->Now();
   std::vector<const WorkerRecord*> ordered;
   for (const auto& [id, worker] : workers_) ordered.push_back(&worker);
-  std::sort(ordered.begin(), ordered.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
-    return a->sequence < b->sequence;
-  });
+  std::sort(ordered.begin(), ordered.end(),
+            [](const WorkerRecord* a, const WorkerRecord* b) { return a->sequence < b->sequence; });
   for (const WorkerRecord* worker : ordered) *reply->add_workers() = WorkerInfoLocked(*worker, now);
   done(absl::OkStatus());
 }

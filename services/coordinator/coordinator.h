@@ -47,7 +47,7 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration settle_window = absl::Seconds(2);
   RendezvousLimits rendezvous;
-  std::string state_dir;                 // Empty = nothing survives a restart.
+  std::string state_dir;                                  // Empty = nothing survives a restart.
   absl::Duration state_save_interval = absl::Seconds(5);  // For progress-only changes.
   size_t progress_history = 1000;        // Points kept per job (older ones thinned).
   size_t max_events = 1000;              // Events kept per job (oldest dropped).
@@ -55,7 +55,7 @@ struct CoordinatorOptions {
   double straggler_factor = 1.5;         // Step time above factor x median = straggler.
   absl::Duration shard_poll_interval = absl::Seconds(2);
   absl::Duration formation_retry = absl::Seconds(1);  // After a failed formation.
-  std::string version;                   // Shown on the dashboard.
+  std::string version;                                // Shown on the dashboard.
 };
 
 class Coordinator : public CoordinatorHandler {
@@ -83,15 +83,13 @@ class Coordinator : public CoordinatorHandler {
                                      v1::RegisterParameterServerResponse* reply,
                                      ReplyCallback done) override;
   void HandlePublishRendezvous(const v1::PublishRendezvousRequest& request,
-                               v1::PublishRendezvousResponse* reply,
-                               ReplyCallback done) override;
+                               v1::PublishRendezvousResponse* reply, ReplyCallback done) override;
   uint64_t HandleWaitRendezvous(const v1::WaitRendezvousRequest& request,
                                 v1::WaitRendezvousResponse* reply, ReplyCallback done) override;
   bool CancelWaitRendezvous(uint64_t wait_id) override;
   void HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply,
                        ReplyCallback done) override;
-  void HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply,
-                    ReplyCallback done) override;
+  void HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply, ReplyCallback done) override;
   void HandleListJobs(const v1::ListJobsRequest& request, v1::ListJobsResponse* reply,
                       ReplyCallback done) override;
   void HandlePauseJob(const v1::JobControlRequest& request, v1::Job* reply,
@@ -102,8 +100,8 @@ class Coordinator : public CoordinatorHandler {
                      ReplyCallback done) override;
   void HandleListWorkers(const v1::ListWorkersRequest& request, v1::ListWorkersResponse* reply,
                          ReplyCallback done) override;
-  void HandleGetClusterStatus(const v1::GetClusterStatusRequest& request,
-                              v1::ClusterStatus* reply, ReplyCallback done) override;
+  void HandleGetClusterStatus(const v1::GetClusterStatusRequest& request, v1::ClusterStatus* reply,
+                              ReplyCallback done) override;
 
   // --- Background work ---
 
@@ -141,11 +139,11 @@ class Coordinator : public CoordinatorHandler {
     v1::RegisterWorkerRequest registration;
     absl::Time registered;
     absl::Time last_heartbeat;
-    v1::HeartbeatRequest report;   // The latest heartbeat.
+    v1::HeartbeatRequest report;  // The latest heartbeat.
     bool reported = false;
     v1::WorkerPhase phase = v1::WORKER_IDLE;
-    std::string failed_job;        // Job in which it reported WORKER_FAILED (ineligible).
-    std::string note;              // Why it is outside the generation, or its last error.
+    std::string failed_job;  // Job in which it reported WORKER_FAILED (ineligible).
+    std::string note;        // Why it is outside the generation, or its last error.
   };
   struct ShardRecord {
     v1::ShardInfo info;
@@ -153,7 +151,7 @@ class Coordinator : public CoordinatorHandler {
     absl::Time registered;
     v1::ShardSummary summary;
     bool polled = false;
-    v1::ShardStatus status;        // Last good status.
+    v1::ShardStatus status;  // Last good status.
   };
   struct Generation {
     uint64_t number = 0;
@@ -162,11 +160,11 @@ class Coordinator : public CoordinatorHandler {
     absl::Time formed;
     uint64_t resume_step = 0;
     uint64_t job_step_at_start = 0;
-    std::vector<std::string> node_names;        // By node rank.
-    std::vector<std::string> rendezvous_ids;    // By node rank.
+    std::vector<std::string> node_names;                // By node rank.
+    std::vector<std::string> rendezvous_ids;            // By node rank.
     std::map<std::string, v1::Assignment> assignments;  // Worker id -> assignment.
-    std::set<uint32_t> shards_pending;          // Shards not yet at this generation.
-    std::map<std::string, std::string> failures;  // Worker id -> error it reported.
+    std::set<uint32_t> shards_pending;                  // Shards not yet at this generation.
+    std::map<std::string, std::string> failures;        // Worker id -> error it reported.
     std::string end_reason;
     bool ended_by_worker_error = false;
   };
@@ -184,14 +182,22 @@ class Coordinator : public CoordinatorHandler {
   absl::Status RegisterWorker(const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* reply, const ReplyCallback& done,
                               bool* deferred) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Deregister(const v1::DeregisterRequest& request, v1::DeregisterResponse* reply) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status RegisterParameterServer(const v1::RegisterParameterServerRequest& request, v1::RegisterParameterServerResponse* reply) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Deregister(const v1::DeregisterRequest& request, v1::DeregisterResponse* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status RegisterParameterServer(const v1::RegisterParameterServerRequest& request,
+                                       v1::RegisterParameterServerResponse* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* reply) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status PauseJob(const v1::JobControlRequest& request, v1::Job* reply) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ResumeJob(const v1::JobControlRequest& request, v1::Job* reply) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status StopJob(const v1::JobControlRequest& request, v1::Job* reply) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status PauseJob(const v1::JobControlRequest& request, v1::Job* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ResumeJob(const v1::JobControlRequest& request, v1::Job* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StopJob(const v1::JobControlRequest& request, v1::Job* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Lookups.
   v1::Job* ActiveJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -216,8 +222,7 @@ class Coordinator : public CoordinatorHandler {
   // running job back to RENDEZVOUS with `reason` in the event log.
   // `cause` labels the generations_ended counter ("worker_timeout", "worker_failed",
   // "worker_left", "scale_up", "shard_registered").
-  void EndGenerationLocked(const std::string& reason, const std::string& cause,
-                           bool worker_error)
+  void EndGenerationLocked(const std::string& reason, const std::string& cause, bool worker_error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an ended generation and expires its rendezvous ids; no job transition.
   void DeactivateGenerationLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -243,7 +248,7 @@ class Coordinator : public CoordinatorHandler {
 
   // Persistence.
   void MarkDirtyLocked(bool urgent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SaveState();       // Writes the newest snapshot when it is not on disk yet.
+  absl::Status SaveState();  // Writes the newest snapshot when it is not on disk yet.
   void SaveStateIfDue();
   void RequestWorkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { work_requested_ = true; }
 

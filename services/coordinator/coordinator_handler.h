@@ -23,10 +23,10 @@ class CoordinatorHandler {
 
   virtual void HandleRegisterWorker(const v1::RegisterWorkerRequest& request,
                                     v1::RegisterWorkerResponse* reply, ReplyCallback done) = 0;
-  virtual void HandleHeartbeat(const v1::HeartbeatRequest& request,
-                               v1::HeartbeatResponse* reply, ReplyCallback done) = 0;
-  virtual void HandleDeregister(const v1::DeregisterRequest& request,
-                                v1::DeregisterResponse* reply, ReplyCallback done) = 0;
+  virtual void HandleHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply,
+                               ReplyCallback done) = 0;
+  virtual void HandleDeregister(const v1::DeregisterRequest& request, v1::DeregisterResponse* reply,
+                                ReplyCallback done) = 0;
   virtual void HandleRegisterParameterServer(const v1::RegisterParameterServerRequest& request,
                                              v1::RegisterParameterServerResponse* reply,
                                              ReplyCallback done) = 0;
@@ -35,8 +35,7 @@ class CoordinatorHandler {
                                        ReplyCallback done) = 0;
   // Returns an id for CancelWaitRendezvous while the wait is pending, 0 once answered.
   virtual uint64_t HandleWaitRendezvous(const v1::WaitRendezvousRequest& request,
-                                        v1::WaitRendezvousResponse* reply,
-                                        ReplyCallback done) = 0;
+                                        v1::WaitRendezvousResponse* reply, ReplyCallback done) = 0;
   // The caller went away: true when `done` of that wait will never run.
   virtual bool CancelWaitRendezvous(uint64_t wait_id) = 0;
   virtual void HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply,

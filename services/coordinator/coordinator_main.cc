@@ -1,10 +1,10 @@
 // The coordinator binary: membership, GPU and rank assignment, rendezvous ids and
 // KV, the job lifecycle, failure detection and the dashboard. One per cluster.
+#include <glog/logging.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
-
-#include <glog/logging.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
       "coordinator", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), max_receive));
   host.AddService(&service, tributary::v1::Coordinator::service_full_name());
   if (host.http() != nullptr) {
-    coord::AddDashboardRoutes(*host.http(), [&coordinator] { return coordinator.GetClusterStatus(); });
+    coord::AddDashboardRoutes(*host.http(),
+                              [&coordinator] { return coordinator.GetClusterStatus(); });
   }
   coord::CoordinatorMetrics metrics(*host.registry());
   coord::CoordinatorDriver driver(&coordinator, [&] {

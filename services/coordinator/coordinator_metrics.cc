@@ -13,8 +13,7 @@ prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& registry,
 }
 
 prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry,
-                                                 const std::string& name,
-                                                 const std::string& help) {
+                                                 const std::string& name, const std::string& help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
 }
 
@@ -74,8 +73,7 @@ void CoordinatorMetrics::Advance(prometheus::Counter& counter, double total) {
   if (delta > 0) counter.Increment(delta);
 }
 
-void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
-                                const RendezvousStats& rendezvous,
+void CoordinatorMetrics::Update(const v1::ClusterStatus& status, const RendezvousStats& rendezvous,
                                 const Coordinator::Counters& counters) {
   absl::MutexLock lock(&mu_);
   std::map<int, double> by_phase;
@@ -86,9 +84,8 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
     auto gauge = heartbeat_gauges_.find(worker.worker_id());
     if (gauge == heartbeat_gauges_.end()) {
       gauge = heartbeat_gauges_
-                  .emplace(worker.worker_id(),
-                           &heartbeat_age_.Add({{"worker", worker.worker_id()},
-                                                {"node", worker.node_name()}}))
+                  .emplace(worker.worker_id(), &heartbeat_age_.Add({{"worker", worker.worker_id()},
+                                                                    {"node", worker.node_name()}}))
                   .first;
     }
     gauge->second->Set(worker.heartbeat_age_seconds());

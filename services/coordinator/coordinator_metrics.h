@@ -16,13 +16,13 @@
 #ifndef TRIBUTARY_SERVICES_COORDINATOR_COORDINATOR_METRICS_H_
 #define TRIBUTARY_SERVICES_COORDINATOR_COORDINATOR_METRICS_H_
 
-#include <map>
-#include <string>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
+
+#include <map>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "proto/coordinator.pb.h"

@@ -4,11 +4,11 @@
 // and completion, job control, persistence across a restart, and the shard protocol.
 #include "services/coordinator/coordinator.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -271,7 +271,8 @@ class CoordinatorTest : public ::testing::Test {
                                                        v1::WorkerPhase phase = v1::WORKER_TRAINING,
                                                        uint64_t step = 0) {
     std::map<std::string, v1::HeartbeatResponse> replies;
-    for (const std::string& worker : workers) replies[worker] = Beat(worker, generation, phase, step);
+    for (const std::string& worker : workers)
+      replies[worker] = Beat(worker, generation, phase, step);
     return replies;
   }
 
@@ -540,8 +541,8 @@ TEST_F(CoordinatorTest, SameErrorFromEveryWorkerFailsTheJob) {
   Beat(b, 1, v1::WORKER_FAILED, 0, missing);
   const v1::Job job = GetJob();
   EXPECT_EQ(job.state(), v1::FAILED);
-  EXPECT_THAT(job.state_reason(), HasSubstr("every worker of generation 1 (2) failed with: " +
-                                            missing));
+  EXPECT_THAT(job.state_reason(),
+              HasSubstr("every worker of generation 1 (2) failed with: " + missing));
   EXPECT_EQ(Beat(a, 1, v1::WORKER_FAILED, 0, missing).action(), v1::ACTION_STOP);
 }
 

@@ -54,8 +54,7 @@ CoordinatorGrpcService::CoordinatorGrpcService(CoordinatorHandler* handler,
     : handler_(handler), control_token_(std::move(control_token)) {}
 
 bool CoordinatorGrpcService::Authorized(grpc::CallbackServerContext* context,
-                                        grpc::ServerUnaryReactor* reactor,
-                                        const std::string& rpc) {
+                                        grpc::ServerUnaryReactor* reactor, const std::string& rpc) {
   if (!control_token_.has_value()) return true;
   std::optional<std::string> authorization;
   const auto& metadata = context->client_metadata();
@@ -85,9 +84,9 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServer
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CoordinatorGrpcService::Deregister(
-    grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
-    v1::DeregisterResponse* response) {
+grpc::ServerUnaryReactor* CoordinatorGrpcService::Deregister(grpc::CallbackServerContext* context,
+                                                             const v1::DeregisterRequest* request,
+                                                             v1::DeregisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   handler_->HandleDeregister(*request, response, FinishWith(reactor));
   return reactor;
@@ -169,9 +168,9 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::StopJob(grpc::CallbackServerCo
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CoordinatorGrpcService::ListWorkers(
-    grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
-    v1::ListWorkersResponse* response) {
+grpc::ServerUnaryReactor* CoordinatorGrpcService::ListWorkers(grpc::CallbackServerContext* context,
+                                                              const v1::ListWorkersRequest* request,
+                                                              v1::ListWorkersResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   handler_->HandleListWorkers(*request, response, FinishWith(reactor));
   return reactor;

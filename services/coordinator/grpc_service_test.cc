@@ -3,14 +3,16 @@
 // token, workers and a fake ParameterServer service going through a whole job,
 // rendezvous waits over gRPC (concurrent, timed out, cancelled), /api/v1/status and
 // /metrics.
-#include <memory>
-#include <thread>
+#include "services/coordinator/grpc_service.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/create_channel.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+
+#include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -24,7 +26,6 @@
 #include "services/coordinator/coordinator_driver.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/dashboard.h"
-#include "services/coordinator/grpc_service.h"
 #include "services/coordinator/grpc_shard_client.h"
 #include "services/coordinator/testing/fake_parameter_server.h"
 
@@ -58,8 +59,7 @@ bool Eventually(const std::function<bool()>& condition) {
 // A fake PS shard and a coordinator wired exactly as coordinator_main.cc wires them.
 class Cluster {
  public:
-  explicit Cluster(std::optional<std::string> token = std::nullopt,
-                   int64_t max_value_bytes = 1024)
+  explicit Cluster(std::optional<std::string> token = std::nullopt, int64_t max_value_bytes = 1024)
       : ps_(0),
         ps_host_(Loopback("ps", -1)),
         shard_client_(ChannelOptions(), absl::Seconds(5)),
@@ -249,12 +249,10 @@ TEST(CoordinatorServiceTest, ControlTokenGuardsMutatingCallsOnly) {
   EXPECT_TRUE(cluster.stub().ListJobs(Context().get(), v1::ListJobsRequest(), &jobs).ok());
   v1::ClusterStatus cluster_status;
   EXPECT_TRUE(cluster.stub()
-                  .GetClusterStatus(Context().get(), v1::GetClusterStatusRequest(),
-                                    &cluster_status)
+                  .GetClusterStatus(Context().get(), v1::GetClusterStatusRequest(), &cluster_status)
                   .ok());
   v1::ListWorkersResponse workers;
-  EXPECT_TRUE(
-      cluster.stub().ListWorkers(Context().get(), v1::ListWorkersRequest(), &workers).ok());
+  EXPECT_TRUE(cluster.stub().ListWorkers(Context().get(), v1::ListWorkersRequest(), &workers).ok());
 
   v1::JobControlRequest control;
   v1::Job reply;
@@ -295,7 +293,8 @@ v1::Assignment AwaitAssignment(Cluster& cluster, const std::string& worker_id) {
     if (reply.action() != v1::ACTION_RENDEZVOUS) return false;
     assignment = reply.assignment();
     return true;
-  })) << worker_id << " got no assignment";
+  })) << worker_id
+      << " got no assignment";
   return assignment;
 }
 
@@ -325,8 +324,7 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
   shard.set_address(cluster.ps_address());
   shard.set_shard_index(-1);
   v1::RegisterParameterServerResponse shard_reply;
-  ASSERT_TRUE(
-      cluster.stub().RegisterParameterServer(Context().get(), shard, &shard_reply).ok());
+  ASSERT_TRUE(cluster.stub().RegisterParameterServer(Context().get(), shard, &shard_reply).ok());
   EXPECT_EQ(shard_reply.shard_index(), 0u);
   EXPECT_EQ(shard_reply.expected_shards(), 1u);
 
@@ -381,8 +379,8 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
     });
   }
   ASSERT_TRUE(Eventually([&] { return cluster.coordinator().rendezvous().stats().waiting == 4; }));
-  for (const auto& [key, value] : {std::pair<std::string, std::string>{"nccl_id", "unique-id-bytes"},
-                                   {"rank1", "r1"}}) {
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"nccl_id", "unique-id-bytes"}, {"rank1", "r1"}}) {
     v1::PublishRendezvousRequest publish;
     publish.set_rendezvous_id(rendezvous);
     publish.set_key(key);
@@ -480,8 +478,7 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
     auto response = http.Get("/metrics");
     if (!response) return false;
     metrics = tributary::testing::ParsePrometheusText(response->body);
-    return metrics.ok() &&
-           metrics->Sum("tributary_coordinator_job_state", "COMPLETED") == 1;
+    return metrics.ok() && metrics->Sum("tributary_coordinator_job_state", "COMPLETED") == 1;
   })) << (metrics.ok() ? "" : metrics.status().ToString());
   EXPECT_GE(metrics->Sum("tributary_rpc_total",
                          "code=\"OK\",method=\"/tributary.v1.Coordinator/Heartbeat\""),

@@ -61,12 +61,12 @@ void RendezvousStore::Close(const std::string& rendezvous_id, const std::string&
 absl::Status RendezvousStore::UnknownScopeLocked(const std::string& rendezvous_id) const {
   auto expired = expired_.find(rendezvous_id);
   if (expired != expired_.end()) {
-    return absl::NotFoundError(absl::StrCat("rendezvous id '", rendezvous_id,
-                                            "' expired: ", expired->second));
+    return absl::NotFoundError(
+        absl::StrCat("rendezvous id '", rendezvous_id, "' expired: ", expired->second));
   }
-  return absl::NotFoundError(absl::StrCat(
-      "unknown rendezvous id '", rendezvous_id,
-      "' (ids come with an assignment and live as long as its generation)"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown rendezvous id '", rendezvous_id,
+                   "' (ids come with an assignment and live as long as its generation)"));
 }
 
 absl::Status RendezvousStore::Publish(const std::string& rendezvous_id, const std::string& key,
@@ -77,9 +77,8 @@ absl::Status RendezvousStore::Publish(const std::string& rendezvous_id, const st
   }
   if (static_cast<int64_t>(value.size()) > limits_.max_value_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "value of key '", key, "' under rendezvous id '", rendezvous_id, "' is ",
-        value.size(), " bytes; the limit is --rendezvous_max_value_bytes=",
-        limits_.max_value_bytes));
+        "value of key '", key, "' under rendezvous id '", rendezvous_id, "' is ", value.size(),
+        " bytes; the limit is --rendezvous_max_value_bytes=", limits_.max_value_bytes));
   }
   Ready ready;
   {
@@ -90,16 +89,16 @@ absl::Status RendezvousStore::Publish(const std::string& rendezvous_id, const st
     auto existing = scope.values.find(key);
     if (existing != scope.values.end()) {
       if (existing->second == value) return absl::OkStatus();
-      return absl::AlreadyExistsError(absl::StrCat(
-          "key '", key, "' under rendezvous id '", rendezvous_id,
-          "' already holds a different value (", existing->second.size(),
-          " bytes); keys are written once per rendezvous id"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("key '", key, "' under rendezvous id '", rendezvous_id,
+                       "' already holds a different value (", existing->second.size(),
+                       " bytes); keys are written once per rendezvous id"));
     }
     if (static_cast<int64_t>(scope.values.size()) >= limits_.max_keys) {
       return absl::InvalidArgumentError(
-          absl::StrCat("rendezvous id '", rendezvous_id, "' already holds ",
-                       scope.values.size(), " keys; the limit is --rendezvous_max_keys=",
-                       limits_.max_keys, " (key '", key, "' refused)"));
+          absl::StrCat("rendezvous id '", rendezvous_id, "' already holds ", scope.values.size(),
+                       " keys; the limit is --rendezvous_max_keys=", limits_.max_keys, " (key '",
+                       key, "' refused)"));
     }
     scope.values.emplace(key, std::move(value));
     ++stats_.published;
@@ -121,8 +120,8 @@ absl::Status RendezvousStore::Publish(const std::string& rendezvous_id, const st
   return absl::OkStatus();
 }
 
-std::vector<std::string> RendezvousStore::ValuesLocked(
-    const Scope& scope, const std::vector<std::string>& keys) const {
+std::vector<std::string> RendezvousStore::ValuesLocked(const Scope& scope,
+                                                       const std::vector<std::string>& keys) const {
   std::vector<std::string> values;
   values.reserve(keys.size());
   for (const std::string& key : keys) values.push_back(scope.values.at(key));
@@ -162,9 +161,9 @@ uint64_t RendezvousStore::Wait(const std::string& rendezvous_id,
       } else if (timeout <= absl::ZeroDuration()) {
         ++stats_.waits_timed_out;
         answered_now = true;
-        answer = absl::DeadlineExceededError(absl::StrCat(
-            "rendezvous id '", rendezvous_id, "': keys missing (timeout 0): ",
-            KeyList(std::vector<std::string>(missing.begin(), missing.end()))));
+        answer = absl::DeadlineExceededError(
+            absl::StrCat("rendezvous id '", rendezvous_id, "': keys missing (timeout 0): ",
+                         KeyList(std::vector<std::string>(missing.begin(), missing.end()))));
       } else {
         const uint64_t wait_id = next_wait_id_++;
         const absl::Time now = clock_->Now();
@@ -245,8 +244,7 @@ void RendezvousStore::ExpireDeadlines() {
           {std::move(waiter.done),
            {absl::DeadlineExceededError(absl::StrCat(
                 "rendezvous id '", waiter.scope, "': keys still missing after ",
-                absl::FormatDuration(waiter.deadline - waiter.started), ": ",
-                KeyList(missing))),
+                absl::FormatDuration(waiter.deadline - waiter.started), ": ", KeyList(missing))),
             {}}});
     }
   }
@@ -265,9 +263,8 @@ void RendezvousStore::SleepUntilDeadlineOrChange(absl::Time until) {
   if (!deadlines_.empty() && deadlines_.begin()->first < until) {
     until = deadlines_.begin()->first;
   }
-  const auto changed = [this, epoch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return deadline_epoch_ != epoch;
-  };
+  const auto changed = [this, epoch]()
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return deadline_epoch_ != epoch; };
   // The deadlines are in the store's clock; the timer thread runs only with the real
   // clock, where the two agree.
   mu_.AwaitWithDeadline(absl::Condition(&changed), until);

@@ -23,8 +23,8 @@
 namespace tributary::coordinator {
 
 struct RendezvousLimits {
-  int64_t max_value_bytes = 1 << 20;   // Per value (an ncclUniqueId is 128 bytes).
-  int64_t max_keys = 4096;             // Per rendezvous id.
+  int64_t max_value_bytes = 1 << 20;            // Per value (an ncclUniqueId is 128 bytes).
+  int64_t max_keys = 4096;                      // Per rendezvous id.
   absl::Duration max_wait = absl::Minutes(10);  // Longer timeouts are cut to this.
 };
 
@@ -36,7 +36,7 @@ struct RendezvousStats {
   uint64_t waits_cancelled = 0;  // The caller went away.
   uint64_t waits_rejected = 0;   // Bad request or unknown id.
   uint64_t published = 0;
-  uint64_t waiting = 0;          // Waits in progress now.
+  uint64_t waiting = 0;  // Waits in progress now.
   uint64_t open_scopes = 0;
 };
 
@@ -60,8 +60,7 @@ class RendezvousStore {
 
   // NOT_FOUND (unknown/expired id), INVALID_ARGUMENT (empty key, value over the limit,
   // too many keys), ALREADY_EXISTS (the key holds a different value).
-  absl::Status Publish(const std::string& rendezvous_id, const std::string& key,
-                       std::string value);
+  absl::Status Publish(const std::string& rendezvous_id, const std::string& key, std::string value);
 
   // Answers at once when every key is there (or on a bad request), else when the last
   // one is published, the id expires, or `timeout` passes (DEADLINE_EXCEEDED naming
@@ -91,8 +90,8 @@ class RendezvousStore {
  private:
   struct Waiter {
     std::string scope;
-    std::vector<std::string> keys;   // As requested (answer order).
-    size_t missing = 0;              // Distinct keys not yet published.
+    std::vector<std::string> keys;  // As requested (answer order).
+    size_t missing = 0;             // Distinct keys not yet published.
     absl::Time deadline;
     absl::Time started;
     WaitCallback done;
@@ -102,8 +101,8 @@ class RendezvousStore {
     std::map<std::string, std::vector<uint64_t>> waiters_by_key;  // Missing key -> waits.
     std::set<uint64_t> waiters;
   };
-  using Ready = std::vector<std::pair<WaitCallback, std::pair<absl::Status,
-                                                              std::vector<std::string>>>>;
+  using Ready =
+      std::vector<std::pair<WaitCallback, std::pair<absl::Status, std::vector<std::string>>>>;
 
   absl::Status UnknownScopeLocked(const std::string& rendezvous_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,11 +2,11 @@
 // the value size limit, scope isolation, expiry with the generation and cancellation.
 #include "services/coordinator/rendezvous_store.h"
 
-#include <atomic>
-#include <thread>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 
@@ -85,9 +85,9 @@ TEST_F(RendezvousStoreTest, TimeoutNamesMissingKeys) {
   store_.Open("g1/a");
   ASSERT_TRUE(store_.Publish("g1/a", "rank0", "A").ok());
   Answer answer;
-  EXPECT_NE(store_.Wait("g1/a", {"rank0", "rank1", "rank2"}, absl::Milliseconds(500),
-                        answer.Callback()),
-            0u);
+  EXPECT_NE(
+      store_.Wait("g1/a", {"rank0", "rank1", "rank2"}, absl::Milliseconds(500), answer.Callback()),
+      0u);
   clock_.Advance(absl::Milliseconds(499));
   store_.ExpireDeadlines();
   EXPECT_FALSE(answer.done.HasBeenNotified());

@@ -1,6 +1,7 @@
 #include "services/coordinator/state_file.h"
 
 #include <fcntl.h>
+#include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -8,8 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -92,8 +91,7 @@ absl::StatusOr<std::string> StateFile::Encode(const CoordinatorState& state) {
     return absl::InternalError(
         absl::StrCat("cannot encode the coordinator state: ", printed.ToString()));
   }
-  return absl::StrFormat("%s %s bytes=%d crc32=%08x\n", kMagic, kFormat, body.size(),
-                         Crc32(body)) +
+  return absl::StrFormat("%s %s bytes=%d crc32=%08x\n", kMagic, kFormat, body.size(), Crc32(body)) +
          body;
 }
 
@@ -101,9 +99,8 @@ absl::StatusOr<CoordinatorState> StateFile::Decode(const std::string& name,
                                                    const std::string& bytes) {
   const size_t newline = bytes.find('\n');
   if (newline == std::string::npos) {
-    return absl::DataLossError(absl::StrCat("state file ", name,
-                                            " is torn: no header line (", bytes.size(),
-                                            " bytes)"));
+    return absl::DataLossError(
+        absl::StrCat("state file ", name, " is torn: no header line (", bytes.size(), " bytes)"));
   }
   const std::string header = bytes.substr(0, newline);
   const std::string body = bytes.substr(newline + 1);
@@ -114,26 +111,24 @@ absl::StatusOr<CoordinatorState> StateFile::Decode(const std::string& name,
       !absl::StartsWith(fields[2], "bytes=") || !absl::StartsWith(fields[3], "crc32=") ||
       !absl::SimpleAtoi(fields[2].substr(6), &length) ||
       !absl::SimpleHexAtoi(fields[3].substr(6), &checksum)) {
-    return absl::DataLossError(absl::StrCat("state file ", name, " has a bad header '",
-                                            header.substr(0, 120), "'"));
+    return absl::DataLossError(
+        absl::StrCat("state file ", name, " has a bad header '", header.substr(0, 120), "'"));
   }
   if (body.size() != length) {
-    return absl::DataLossError(absl::StrCat("state file ", name, " is torn: header says ",
-                                            length, " body bytes, file holds ",
-                                            body.size()));
+    return absl::DataLossError(absl::StrCat("state file ", name, " is torn: header says ", length,
+                                            " body bytes, file holds ", body.size()));
   }
   const uint32_t actual = Crc32(body);
   if (actual != checksum) {
-    return absl::DataLossError(absl::StrFormat(
-        "state file %s is corrupt: CRC-32 of the body is %08x, header says %08x", name,
-        actual, checksum));
+    return absl::DataLossError(
+        absl::StrFormat("state file %s is corrupt: CRC-32 of the body is %08x, header says %08x",
+                        name, actual, checksum));
   }
   CoordinatorState state;
   const auto parsed = google::protobuf::util::JsonStringToMessage(body, &state);
   if (!parsed.ok()) {
-    return absl::DataLossError(absl::StrCat("state file ", name,
-                                            " does not hold a coordinator state: ",
-                                            parsed.ToString()));
+    return absl::DataLossError(absl::StrCat(
+        "state file ", name, " does not hold a coordinator state: ", parsed.ToString()));
   }
   if (state.format_version() != 1) {
     return absl::DataLossError(absl::StrCat("state file ", name, " has format_version ",
@@ -189,9 +184,9 @@ absl::StatusOr<std::optional<StateFile::Loaded>> StateFile::Load() const {
     problem = absl::StrCat("state file ", path_, " is missing");
   }
   if (!previous->has_value()) {
-    return absl::DataLossError(absl::StrCat(
-        problem, "; no previous version ", previous_path_,
-        " to fall back to. Remove the state directory's files to start fresh."));
+    return absl::DataLossError(
+        absl::StrCat(problem, "; no previous version ", previous_path_,
+                     " to fall back to. Remove the state directory's files to start fresh."));
   }
   absl::StatusOr<CoordinatorState> fallback = Decode(previous_path_, **previous);
   if (!fallback.ok()) {
@@ -199,9 +194,9 @@ absl::StatusOr<std::optional<StateFile::Loaded>> StateFile::Load() const {
         problem, "; the previous version is unusable too: ", fallback.status().message(),
         ". Remove the state directory's files to start fresh."));
   }
-  return std::optional<Loaded>(Loaded{
-      *std::move(fallback), previous_path_,
-      absl::StrCat(problem, "; using the previous version ", previous_path_)});
+  return std::optional<Loaded>(
+      Loaded{*std::move(fallback), previous_path_,
+             absl::StrCat(problem, "; using the previous version ", previous_path_)});
 }
 
 }  // namespace tributary::coordinator

@@ -38,8 +38,7 @@ class StateFile {
 
   // Parses one file's bytes: DATA_LOSS naming `name` for a bad header, a length or
   // checksum mismatch, or a body that is not a CoordinatorState.
-  static absl::StatusOr<CoordinatorState> Decode(const std::string& name,
-                                                 const std::string& bytes);
+  static absl::StatusOr<CoordinatorState> Decode(const std::string& name, const std::string& bytes);
   static absl::StatusOr<std::string> Encode(const CoordinatorState& state);
 
  private:

@@ -2,11 +2,11 @@
 // detected (and not silently used), fallback to the previous version.
 #include "services/coordinator/state_file.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
 
 namespace tributary::coordinator {
 namespace {

@@ -1,9 +1,9 @@
 #include "tests/coordinator/coordinator_harness.h"
 
+#include <grpcpp/create_channel.h>
+
 #include <fstream>
 #include <sstream>
-
-#include <grpcpp/create_channel.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,8 +27,7 @@ int Field(const std::string& json, const std::string& name) {
   size_t end = at + key.size();
   while (end < json.size() && (isdigit(json[end]) || json[end] == '-')) ++end;
   int value = 0;
-  return absl::SimpleAtoi(json.substr(at + key.size(), end - at - key.size()), &value) ? value
-                                                                                         : 0;
+  return absl::SimpleAtoi(json.substr(at + key.size(), end - at - key.size()), &value) ? value : 0;
 }
 
 }  // namespace
@@ -54,8 +53,8 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::strin
   const std::string port_file = TempPath(name + ".ports");
   running.log_path = TempPath(name + ".log");
   std::vector<std::string> argv = {RunfilePath("services/coordinator/coordinator"),
-                                   "--listen=127.0.0.1:0", "--http_port=0",
-                                   "--drain_seconds=0", "--port_file=" + port_file};
+                                   "--listen=127.0.0.1:0", "--http_port=0", "--drain_seconds=0",
+                                   "--port_file=" + port_file};
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv, running.log_path);
   if (!process.ok()) return process.status();
@@ -68,8 +67,8 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::strin
     if (running.grpc_port > 0 && running.http_port > 0) break;
     absl::StatusOr<int> exited = running.process.Wait(absl::ZeroDuration());
     if (exited.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator exited (status ", *exited, ") before serving:\n", running.Log()));
+      return absl::FailedPreconditionError(absl::StrCat("the coordinator exited (status ", *exited,
+                                                        ") before serving:\n", running.Log()));
     }
     if (absl::Now() > give_up) {
       return absl::DeadlineExceededError(

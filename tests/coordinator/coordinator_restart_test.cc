@@ -4,14 +4,14 @@
 // forms; a torn state file is detected and reported, and the binary refuses to start
 // rather than silently losing the jobs; --control_token_file guards job control;
 // impossible flag values are refused by name.
-#include <csignal>
-#include <fstream>
-#include <sstream>
-
 #include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -94,8 +94,8 @@ uint64_t AwaitGeneration(RunningCoordinator& coordinator, const std::string& wor
   return 0;
 }
 
-grpc::Status Train(RunningCoordinator& coordinator, const std::string& worker,
-                   uint64_t generation, uint64_t step) {
+grpc::Status Train(RunningCoordinator& coordinator, const std::string& worker, uint64_t generation,
+                   uint64_t step) {
   v1::HeartbeatRequest beat;
   beat.set_worker_id(worker);
   beat.set_generation(generation);
@@ -127,8 +127,7 @@ TEST(CoordinatorRestartTest, StateSurvivesACrashAndWorkersRejoin) {
       first->stub->RegisterParameterServer(Context().get(), register_shard, &registered).ok());
   v1::SubmitJobRequest submit;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  R"({"spec": {"name": "survivor", "dataset": {"format": "SYNTHETIC"}}})",
-                  &submit)
+                  R"({"spec": {"name": "survivor", "dataset": {"format": "SYNTHETIC"}}})", &submit)
                   .ok());
   v1::Job job;
   ASSERT_TRUE(first->stub->SubmitJob(Context().get(), submit, &job).ok());
@@ -155,7 +154,8 @@ TEST(CoordinatorRestartTest, StateSurvivesACrashAndWorkersRejoin) {
   EXPECT_EQ(restored.step(), 5u);
   EXPECT_EQ(restored.generation(), 1u);
   std::string events;
-  for (const v1::JobEvent& event : restored.events()) absl::StrAppend(&events, event.reason(), "\n");
+  for (const v1::JobEvent& event : restored.events())
+    absl::StrAppend(&events, event.reason(), "\n");
   EXPECT_THAT(events, HasSubstr("paused: maintenance"));
   EXPECT_THAT(events, HasSubstr("coordinator restarted"));
 

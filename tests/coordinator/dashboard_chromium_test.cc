@@ -4,11 +4,11 @@
 // job state and progress, the loss and accuracy curves, nodes with workers, GPUs,
 // ranks, heartbeat age and the straggler mark, the shard's traffic, the event log.
 // Skips, saying why, when Chromium is not installed.
-#include <regex>
-
 #include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "common/service_host.h"
@@ -77,7 +77,8 @@ v1::HeartbeatResponse Beat(RunningCoordinator& coordinator, const std::string& w
 }
 
 TEST(DashboardChromiumTest, PageShowsTheCluster) {
-  const std::optional<std::string> chromium = testing::FindProgram({"chromium", "chromium-browser"});
+  const std::optional<std::string> chromium =
+      testing::FindProgram({"chromium", "chromium-browser"});
   if (!chromium.has_value()) {
     GTEST_SKIP() << "headless Chromium is not installed (Debian package 'chromium'; "
                     "scripts/setup installs it): the dashboard is not rendered by this run";
@@ -95,10 +96,10 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
   ASSERT_TRUE(ps_host.Start().ok());
   ps_host.SetServing(true);
 
-  absl::StatusOr<RunningCoordinator> started = testing::StartCoordinator(
-      {"--ps_shards=1", "--settle_window=0s", "--heartbeat_timeout=10m",
-       "--shard_poll_interval=100ms"},
-      "dashboard");
+  absl::StatusOr<RunningCoordinator> started =
+      testing::StartCoordinator({"--ps_shards=1", "--settle_window=0s", "--heartbeat_timeout=10m",
+                                 "--shard_poll_interval=100ms"},
+                                "dashboard");
   ASSERT_TRUE(started.ok()) << started.status();
   RunningCoordinator& coordinator = *started;
 
@@ -114,7 +115,8 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
   v1::SubmitJobRequest submit;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
                   R"({"spec": {"name": "dashboard-demo", "dataset": {"format": "SYNTHETIC"},
-                      "devices": "GPU", "nodesMin": 2, "nodesMax": 2, "epochs": 3}})", &submit)
+                      "devices": "GPU", "nodesMin": 2, "nodesMax": 2, "epochs": 3}})",
+                  &submit)
                   .ok());
   v1::Job job;
   ASSERT_TRUE(coordinator.stub->SubmitJob(Context().get(), submit, &job).ok());
@@ -138,10 +140,10 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
   const std::string profile = testing::TempPath("chromium-profile");
   const std::string url = absl::StrCat("http://127.0.0.1:", coordinator.http_port, "/");
   absl::StatusOr<testing::CommandResult> rendered = testing::RunCommand(
-      {*chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-       "--no-first-run", "--disable-background-networking", "--disable-component-update",
-       "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=" + profile,
-       "--virtual-time-budget=5000", "--dump-dom", url},
+      {*chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+       "--disable-background-networking", "--disable-component-update", "--disable-sync",
+       "--disable-dev-shm-usage", "--user-data-dir=" + profile, "--virtual-time-budget=5000",
+       "--dump-dom", url},
       {{"HOME", profile}}, absl::Seconds(120));
   ASSERT_TRUE(rendered.ok()) << rendered.status();
   ASSERT_EQ(rendered->exit_code, 0) << rendered->errors;
@@ -187,9 +189,9 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
     const std::string png = absl::StrCat(outputs, "/dashboard.png");
     absl::StatusOr<testing::CommandResult> shot = testing::RunCommand(
         {*chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-dev-shm-usage",
-         "--user-data-dir=" + profile, "--hide-scrollbars", "--window-size=1400,1900",
-         "--virtual-time-budget=5000", "--screenshot=" + png, url},
+         "--disable-background-networking", "--disable-dev-shm-usage", "--user-data-dir=" + profile,
+         "--hide-scrollbars", "--window-size=1400,1900", "--virtual-time-budget=5000",
+         "--screenshot=" + png, url},
         {{"HOME", profile}}, absl::Seconds(120));
     EXPECT_TRUE(shot.ok() && shot->exit_code == 0) << png;
   }

@@ -82,9 +82,9 @@ grpc::ServerUnaryReactor* FakeParameterServer::BeginGeneration(
       status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat("shard holds job '", job_id_, "'"));
     } else if (request->generation() <= generation_) {
-      status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat("generation ", request->generation(),
-                                         " is not newer than ", generation_));
+      status = grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("generation ", request->generation(), " is not newer than ", generation_));
     } else {
       generation_ = request->generation();
       num_nodes_ = request->num_nodes();
