@@ -75,7 +75,8 @@ absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir
   }
   std::string error;
   std::unique_ptr<bazel::tools::cpp::runfiles::Runfiles> runfiles(
-      bazel::tools::cpp::runfiles::Runfiles::Create(argv0, &error));
+      argv0.empty() ? bazel::tools::cpp::runfiles::Runfiles::CreateForTest(&error)
+                    : bazel::tools::cpp::runfiles::Runfiles::Create(argv0, &error));
   if (runfiles == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         "cannot find the service binaries: no Bazel runfiles (", error,
@@ -190,6 +191,7 @@ absl::Status LocalCluster::Start() {
     };
     argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     workers_.emplace_back();
+    killed_.push_back(false);
     absl::StatusOr<Endpoint> worker = StartAndWait(name, argv, workers_.back());
     if (!worker.ok()) return worker.status();
     worker_addresses_.push_back(absl::StrCat("127.0.0.1:", worker->grpc_port));
@@ -204,8 +206,9 @@ absl::Status LocalCluster::CheckProcesses() {
   for (auto& shard : shards_) {
     if (shard != nullptr && !shard->Running()) return absl::UnavailableError(Died(*shard));
   }
-  for (auto& worker : workers_) {
-    if (worker != nullptr && !worker->Running() && worker->exit_code() != 0) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    ChildProcess* worker = workers_[i].get();
+    if (worker != nullptr && !killed_[i] && !worker->Running() && worker->exit_code() != 0) {
       return absl::UnavailableError(Died(*worker));
     }
   }
@@ -214,6 +217,7 @@ absl::Status LocalCluster::CheckProcesses() {
 
 void LocalCluster::KillWorker(int index) {
   if (index >= 0 && index < static_cast<int>(workers_.size()) && workers_[index] != nullptr) {
+    killed_[index] = true;
     workers_[index]->Signal(SIGKILL);
     workers_[index]->Wait(absl::Seconds(10));
   }

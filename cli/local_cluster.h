@@ -42,7 +42,8 @@ struct LocalClusterOptions {
 
 // Finds the three binaries: in bin_dir when given (the layout of an installed
 // release: coordinator, parameter_server, worker side by side), else through the
-// Bazel runfiles of `argv0` (bazel run //:tributary, bazel test).
+// Bazel runfiles of `argv0` (bazel run //:tributary), or of the running test when
+// argv0 is empty (bazel test).
 absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir,
                             LocalClusterOptions& options);
 
@@ -64,7 +65,8 @@ class LocalCluster {
   // died, how, and its last log lines. Workers that exited 0 after their job are fine.
   absl::Status CheckProcesses();
 
-  // A worker that is still running, for failure tests: SIGKILL.
+  // A worker that is still running, for failure tests: SIGKILL. CheckProcesses does
+  // not count it as a failure.
   void KillWorker(int index);
 
   std::string coordinator_address() const { return coordinator_address_; }
@@ -90,6 +92,7 @@ class LocalCluster {
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> shards_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<bool> killed_;  // Per worker: killed on purpose.
   std::string coordinator_address_;
   int coordinator_http_port_ = 0;
   std::vector<std::string> shard_addresses_;

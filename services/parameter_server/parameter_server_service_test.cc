@@ -456,6 +456,24 @@ TEST(ParameterServerServiceTest, ControlRpcsOverTheWire) {
     EXPECT_EQ(server.stub->EndJob(&context, request, &response).error_code(),
               grpc::StatusCode::NOT_FOUND);
   }
+  {
+    // The ended job's final parameters stay readable, and the status says it ended.
+    grpc::ClientContext context;
+    v1::PullRequest request;
+    request.set_job_id("job-1");
+    auto reader = server.stub->Pull(&context, request);
+    v1::PartitionValues values;
+    int pulled = 0;
+    while (reader->Read(&values)) ++pulled;
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_GT(pulled, 0);
+    grpc::ClientContext status_context;
+    v1::ShardStatus status;
+    ASSERT_TRUE(
+        server.stub->GetShardStatus(&status_context, v1::GetShardStatusRequest(), &status).ok());
+    EXPECT_EQ(status.job_id(), "job-1");
+    EXPECT_TRUE(status.job_ended());
+  }
 }
 
 // A coordinator that is "not up yet" for its first answer.

@@ -356,6 +356,7 @@ absl::Status ParameterShard::InstallJob(InitSession& session,
   }
   shard_index_ = static_cast<int>(job->shard_index);
   job_ = std::move(job);
+  ended_job_.reset();
   {
     absl::MutexLock sinks_lock(&sinks_mu_);
     sinks_.assign(job_->num_nodes, nullptr);
@@ -779,26 +780,30 @@ uint64_t ParameterShard::ShardStepLocked() const {
 absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> ParameterShard::Pull(
     const v1::PullRequest& request) const {
   absl::ReaderMutexLock lock(&mu_);
-  if (job_ == nullptr) {
+  const Job* job = job_.get();
+  if (job == nullptr && ended_job_ != nullptr && ended_job_->job_id == request.job_id()) {
+    job = ended_job_.get();  // Its final parameters.
+  }
+  if (job == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("Pull for job '", request.job_id(),
                                                       "': shard ", shard_index_,
                                                       " holds no job (InitPartitions first)"));
   }
-  if (request.job_id() != job_->job_id) {
+  if (request.job_id() != job->job_id) {
     return absl::FailedPreconditionError(absl::StrCat("Pull for job '", request.job_id(),
-                                                      "' but shard ", job_->shard_index,
-                                                      " holds job '", job_->job_id, "'"));
+                                                      "' but shard ", job->shard_index,
+                                                      " holds job '", job->job_id, "'"));
   }
   std::vector<Partition*> wanted;
   if (request.partition_ids().empty()) {
-    for (auto& partition : job_->partitions) wanted.push_back(partition.get());
+    for (auto& partition : job->partitions) wanted.push_back(partition.get());
   } else {
     for (uint32_t id : request.partition_ids()) {
-      auto found = job_->by_id.find(id);
-      if (found == job_->by_id.end()) {
+      auto found = job->by_id.find(id);
+      if (found == job->by_id.end()) {
         return absl::InvalidArgumentError(absl::StrCat("Pull: partition ", id,
                                                        " is not owned by shard ",
-                                                       job_->shard_index));
+                                                       job->shard_index));
       }
       wanted.push_back(found->second);
     }
@@ -925,11 +930,22 @@ v1::ShardStatus ParameterShard::Status() const {
                                           ? -1.0
                                           : Seconds(absl::Now() - last_checkpoint_time_));
   }
-  if (job_ == nullptr) return status;
-  const Job& job = *job_;
+  const Job* shown = job_ != nullptr ? job_.get() : ended_job_.get();
+  if (shown == nullptr) return status;
+  const Job& job = *shown;
   status.set_job_id(job.job_id);
+  status.set_job_ended(job_ == nullptr);
   status.set_generation(job.generation);
-  status.set_step(ShardStepLocked());
+  if (job_ != nullptr) {
+    status.set_step(ShardStepLocked());
+  } else {
+    uint64_t lowest = ~uint64_t{0};
+    for (const auto& partition : job.partitions) {
+      absl::MutexLock partition_lock(&partition->mu);
+      lowest = std::min(lowest, partition->step);
+    }
+    status.set_step(job.partitions.empty() ? 0 : lowest);
+  }
   status.set_mode(job.mode);
   status.set_num_nodes(job.num_nodes);
   for (const auto& partition : job.partitions) {
@@ -1156,7 +1172,7 @@ absl::StatusOr<v1::EndJobResponse> ParameterShard::EndJob(const v1::EndJobReques
             << (response.final_checkpoint().empty()
                     ? std::string()
                     : absl::StrCat("; final checkpoint ", response.final_checkpoint()));
-  job_.reset();
+  ended_job_ = std::move(job_);
   pending_generation_.reset();
   {
     absl::MutexLock steps_lock(&steps_mu_);
@@ -1253,6 +1269,7 @@ absl::Status ParameterShard::InstallCheckpoint(const std::string& path,
   }
   shard_index_ = static_cast<int>(job->shard_index);
   job_ = std::move(job);
+  ended_job_.reset();
   {
     absl::MutexLock sinks_lock(&sinks_mu_);
     sinks_.assign(job_->num_nodes, nullptr);

@@ -216,6 +216,9 @@ class ParameterShard {
   // Shard-wide state: readers are pushes, writers change the job or the generation.
   mutable absl::Mutex mu_;
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(mu_);
+  // The job EndJob ended last: it still answers Pull and GetShardStatus (final
+  // parameters stay readable) until another job is installed.
+  std::unique_ptr<Job> ended_job_ ABSL_GUARDED_BY(mu_);
   int shard_index_ ABSL_GUARDED_BY(mu_);
   // A BeginGeneration that arrived before the job's InitPartitions (the coordinator
   // may form the generation before the first node installs the job).

@@ -210,7 +210,9 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
     auto ended = shard.EndJob(request);
     ASSERT_TRUE(ended.ok()) << ended.status();
     EXPECT_THAT(ended->final_checkpoint(), HasSubstr("step-000000000001"));
-    EXPECT_TRUE(shard.Status().job_id().empty());
+    // The ended job is still shown (its final parameters can be pulled), marked ended.
+    EXPECT_EQ(shard.Status().job_id(), "job-1");
+    EXPECT_TRUE(shard.Status().job_ended());
     // The shard is free for the next job.
     const v1::InitHeader next = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), 64, 1, 0, "job-2");
     auto init = shard.Init(next, InitialValues(next, std::vector<float>(64, 1)));
