@@ -15,6 +15,7 @@
 #include "common/service_host.h"
 #include "common/shutdown.h"
 #include "services/parameter_server/coordinator_registration.h"
+#include "services/parameter_server/malloc_tuning.h"
 #include "services/parameter_server/parameter_server_service.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
@@ -47,6 +48,10 @@ ABSL_FLAG(int, checkpoints_to_keep, 3,
           "Default: 3.");
 
 // --- Performance ---
+ABSL_FLAG(int, malloc_arena_max, 1,
+          "glibc malloc arenas (1: all threads share one heap, so multi-MiB message buffers "
+          "are reused instead of page-faulted; set through GLIBC_TUNABLES, re-executing the "
+          "process once at start; 0: glibc's default). Default: 1.");
 ABSL_FLAG(int, summation_threads, 0,
           "Threads that sum pushes and apply the optimizer; each partition always runs on "
           "the same thread. 0: one per CPU core. Default: 0.");
@@ -56,6 +61,10 @@ int main(int argc, char** argv) {
                          "parameter_server: one Tributary PS shard.\n"
                          "Usage: parameter_server [--listen=HOST:PORT] [--http_port=N] "
                          "[--coordinator=HOST:PORT] [--shard_index=K] [--checkpoint_dir=DIR] ...");
+  // First, while this is the only thread: it may re-execute the process.
+  if (!tributary::ps::TuneMallocForLargeMessages(argv, absl::GetFlag(FLAGS_malloc_arena_max))) {
+    LOG(WARNING) << "could not tune malloc for large messages";
+  }
   tributary::ShutdownSignal shutdown;
 
   const int64_t max_partition_bytes = absl::GetFlag(FLAGS_max_partition_bytes);
