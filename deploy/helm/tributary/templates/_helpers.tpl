@@ -1,0 +1,131 @@
+{{/*
+Names, labels and the pieces every role's pod shares: the image, TLS flags and
+volumes, probes on the gRPC health service, scrape annotations.
+*/}}
+
+{{- define "tributary.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-wide prefix of every object name; kept short so "-coordinator-state" fits. */}}
+{{- define "tributary.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tributary.coordinatorName" -}}{{ include "tributary.fullname" . }}-coordinator{{- end -}}
+{{- define "tributary.psName" -}}{{ include "tributary.fullname" . }}-ps{{- end -}}
+{{- define "tributary.workerName" -}}{{ include "tributary.fullname" . }}-worker{{- end -}}
+
+{{/* host:port of the coordinator's gRPC service, as workers and shards dial it. */}}
+{{- define "tributary.coordinatorAddress" -}}
+{{ include "tributary.coordinatorName" . }}:{{ .Values.coordinator.grpcPort }}
+{{- end -}}
+
+{{- define "tributary.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tributary.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Call with (dict "root" $ "component" "coordinator"). */}}
+{{- define "tributary.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{ include "tributary.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: tributary
+{{- end -}}
+
+{{- define "tributary.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* Pod-template metadata. Call with (dict "root" $ "component" "ps" "httpPort" 8081). */}}
+{{- define "tributary.podMetadata" -}}
+labels:
+  {{- include "tributary.selectorLabels" . | nindent 2 }}
+  {{- with .root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- if or .root.Values.metrics.scrapeAnnotations .root.Values.podAnnotations }}
+annotations:
+  {{- if .root.Values.metrics.scrapeAnnotations }}
+  prometheus.io/scrape: "true"
+  prometheus.io/port: {{ .httpPort | quote }}
+  prometheus.io/path: /metrics
+  {{- end }}
+  {{- with .root.Values.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Flags every binary shares (common/server_flags.cc). Call with (dict "root" $ "role" .Values.ps). */}}
+{{- define "tributary.commonArgs" -}}
+- --drain_seconds={{ .role.drainSeconds }}
+{{- if .root.Values.tls.enabled }}
+- --tls_cert=/etc/tributary/tls/tls.crt
+- --tls_key=/etc/tributary/tls/tls.key
+- --tls_ca=/etc/tributary/tls/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/*
+Startup, readiness and liveness probes. Without TLS: the native gRPC probe on the
+grpc.health.v1 service of the whole server (NOT_SERVING until ready and while
+draining). With TLS the kubelet's gRPC probe cannot connect, so HTTP /healthz on the
+side port, which follows the same serving state. Call with (dict "root" $ "role" .Values.ps).
+*/}}
+{{- define "tributary.probes" -}}
+{{- $handler := dict "grpc" (dict "port" (int .role.grpcPort)) -}}
+{{- if .root.Values.tls.enabled -}}
+{{- $handler = dict "httpGet" (dict "path" "/healthz" "port" "http") -}}
+{{- end -}}
+startupProbe:
+  {{- toYaml (merge (deepCopy $handler) .role.startupProbe) | nindent 2 }}
+readinessProbe:
+  {{- toYaml (merge (deepCopy $handler) .role.readinessProbe) | nindent 2 }}
+livenessProbe:
+  {{- toYaml (merge (deepCopy $handler) .role.livenessProbe) | nindent 2 }}
+{{- end -}}
+
+{{/* Name of the Secret holding the control token; empty when there is none. */}}
+{{- define "tributary.controlTokenSecret" -}}
+{{- if and .Values.controlToken.existingSecret .Values.controlToken.value -}}
+{{- fail "controlToken: set either existingSecret or value, not both" -}}
+{{- end -}}
+{{- if .Values.controlToken.existingSecret -}}
+{{- .Values.controlToken.existingSecret -}}
+{{- else if .Values.controlToken.value -}}
+{{- include "tributary.fullname" . }}-control-token
+{{- end -}}
+{{- end -}}
+
+{{/* Fails when a role's gRPC and HTTP ports collide. Call with (dict "name" "ps" "role" .Values.ps). */}}
+{{- define "tributary.checkPorts" -}}
+{{- if eq (int .role.grpcPort) (int .role.httpPort) -}}
+{{- fail (printf "%s.grpcPort and %s.httpPort are both %d: they must differ" .name .name (int .role.grpcPort)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The JobSpec the hook submits: job.spec, with nodesMax (when unset) raised to the worker
+pod count, so every node that hosts a worker pod is admitted (the proto's own default,
+nodesMin, would leave the others idle).
+*/}}
+{{- define "tributary.jobSpecJson" -}}
+{{- $spec := deepCopy .Values.job.spec -}}
+{{- if not (hasKey $spec "nodesMax") -}}
+{{- $_ := set $spec "nodesMax" (max (int .Values.worker.replicas) (int (default 1 $spec.nodesMin))) -}}
+{{- end -}}
+{{- toJson $spec -}}
+{{- end -}}

@@ -1,0 +1,663 @@
+"""Tests of the Helm chart deploy/helm/tributary with real Helm and kubectl.
+
+`helm lint --strict`, `helm template` for the default values, the GPU values file and
+other variants, every rendered manifest parsed by `kubectl apply --dry-run=client`
+(against a loopback stand-in for the API server's discovery, see fake_apiserver.py),
+then checked against the binaries themselves: every flag the chart passes must be one
+the binary defines (from its --helpfull), ports and probes must agree with those flags
+and their defaults. Bad values must be refused by values.schema.json.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from fake_apiserver import FakeApiServer
+
+ARGS = None
+RELEASE = "tributary"
+NAMESPACE = "ml"
+
+
+# --- The tools --------------------------------------------------------------------------
+
+def _tmpdir():
+    return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+
+class Tools:
+    """helm and kubectl with private homes, and the chart copied out of the runfiles."""
+
+    def __init__(self):
+        self.home = _tmpdir()
+        self.env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": self.home,
+            "HELM_CACHE_HOME": os.path.join(self.home, "cache"),
+            "HELM_CONFIG_HOME": os.path.join(self.home, "config"),
+            "HELM_DATA_HOME": os.path.join(self.home, "data"),
+            # Never the developer's cluster: no kubeconfig unless a test names one.
+            "KUBECONFIG": os.path.join(self.home, "no-kubeconfig"),
+        }
+        self.chart = os.path.join(self.home, "tributary")
+        # Runfiles are symlinks; Helm gets plain files.
+        shutil.copytree(os.path.dirname(ARGS.chart), self.chart, symlinks=False)
+
+    def run(self, tool, args, env=None, check=True):
+        result = subprocess.run([tool] + args, env=dict(self.env, **(env or {})),
+                                capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError("%s %s failed (%d):\n%s%s" % (
+                os.path.basename(tool), " ".join(args), result.returncode, result.stdout,
+                result.stderr))
+        return result
+
+    def helm(self, args, **kwargs):
+        return self.run(ARGS.helm, args, **kwargs)
+
+    def kubectl(self, args, **kwargs):
+        return self.run(ARGS.kubectl, args, **kwargs)
+
+    def template(self, values_files=(), sets=(), check=True):
+        args = ["template", RELEASE, self.chart, "--namespace", NAMESPACE]
+        for path in values_files:
+            args += ["-f", path]
+        for item in sets:
+            args += ["--set", item]
+        return self.helm(args, check=check)
+
+    def render(self, values_files=(), sets=()):
+        """The manifests as kubectl parsed them: a list of objects."""
+        manifest = self.template(values_files, sets).stdout
+        path = os.path.join(_tmpdir(), "manifest.yaml")
+        with open(path, "w") as out:
+            out.write(manifest)
+        with FakeApiServer() as server:
+            kubeconfig = server.write_kubeconfig(os.path.join(self.home, "kubeconfig"), NAMESPACE)
+            result = self.kubectl(["apply", "--dry-run=client", "--validate=false", "-o", "json",
+                                   "-f", path], env={"KUBECONFIG": kubeconfig})
+        parsed = json.loads(result.stdout)
+        items = parsed["items"] if parsed.get("kind") == "List" else [parsed]
+        documents = len(re.findall(r"^kind: ", manifest, flags=re.M))
+        if len(items) != documents:
+            raise AssertionError("helm rendered %d objects, kubectl parsed %d" % (documents,
+                                                                                  len(items)))
+        return items
+
+
+TOOLS = None
+
+
+# --- The binaries' flags ----------------------------------------------------------------
+
+_FLAG_CACHE = {}
+
+
+def binary_flags(binary):
+    """{flag name: default as printed} from `binary --helpfull`."""
+    if binary not in _FLAG_CACHE:
+        result = subprocess.run([binary, "--helpfull"], capture_output=True, text=True,
+                                timeout=60)
+        text = result.stdout + result.stderr
+        flags = {}
+        # Each flag: "    --name (help...); default: value;" possibly over several lines.
+        for block in re.split(r"\n    (?=--)", text):
+            match = re.match(r"--(\w+) \(", block)
+            if not match:
+                continue
+            default = re.search(r"default: (.*?);\s*$", block, flags=re.S)
+            flags[match.group(1)] = default.group(1).strip() if default else None
+        if "listen" not in flags and "coordinator" not in flags:
+            raise AssertionError("no flags parsed from %s --helpfull:\n%s" % (binary, text))
+        _FLAG_CACHE[binary] = flags
+    return _FLAG_CACHE[binary]
+
+
+def flag_value(args, name):
+    """The value of --name=value in args (the last one wins, as in Abseil)."""
+    value = None
+    for arg in args:
+        if arg.startswith("--%s=" % name):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def container_flags(container):
+    """Every --name=value the container passes, from its command and args."""
+    words = []
+    for word in container.get("command", []) + container.get("args", []):
+        words += re.findall(r"--\w+=[^\s\"]*|--\w+\b", word)
+    return words
+
+
+# --- Manifest helpers -------------------------------------------------------------------
+
+def by_kind(items, kind):
+    return {item["metadata"]["name"]: item for item in items if item["kind"] == kind}
+
+
+def one(items, kind, name):
+    found = by_kind(items, kind)
+    if name not in found:
+        raise AssertionError("no %s %s among %s" % (kind, name, sorted(
+            (item["kind"], item["metadata"]["name"]) for item in items)))
+    return found[name]
+
+
+def pod_spec(workload):
+    return workload["spec"]["template"]["spec"]
+
+
+def only_container(workload):
+    containers = pod_spec(workload)["containers"]
+    assert len(containers) == 1, containers
+    return containers[0]
+
+
+def ports_by_name(container):
+    return {port["name"]: port["containerPort"] for port in container["ports"]}
+
+
+def env_field(container, name):
+    for var in container.get("env", []):
+        if var["name"] == name:
+            return var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    return None
+
+
+def listen_port(container):
+    return int(flag_value(container_flags(container), "listen").rsplit(":", 1)[1])
+
+
+def default_port(binary, flag):
+    value = binary_flags(binary)[flag].strip('"')
+    return int(value.rsplit(":", 1)[1]) if flag == "listen" else int(value)
+
+
+def find_gpu(obj):
+    """Every path in obj that mentions nvidia.com/gpu."""
+    found = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if "nvidia.com/gpu" in str(key):
+                    found.append(path + "/" + key)
+                walk(value, path + "/" + str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, "%s[%d]" % (path, index))
+        elif isinstance(node, str) and "nvidia.com/gpu" in node:
+            found.append(path)
+    walk(obj, "")
+    return found
+
+
+WORKLOADS = {
+    # name suffix: (kind, container, binary argument)
+    "coordinator": ("Deployment", "coordinator", "coordinator"),
+    "ps": ("StatefulSet", "parameter-server", "parameter_server"),
+    "worker": ("StatefulSet", "worker", "worker"),
+}
+
+
+def binary_of(role):
+    return getattr(ARGS, WORKLOADS[role][2])
+
+
+def workload(items, role):
+    kind = WORKLOADS[role][0]
+    return one(items, kind, "%s-%s" % (RELEASE, role))
+
+
+# --- Tests ------------------------------------------------------------------------------
+
+class LintTest(unittest.TestCase):
+    def test_lint_strict_with_default_values(self):
+        result = TOOLS.helm(["lint", "--strict", TOOLS.chart])
+        self.assertIn("0 chart(s) failed", result.stdout)
+
+    def test_lint_strict_with_gpu_values(self):
+        result = TOOLS.helm(["lint", "--strict", TOOLS.chart, "-f", ARGS.gpu_values])
+        self.assertIn("0 chart(s) failed", result.stdout)
+
+
+class DefaultValuesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.items = TOOLS.render()
+
+    def test_kinds_and_names(self):
+        self.assertEqual(
+            sorted((item["kind"], item["metadata"]["name"]) for item in self.items),
+            sorted([
+                ("ConfigMap", "tributary-job"),
+                ("Deployment", "tributary-coordinator"),
+                ("PersistentVolumeClaim", "tributary-coordinator-state"),
+                ("Service", "tributary-coordinator"),
+                ("Service", "tributary-ps"),
+                ("Service", "tributary-worker"),
+                ("StatefulSet", "tributary-ps"),
+                ("StatefulSet", "tributary-worker"),
+            ]))
+        for item in self.items:
+            self.assertEqual(item["metadata"]["namespace"], NAMESPACE)
+
+    def test_every_flag_the_chart_passes_exists_in_its_binary(self):
+        for role in WORKLOADS:
+            container = only_container(workload(self.items, role))
+            defined = binary_flags(binary_of(role))
+            for flag in container_flags(container):
+                name = flag[2:].split("=", 1)[0]
+                self.assertIn(name, defined, "%s passes %s, which %s does not define" % (
+                    role, flag, os.path.basename(binary_of(role))))
+
+    def test_container_ports_agree_with_the_flags_and_the_binaries_defaults(self):
+        for role in WORKLOADS:
+            container = only_container(workload(self.items, role))
+            ports = ports_by_name(container)
+            flags = container_flags(container)
+            self.assertEqual(set(ports), {"grpc", "http"}, role)
+            self.assertEqual(ports["grpc"], listen_port(container), role)
+            self.assertEqual(ports["http"], int(flag_value(flags, "http_port")), role)
+            # The chart's defaults are the binaries' own defaults.
+            self.assertEqual(ports["grpc"], default_port(binary_of(role), "listen"), role)
+            self.assertEqual(ports["http"], default_port(binary_of(role), "http_port"), role)
+
+    def test_probes_use_the_grpc_health_service_on_the_grpc_port(self):
+        for role in WORKLOADS:
+            container = only_container(workload(self.items, role))
+            grpc_port = ports_by_name(container)["grpc"]
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                self.assertIn(probe, container, role)
+                self.assertEqual(container[probe].get("grpc"), {"port": grpc_port},
+                                 "%s %s" % (role, probe))
+                self.assertNotIn("httpGet", container[probe])
+
+    def test_services_reach_the_named_container_ports(self):
+        services = by_kind(self.items, "Service")
+        for role in WORKLOADS:
+            service = services["%s-%s" % (RELEASE, role)]
+            pods = workload(self.items, role)
+            container = only_container(pods)
+            self.assertEqual(service["spec"]["selector"], pods["spec"]["selector"]["matchLabels"])
+            for key, value in service["spec"]["selector"].items():
+                self.assertEqual(pods["spec"]["template"]["metadata"]["labels"][key], value)
+            ports = ports_by_name(container)
+            for port in service["spec"]["ports"]:
+                self.assertIn(port["targetPort"], ports, role)
+                self.assertEqual(port["port"], ports[port["targetPort"]], role)
+        self.assertNotEqual(services["tributary-coordinator"]["spec"].get("clusterIP"), "None")
+        for headless in ("tributary-ps", "tributary-worker"):
+            self.assertEqual(services[headless]["spec"]["clusterIP"], "None")
+            self.assertTrue(services[headless]["spec"]["publishNotReadyAddresses"])
+
+    def test_workers_and_shards_dial_the_coordinator_service(self):
+        service = one(self.items, "Service", "tributary-coordinator")
+        grpc = [p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc"][0]
+        for role in ("ps", "worker"):
+            flags = container_flags(only_container(workload(self.items, role)))
+            self.assertEqual(flag_value(flags, "coordinator"), "tributary-coordinator:%d" % grpc)
+
+    def test_coordinator_keeps_its_state_on_a_volume_and_never_runs_twice(self):
+        deployment = workload(self.items, "coordinator")
+        self.assertEqual(deployment["spec"]["replicas"], 1)
+        self.assertEqual(deployment["spec"]["strategy"]["type"], "Recreate")
+        container = only_container(deployment)
+        flags = container_flags(container)
+        state_dir = flag_value(flags, "state_dir")
+        mount = [m for m in container["volumeMounts"] if m["mountPath"] == state_dir]
+        self.assertEqual(len(mount), 1, container["volumeMounts"])
+        volume = [v for v in pod_spec(deployment)["volumes"] if v["name"] == mount[0]["name"]][0]
+        self.assertEqual(volume["persistentVolumeClaim"]["claimName"],
+                         "tributary-coordinator-state")
+        pvc = one(self.items, "PersistentVolumeClaim", "tributary-coordinator-state")
+        self.assertEqual(pvc["spec"]["resources"]["requests"]["storage"], "1Gi")
+        # The coordinator waits for exactly the shards the StatefulSet runs.
+        self.assertEqual(int(flag_value(flags, "ps_shards")),
+                         workload(self.items, "ps")["spec"]["replicas"])
+        self.assertIsNone(flag_value(flags, "control_token_file"))
+
+    def test_parameter_servers_are_a_parallel_statefulset_with_a_checkpoint_volume_each(self):
+        statefulset = workload(self.items, "ps")
+        self.assertEqual(statefulset["spec"]["podManagementPolicy"], "Parallel")
+        self.assertEqual(statefulset["spec"]["serviceName"], "tributary-ps")
+        self.assertEqual(statefulset["spec"]["replicas"], 2)
+        claims = statefulset["spec"]["volumeClaimTemplates"]
+        self.assertEqual([c["metadata"]["name"] for c in claims], ["checkpoints"])
+        self.assertEqual(claims[0]["spec"]["resources"]["requests"]["storage"], "10Gi")
+        container = only_container(statefulset)
+        checkpoint_dir = flag_value(container_flags(container), "checkpoint_dir")
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        self.assertEqual(mounts.get(checkpoint_dir), "checkpoints")
+        # --shard_index is the ordinal, cut from the pod name by the shell.
+        self.assertEqual(container["command"][:2], ["/bin/sh", "-c"])
+        self.assertIn('--shard_index="${POD_NAME##*-}"', container["command"][2])
+        self.assertTrue(container["command"][2].startswith("exec /usr/local/bin/parameter_server"))
+        self.assertEqual(env_field(container, "POD_NAME"), "metadata.name")
+        self.assertEqual(flag_value(container_flags(container), "advertise_host"),
+                         "$(POD_NAME).tributary-ps.$(POD_NAMESPACE).svc")
+        # Run the command line as the container would, with echo for the binary.
+        command = container["command"][2].replace("exec /usr/local/bin/", "echo ", 1)
+        for pod, index in (("tributary-ps-0", "0"), ("tributary-ps-11", "11")):
+            shown = subprocess.run(["/bin/sh", "-c", command, container["command"][3], "--a=1"],
+                                   env={"POD_NAME": pod}, capture_output=True, text=True,
+                                   check=True).stdout.split()
+            self.assertEqual(shown, ["parameter_server", "--shard_index=" + index, "--a=1"])
+
+    def test_workers_group_by_kubernetes_node_and_ask_for_no_gpu(self):
+        statefulset = workload(self.items, "worker")
+        self.assertEqual(statefulset["spec"]["serviceName"], "tributary-worker")
+        container = only_container(statefulset)
+        flags = container_flags(container)
+        self.assertEqual(flag_value(flags, "node"), "$(NODE_NAME)")
+        self.assertEqual(env_field(container, "NODE_NAME"), "spec.nodeName")
+        self.assertEqual(flag_value(flags, "devices"), "cpu")
+        self.assertEqual(flag_value(flags, "gloo_bind_host"), "$(POD_IP)")
+        self.assertEqual(env_field(container, "POD_IP"), "status.podIP")
+        shm = [v for v in pod_spec(statefulset)["volumes"] if v["name"] == "dshm"][0]
+        self.assertEqual(shm["emptyDir"]["medium"], "Memory")
+        self.assertEqual(find_gpu(self.items), [])
+        self.assertNotIn("tolerations", pod_spec(statefulset))
+
+    def test_images_run_binaries_the_dockerfile_installs(self):
+        with open(ARGS.dockerfile) as dockerfile:
+            collected = set(re.findall(r"bazel-bin/\S+/(\w+)", dockerfile.read()))
+        for role in WORKLOADS:
+            container = only_container(workload(self.items, role))
+            self.assertEqual(container["image"], "tributary:0.1.0")
+            program = re.search(r"/usr/local/bin/(\w+)", " ".join(container["command"])).group(1)
+            self.assertEqual(program, WORKLOADS[role][2])
+            self.assertIn(program, collected)
+
+    def test_pods_run_as_the_images_user_without_api_credentials(self):
+        for role in WORKLOADS:
+            spec = pod_spec(workload(self.items, role))
+            self.assertFalse(spec["automountServiceAccountToken"])
+            self.assertEqual(spec["securityContext"]["runAsUser"], 10001)
+            self.assertTrue(spec["securityContext"]["runAsNonRoot"])
+            annotations = workload(self.items, role)["spec"]["template"]["metadata"]["annotations"]
+            self.assertEqual(annotations["prometheus.io/port"],
+                             str(ports_by_name(only_container(workload(self.items, role)))["http"]))
+
+    def test_the_job_spec_is_stored_but_not_submitted(self):
+        self.assertEqual(by_kind(self.items, "Job"), {})
+        spec = json.loads(one(self.items, "ConfigMap", "tributary-job")["data"]["job.json"])
+        self.assertEqual(spec["model"], {"name": "mlp", "layerSizes": [784, 256, 128, 10]})
+        # nodesMax unset in the values: raised to the number of worker pods.
+        self.assertEqual(spec["nodesMax"], 2)
+
+
+class GpuValuesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.items = TOOLS.render(values_files=[ARGS.gpu_values])
+
+    def test_workers_request_and_tolerate_gpus(self):
+        statefulset = workload(self.items, "worker")
+        container = only_container(statefulset)
+        self.assertEqual(container["resources"]["limits"]["nvidia.com/gpu"], 4)
+        self.assertEqual(container["resources"]["requests"]["nvidia.com/gpu"], 4)
+        self.assertEqual(container["resources"]["requests"]["cpu"], "8")
+        self.assertEqual(flag_value(container_flags(container), "devices"), "gpu")
+        tolerations = pod_spec(statefulset)["tolerations"]
+        self.assertIn({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                      tolerations)
+        self.assertIn({"key": "dedicated", "operator": "Equal", "value": "training",
+                       "effect": "NoSchedule"}, tolerations)
+        self.assertEqual(pod_spec(statefulset)["nodeSelector"], {"nvidia.com/gpu.present": "true"})
+        self.assertEqual(container["image"], "tributary:0.1.0-cuda")
+
+    def test_only_workers_get_gpus(self):
+        for role in ("coordinator", "ps"):
+            self.assertEqual(find_gpu(workload(self.items, role)), [], role)
+        paths = find_gpu(workload(self.items, "worker"))
+        for path in ("/resources/limits/nvidia.com/gpu", "/resources/requests/nvidia.com/gpu"):
+            self.assertTrue(any(p.endswith(path) for p in paths), (path, paths))
+        self.assertTrue(any("/tolerations[" in p and p.endswith("/key") for p in paths), paths)
+
+    def test_the_hook_submits_the_job_with_the_tributary_cli(self):
+        job = one(self.items, "Job", "tributary-job-submit")
+        self.assertEqual(job["metadata"]["annotations"]["helm.sh/hook"], "post-install")
+        container = only_container(job)
+        self.assertEqual(container["command"], ["/usr/local/bin/tributary"])
+        self.assertEqual(container["args"][0], "submit")
+        defined = binary_flags(ARGS.cli)
+        for flag in container["args"][1:]:
+            self.assertIn(flag[2:].split("=", 1)[0], defined, flag)
+        self.assertEqual(flag_value(container["args"], "coordinator"), "tributary-coordinator:50051")
+        job_json = flag_value(container["args"], "job_json")
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        self.assertEqual(mounts[os.path.dirname(job_json)], "job")
+        volume = [v for v in pod_spec(job)["volumes"] if v["name"] == "job"][0]
+        self.assertEqual(volume["configMap"]["name"], "tributary-job")
+        spec = json.loads(one(self.items, "ConfigMap", "tributary-job")["data"][
+            os.path.basename(job_json)])
+        self.assertEqual(spec["devices"], "GPU")
+        self.assertEqual(spec["wireDtype"], "FLOAT16")
+        self.assertEqual(spec["nodesMin"], 2)
+        self.assertEqual(spec["nodesMax"], 2)
+
+
+class OtherValuesTest(unittest.TestCase):
+    def test_grpcurl_submitter_sends_the_spec_as_a_submit_job_request(self):
+        items = TOOLS.render(sets=["job.submit=true", "job.submitter=grpcurl",
+                                   "controlToken.value=s3cret"])
+        job = one(items, "Job", "tributary-job-submit")
+        container = only_container(job)
+        self.assertEqual(container["image"], "fullstorydev/grpcurl:v1.9.1")
+        args = container["args"]
+        self.assertEqual(args[-2:], ["tributary-coordinator:50051",
+                                     "tributary.v1.Coordinator/SubmitJob"])
+        self.assertIn("-plaintext", args)
+        body = json.loads(args[args.index("-d") + 1])
+        stored = json.loads(one(items, "ConfigMap", "tributary-job")["data"]["job.json"])
+        self.assertEqual(body, {"spec": stored})
+        self.assertIn("-expand-headers", args)
+        self.assertEqual(args[args.index("-H") + 1],
+                         "authorization: Bearer ${TRIBUTARY_CONTROL_TOKEN}")
+        self.assertEqual(container["env"][0]["valueFrom"]["secretKeyRef"],
+                         {"name": "tributary-control-token", "key": "token"})
+        self.assertEqual(pod_spec(job)["securityContext"]["runAsUser"], 65534)
+
+    def test_control_token_secret_reaches_the_coordinator(self):
+        items = TOOLS.render(sets=["controlToken.value=s3cret"])
+        secret = one(items, "Secret", "tributary-control-token")
+        self.assertEqual(secret["data"]["token"], "czNjcmV0")  # base64("s3cret")
+        container = only_container(workload(items, "coordinator"))
+        path = flag_value(container_flags(container), "control_token_file")
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        self.assertEqual(mounts[os.path.dirname(path)], "control-token")
+        items = TOOLS.render(sets=["controlToken.existingSecret=mine"])
+        self.assertEqual(by_kind(items, "Secret"), {})
+        volume = [v for v in pod_spec(workload(items, "coordinator"))["volumes"]
+                  if v["name"] == "control-token"][0]
+        self.assertEqual(volume["secret"]["secretName"], "mine")
+        both = TOOLS.template(sets=["controlToken.value=a", "controlToken.existingSecret=b"],
+                              check=False)
+        self.assertNotEqual(both.returncode, 0)
+        self.assertIn("either existingSecret or value", both.stderr)
+
+    def test_tls_switches_probes_to_http_healthz_and_passes_the_files(self):
+        items = TOOLS.render(sets=["tls.enabled=true", "tls.secretName=tributary-tls"])
+        for role in WORKLOADS:
+            container = only_container(workload(items, role))
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                self.assertEqual(container[probe]["httpGet"], {"path": "/healthz", "port": "http"})
+                self.assertNotIn("grpc", container[probe])
+            flags = container_flags(container)
+            mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+            for flag in ("tls_cert", "tls_key", "tls_ca"):
+                self.assertTrue(flag_value(flags, flag).startswith(mounts["tls"] + "/"), flag)
+            volume = [v for v in pod_spec(workload(items, role))["volumes"] if v["name"] == "tls"]
+            self.assertEqual(volume[0]["secret"]["secretName"], "tributary-tls")
+
+    def test_ports_follow_the_values_everywhere(self):
+        items = TOOLS.render(sets=["coordinator.grpcPort=6000", "coordinator.httpPort=6001",
+                                   "ps.grpcPort=6100", "worker.httpPort=6201"])
+        coordinator = only_container(workload(items, "coordinator"))
+        self.assertEqual(listen_port(coordinator), 6000)
+        self.assertEqual(ports_by_name(coordinator), {"grpc": 6000, "http": 6001})
+        self.assertEqual(coordinator["readinessProbe"]["grpc"]["port"], 6000)
+        service = one(items, "Service", "tributary-coordinator")
+        self.assertEqual(sorted(p["port"] for p in service["spec"]["ports"]), [6000, 6001])
+        ps = only_container(workload(items, "ps"))
+        self.assertEqual(listen_port(ps), 6100)
+        self.assertEqual(ps["livenessProbe"]["grpc"]["port"], 6100)
+        self.assertEqual(flag_value(container_flags(ps), "coordinator"), "tributary-coordinator:6000")
+        worker = only_container(workload(items, "worker"))
+        self.assertEqual(flag_value(container_flags(worker), "http_port"), "6201")
+        self.assertEqual(ports_by_name(worker)["http"], 6201)
+
+    def test_persistence_can_be_turned_off(self):
+        items = TOOLS.render(sets=["coordinator.persistence.enabled=false",
+                                   "ps.persistence.enabled=false"])
+        self.assertEqual(by_kind(items, "PersistentVolumeClaim"), {})
+        self.assertNotIn("volumeClaimTemplates", workload(items, "ps")["spec"])
+        for role, volume_name in (("coordinator", "state"), ("ps", "checkpoints")):
+            volume = [v for v in pod_spec(workload(items, role))["volumes"]
+                      if v["name"] == volume_name][0]
+            self.assertEqual(volume["emptyDir"], {}, role)
+
+    def test_colliding_ports_are_refused(self):
+        result = TOOLS.template(sets=["ps.httpPort=50061"], check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("ps.grpcPort and ps.httpPort are both 50061", result.stderr)
+
+    def test_notes_tell_how_to_reach_the_dashboard_and_run_grpcurl(self):
+        with FakeApiServer() as server:
+            kubeconfig = server.write_kubeconfig(os.path.join(TOOLS.home, "kubeconfig-notes"))
+            result = TOOLS.helm(["install", "--dry-run=client", "--disable-openapi-validation",
+                                 RELEASE, TOOLS.chart, "--namespace", NAMESPACE,
+                                 "--set", "controlToken.value=x"],
+                                env={"KUBECONFIG": kubeconfig})
+        notes = result.stdout[result.stdout.index("NOTES:"):]
+        self.assertIn("port-forward service/tributary-coordinator 8080:8080 50051:50051", notes)
+        self.assertIn("http://localhost:8080/", notes)
+        self.assertIn("grpcurl -plaintext localhost:50051 tributary.v1.Coordinator/GetClusterStatus",
+                      notes)
+        self.assertIn("port-forward pod/tributary-ps-0 50061:50061", notes)
+        self.assertIn("grpcurl -plaintext localhost:50061 tributary.v1.ParameterServer/GetShardStatus",
+                      notes)
+        self.assertIn('-H "authorization: Bearer $TOKEN"', notes)
+        self.assertIn("get secret tributary-control-token", notes)
+
+
+class SchemaTest(unittest.TestCase):
+    BAD_VALUES = [
+        # (--set, what the error must name)
+        ("bogus=1", "bogus"),
+        ("ps.replica=3", "replica"),
+        ("worker.gpus=-1", "gpus"),
+        ("coordinator.grpcPort=70000", "grpcPort"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("job.spec.mode=SYNCH", "mode"),
+        ("job.spec.learningRate=0.1", "learningRate"),
+        ("job.spec.optimizer.kind=ADAM", "kind"),
+        ("coordinator.heartbeatTimeout=10", "heartbeatTimeout"),
+        ("ps.replicas=0", "replicas"),
+        ("worker.devices=tpu", "devices"),
+        ("tls.enabled=true", "secretName"),
+        ("worker.extraArgs={-v}", "extraArgs"),
+        ("worker.resources.limit.cpu=1", "limit"),
+        ("worker.tolerations[0].effect=Sometimes", "effect"),
+    ]
+
+    def test_bad_values_are_refused_by_the_schema(self):
+        for item, named in self.BAD_VALUES:
+            with self.subTest(values=item):
+                result = TOOLS.template(sets=[item], check=False)
+                self.assertNotEqual(result.returncode, 0, "accepted --set " + item)
+                self.assertIn("values don't meet the specifications of the schema",
+                              result.stderr)
+                self.assertIn(named, result.stderr)
+
+    def test_job_spec_schema_mirrors_proto_job_proto(self):
+        with open(os.path.join(os.path.dirname(ARGS.chart), "values.schema.json")) as schema_file:
+            definitions = json.load(schema_file)["definitions"]
+        with open(ARGS.job_proto) as proto_file:
+            proto = proto_file.read()
+
+        def camel(name):
+            head, *rest = name.split("_")
+            return head + "".join(part.title() for part in rest)
+
+        def message_fields(message):
+            body = re.search(r"message %s \{(.*?)\n\}" % message, proto, flags=re.S).group(1)
+            return {camel(name) for name in re.findall(
+                r"^\s+(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;", body, flags=re.M)}
+
+        def enum_values(enum):
+            body = re.search(r"enum %s \{(.*?)\n\}" % enum, proto + TENSOR_PROTO[0],
+                             flags=re.S).group(1)
+            return [v for v in re.findall(r"^\s+(\w+)\s*=", body, flags=re.M)
+                    if not v.endswith("UNSPECIFIED")]
+
+        for message, definition in (("JobSpec", "jobSpec"), ("ModelSpec", "modelSpec"),
+                                    ("DatasetSpec", "datasetSpec"),
+                                    ("OptimizerSpec", "optimizerSpec"),
+                                    ("LrSchedule", "lrSchedule")):
+            self.assertEqual(set(definitions[definition]["properties"]), message_fields(message),
+                             message)
+            self.assertFalse(definitions[definition]["additionalProperties"], message)
+        job = definitions["jobSpec"]["properties"]
+        self.assertEqual(job["mode"]["enum"], enum_values("TrainingMode"))
+        self.assertEqual(job["devices"]["enum"], enum_values("DeviceKind"))
+        self.assertEqual(job["wireDtype"]["enum"], enum_values("DType"))
+        self.assertEqual(definitions["optimizerSpec"]["properties"]["type"]["enum"],
+                         enum_values("OptimizerType"))
+        self.assertEqual(definitions["lrSchedule"]["properties"]["kind"]["enum"],
+                         enum_values("LrScheduleKind"))
+        self.assertEqual(definitions["datasetSpec"]["properties"]["format"]["enum"],
+                         enum_values("DatasetFormat"))
+
+    def test_every_object_in_the_schema_refuses_unknown_keys(self):
+        with open(os.path.join(os.path.dirname(ARGS.chart), "values.schema.json")) as schema_file:
+            schema = json.load(schema_file)
+        # Maps of free-form names (labels, resources, volume sources, affinity terms)
+        # constrain their values instead.
+        open_maps = []
+
+        def walk(node, path):
+            if isinstance(node, dict):
+                if node.get("type") == "object" and "properties" in node:
+                    self.assertIs(node.get("additionalProperties"), False, path)
+                elif node.get("type") == "object":
+                    open_maps.append(path)
+                for key, value in node.items():
+                    walk(value, path + "/" + key)
+            elif isinstance(node, list):
+                for index, value in enumerate(node):
+                    walk(value, "%s[%d]" % (path, index))
+        walk(schema, "")
+        self.assertTrue(open_maps)
+
+
+TENSOR_PROTO = [""]
+
+
+def main():
+    global ARGS, TOOLS
+    parser = argparse.ArgumentParser()
+    for name in ("helm", "kubectl", "chart", "gpu_values", "dockerfile", "coordinator",
+                 "parameter_server", "worker", "cli", "job_proto", "tensor_proto"):
+        parser.add_argument("--" + name, required=True)
+    ARGS, rest = parser.parse_known_args()
+    with open(ARGS.tensor_proto) as tensor:
+        TENSOR_PROTO[0] = tensor.read()
+    TOOLS = Tools()
+    # Fails here, with the wrapper's "run scripts/setup", when Helm is missing.
+    version = TOOLS.helm(["version", "--short"]).stdout.strip()
+    if not version.startswith("v3.17."):
+        raise SystemExit("helm is %s, the chart tests expect v3.17 (run scripts/setup)" % version)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
