@@ -1,9 +1,9 @@
 #include "worker/training_session.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -22,8 +22,7 @@ double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now()
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
-    const v1::Assignment& assignment, const engine::Datasets& data,
-    const SessionOptions& options) {
+    const v1::Assignment& assignment, const engine::Datasets& data, const SessionOptions& options) {
   const v1::JobSpec& spec = assignment.job();
   absl::StatusOr<engine::ModelDef> model = engine::BuildModel(spec.model());
   if (!model.ok()) return model.status();
@@ -108,10 +107,10 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   LOG(INFO) << "generation " << assignment.generation() << ": " << assignment.replicas()
             << " replica(s) on " << assignment.devices(0).name() << ", node "
             << assignment.node_rank() << " of " << assignment.num_nodes() << ", local rank "
-            << assignment.local_rank() << " of " << assignment.local_world_size()
-            << ", reduction " << session->reducer_->name() << ", "
-            << session->plan_.partitions_size() << " partition(s) over "
-            << assignment.shards_size() << " shard(s), " << total_steps << " steps";
+            << assignment.local_rank() << " of " << assignment.local_world_size() << ", reduction "
+            << session->reducer_->name() << ", " << session->plan_.partitions_size()
+            << " partition(s) over " << assignment.shards_size() << " shard(s), " << total_steps
+            << " steps";
   return session;
 }
 
@@ -153,8 +152,7 @@ std::vector<uint64_t> TrainingSession::replica_batch_sizes(uint64_t step) {
   const uint64_t batch = sampler_.BatchSize(step);
   for (uint32_t i = 0; i < assignment_.replicas(); ++i) {
     sizes.push_back(
-        PartsRange(batch, assignment_.total_replicas(), assignment_.first_replica() + i, 1)
-            .count);
+        PartsRange(batch, assignment_.total_replicas(), assignment_.first_replica() + i, 1).count);
   }
   return sizes;
 }
@@ -167,7 +165,10 @@ absl::StatusOr<uint64_t> TrainingSession::Prepare() {
     if (!installed.ok()) return installed.status();
     absl::StatusOr<uint64_t> pulled = ps_->PullAll(params_.data());
     if (!pulled.ok()) return pulled.status();
-    if (*pulled != step) {
+    // SYNC: every partition stands exactly at the step the generation resumes from.
+    // ASYNC / BOUNDED_STALENESS: nodes run on their own clocks (restarted at the
+    // resume step), and the values may already hold pushes of nodes that ran ahead.
+    if (assignment_.job().mode() == v1::SYNC && *pulled != step) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the PS shards stand at step ", *pulled, " but the assignment of generation ",
           assignment_.generation(), " resumes at step ", step));
@@ -184,8 +185,8 @@ absl::StatusOr<uint64_t> TrainingSession::Prepare() {
 }
 
 engine::Batch TrainingSession::GatherReplica(int i, const std::vector<uint64_t>& global) {
-  const SampleRange mine = PartsRange(global.size(), assignment_.total_replicas(),
-                                      assignment_.first_replica() + i, 1);
+  const SampleRange mine =
+      PartsRange(global.size(), assignment_.total_replicas(), assignment_.first_replica() + i, 1);
   Scratch& s = scratch_[i];
   s.ids.assign(global.begin() + mine.offset, global.begin() + mine.offset + mine.count);
   s.features.resize(mine.count * data_.train.feature_size());
@@ -204,9 +205,8 @@ void TrainingSession::CommLoop() {
     uint64_t step;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || comm_pending_;
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || comm_pending_; };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       comm_pending_ = false;
@@ -242,8 +242,8 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
     }
     const absl::Time start = absl::Now();
-    absl::Status reduced = reducer_->ReduceGradients(
-        partition.offset(), partition.length(), node_grad_.data() + partition.offset());
+    absl::Status reduced = reducer_->ReduceGradients(partition.offset(), partition.length(),
+                                                     node_grad_.data() + partition.offset());
     {
       absl::MutexLock lock(&mu_);
       reduce_seconds_ += SecondsSince(start);

@@ -865,6 +865,15 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request,
       EndGenerationLocked(absl::StrCat(DescribeWorker(id, worker.registration), " failed: ", error),
                           "worker_failed", true);
     }
+  } else if (request.phase() == v1::WORKER_RENDEZVOUS && !request.error().empty() &&
+             InGenerationLocked(id) && request.generation() == generation_.number) {
+    // The worker gave up its step or could not start the generation (a collective or
+    // a shard failed) and waits for a new one. Nobody else may notice (every process
+    // is still alive), so the generation ends here. It counts as a worker error: a
+    // cause that persists fails the job by rule B instead of re-forming forever.
+    EndGenerationLocked(
+        absl::StrCat(DescribeWorker(id, worker.registration), " left its step: ", request.error()),
+        "worker_step_failed", true);
   } else if (!worker.failed_job.empty()) {
     // Reporting another phase means the worker recovered and may join again.
     worker.failed_job.clear();

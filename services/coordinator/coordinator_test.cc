@@ -570,6 +570,45 @@ TEST_F(CoordinatorTest, GenerationsDyingOfWorkerErrorsWithoutProgressFailTheJob)
               HasSubstr("2 generations in a row ended by worker errors without completing a step"));
 }
 
+TEST_F(CoordinatorTest, WorkerThatLeftItsStepEndsTheGenerationWhileEveryoneLives) {
+  CoordinatorOptions options = Options();
+  options.max_generation_failures = 2;
+  Make(options);
+  RegisterShards();
+  Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  BeatAll({a, b}, 1, v1::WORKER_TRAINING, 0);
+  ASSERT_EQ(GetJob().state(), v1::RUNNING);
+  // Building its groups (no error) is not a failure.
+  Beat(a, 1, v1::WORKER_RENDEZVOUS);
+  EXPECT_EQ(GetJob().state(), v1::RUNNING);
+  EXPECT_EQ(GetJob().generation(), 1u);
+
+  // a gave up its step (a shard refused a push) and waits: nobody died, so without
+  // this rule the job would wait forever.
+  Beat(a, 1, v1::WORKER_RENDEZVOUS, 0, "PS shard 1: stream ended: UNAVAILABLE");
+  EXPECT_EQ(GetJob().state(), v1::RENDEZVOUS);
+  EXPECT_THAT(Events(), HasSubstr("generation 1 ended: worker " + a +
+                                  " (node a) left its step: PS shard 1: stream ended"));
+  EXPECT_EQ(Beat(b, 1).action(), v1::ACTION_WAIT) << "b's generation ended too";
+  clock_.Advance(absl::Seconds(2));
+  BeatAll({a, b}, 1, v1::WORKER_RENDEZVOUS);
+  coordinator_->Tick();
+  const auto replies = BeatAll({a, b}, 1, v1::WORKER_RENDEZVOUS);
+  ASSERT_EQ(replies.at(a).action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(replies.at(a).assignment().generation(), 2u);
+
+  // A cause that persists fails the job (rule B) instead of re-forming forever.
+  Beat(b, 2, v1::WORKER_RENDEZVOUS, 0, "the PS shards stand at step 9 but ...");
+  const v1::Job job = GetJob();
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.state_reason(),
+              HasSubstr("2 generations in a row ended by worker errors without completing a step"));
+}
+
 TEST_F(CoordinatorTest, RecoveredWorkerIsEligibleAgain) {
   RegisterShards();
   const std::string a = MustRegister("a");
