@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -26,6 +27,8 @@ ABSL_FLAG(std::string, layers, "",
           "Layer sizes, comma separated: logreg/mlp [inputs,hidden...,classes] (mlp default "
           "784,256,128,10), cnn [hidden...,classes] (default 128,10).");
 ABSL_FLAG(std::string, conv_channels, "", "cnn: channels of its two conv layers. Default: 32,64.");
+ABSL_FLAG(std::string, input_shape, "",
+          "cnn: input as channels,height,width. Default: 1,28,28 (Fashion-MNIST).");
 ABSL_FLAG(double, dropout, 0, "Dropout probability after each hidden layer. Default: 0.");
 
 // --- Data ---
@@ -39,6 +42,11 @@ ABSL_FLAG(int, label_column, 0, "csv: 0-based label column. Default: 0.");
 ABSL_FLAG(bool, csv_header, false, "csv: skip the first line. Default: false.");
 ABSL_FLAG(uint64_t, train_limit, 0, "Use only the first N training samples; 0 = all.");
 ABSL_FLAG(uint64_t, test_limit, 0, "Use only the first N test samples; 0 = all.");
+ABSL_FLAG(uint64_t, synthetic_train, 0, "synthetic: training samples; 0 = the default (4096).");
+ABSL_FLAG(uint64_t, synthetic_test, 0, "synthetic: test samples; 0 = the default (1024).");
+ABSL_FLAG(uint32_t, synthetic_features, 0,
+          "synthetic: features per sample; 0 = the default (784).");
+ABSL_FLAG(uint32_t, synthetic_classes, 0, "synthetic: classes; 0 = the default (10).");
 ABSL_FLAG(bool, normalize, false,
           "Standardise features with the training set's mean and std. Default: false.");
 
@@ -51,11 +59,15 @@ ABSL_FLAG(uint64_t, eval_interval, 0,
 ABSL_FLAG(uint64_t, seed, 1, "Seed of initial parameters, data order and dropout. Default: 1.");
 
 // --- Optimizer ---
-ABSL_FLAG(std::string, optimizer, "momentum",
-          "sgd, momentum, adam or adamw. Default: momentum.");
-ABSL_FLAG(double, lr, 0.05, "Learning rate. Default: 0.05.");
+ABSL_FLAG(std::string, optimizer, "momentum", "sgd, momentum, adam or adamw. Default: momentum.");
+ABSL_FLAG(double, lr, 0.05,
+          "Learning rate. Default: 0.05 for sgd and momentum; adam and adamw take 0.001 "
+          "unless --lr is given.");
 ABSL_FLAG(double, momentum, 0.9, "momentum: coefficient. Default: 0.9.");
 ABSL_FLAG(bool, nesterov, false, "momentum: Nesterov's form. Default: false.");
+ABSL_FLAG(double, beta1, 0, "adam/adamw: first-moment decay; 0 = the default (0.9).");
+ABSL_FLAG(double, beta2, 0, "adam/adamw: second-moment decay; 0 = the default (0.999).");
+ABSL_FLAG(double, epsilon, 0, "adam/adamw: denominator epsilon; 0 = the default (1e-8).");
 ABSL_FLAG(double, weight_decay, 0, "Weight decay (L2; decoupled for adamw). Default: 0.");
 ABSL_FLAG(std::string, lr_schedule, "constant", "constant, step or cosine. Default: constant.");
 ABSL_FLAG(uint64_t, lr_step_size, 0, "step schedule: steps between decays.");
@@ -91,8 +103,7 @@ std::set<std::string>& GivenFlags() {
 
 absl::Status BadFlag(const std::string& name, const std::string& value,
                      const std::string& expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", name, "=", value, ": expected ", expected));
+  return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": expected ", expected));
 }
 
 absl::StatusOr<std::vector<uint32_t>> ParseSizes(const std::string& name,
@@ -123,13 +134,14 @@ absl::StatusOr<Enum> ParseChoice(const std::string& name, const std::string& val
 }  // namespace
 
 void RememberGivenFlags(int argc, char** argv) {
+  GivenFlags().clear();
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--") break;
     if (arg.rfind("--", 0) != 0 && arg.rfind("-", 0) == 0) arg = "-" + arg;
     if (arg.rfind("--", 0) != 0) continue;
-    std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos
-                                                                        : arg.find('=') - 2);
+    std::string name =
+        arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
     GivenFlags().insert(name);
     if (name.rfind("no", 0) == 0) GivenFlags().insert(name.substr(2));
   }
@@ -170,6 +182,17 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
     model.clear_conv_channels();
     for (uint32_t size : *sizes) model.add_conv_channels(size);
   }
+  if (use("input_shape") && !absl::GetFlag(FLAGS_input_shape).empty()) {
+    absl::StatusOr<std::vector<uint32_t>> shape =
+        ParseSizes("input_shape", absl::GetFlag(FLAGS_input_shape));
+    if (!shape.ok()) return shape.status();
+    if (shape->size() != 3) {
+      return BadFlag("input_shape", absl::GetFlag(FLAGS_input_shape),
+                     "three sizes: channels,height,width");
+    }
+    model.clear_input_shape();
+    for (uint32_t size : *shape) model.add_input_shape(size);
+  }
   if (use("dropout")) model.set_dropout(static_cast<float>(absl::GetFlag(FLAGS_dropout)));
 
   v1::DatasetSpec& dataset = *spec.mutable_dataset();
@@ -195,6 +218,18 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
   if (use("csv_header")) dataset.set_csv_has_header(absl::GetFlag(FLAGS_csv_header));
   if (use("train_limit")) dataset.set_train_limit(absl::GetFlag(FLAGS_train_limit));
   if (use("test_limit")) dataset.set_test_limit(absl::GetFlag(FLAGS_test_limit));
+  if (use("synthetic_train") && absl::GetFlag(FLAGS_synthetic_train) > 0) {
+    dataset.set_synthetic_train_samples(absl::GetFlag(FLAGS_synthetic_train));
+  }
+  if (use("synthetic_test") && absl::GetFlag(FLAGS_synthetic_test) > 0) {
+    dataset.set_synthetic_test_samples(absl::GetFlag(FLAGS_synthetic_test));
+  }
+  if (use("synthetic_features") && absl::GetFlag(FLAGS_synthetic_features) > 0) {
+    dataset.set_synthetic_features(absl::GetFlag(FLAGS_synthetic_features));
+  }
+  if (use("synthetic_classes") && absl::GetFlag(FLAGS_synthetic_classes) > 0) {
+    dataset.set_synthetic_classes(absl::GetFlag(FLAGS_synthetic_classes));
+  }
   if (use("normalize")) dataset.set_normalize(absl::GetFlag(FLAGS_normalize));
 
   if (use("batch")) spec.set_global_batch_size(absl::GetFlag(FLAGS_batch));
@@ -211,7 +246,19 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
     if (!type.ok()) return type.status();
     optimizer.set_type(*type);
   }
-  if (use("lr")) optimizer.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
+  // The flag's default suits SGD and momentum; Adam keeps its own unless asked.
+  const bool adam = optimizer.type() == v1::ADAM || optimizer.type() == v1::ADAMW;
+  if (use("lr") && (!adam || FlagGiven("lr"))) {
+    optimizer.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
+  }
+  for (const auto& [name, value, field] :
+       {std::tuple{"beta1", absl::GetFlag(FLAGS_beta1), &v1::OptimizerSpec::set_beta1},
+        std::tuple{"beta2", absl::GetFlag(FLAGS_beta2), &v1::OptimizerSpec::set_beta2},
+        std::tuple{"epsilon", absl::GetFlag(FLAGS_epsilon), &v1::OptimizerSpec::set_epsilon}}) {
+    if (!use(name) || value == 0) continue;
+    if (!adam) return BadFlag(name, std::to_string(value), "--optimizer=adam or adamw");
+    (optimizer.*field)(static_cast<float>(value));
+  }
   if (use("momentum") && optimizer.type() == v1::MOMENTUM) {
     optimizer.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
   }
@@ -252,9 +299,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
   }
   if (use("replicas")) spec.set_replicas_per_worker(absl::GetFlag(FLAGS_replicas));
   if (use("job_devices")) {
-    absl::StatusOr<v1::DeviceKind> devices = ParseChoice<v1::DeviceKind>(
-        "job_devices", absl::GetFlag(FLAGS_job_devices),
-        {{"auto", v1::AUTO}, {"cpu", v1::CPU}, {"gpu", v1::GPU}});
+    absl::StatusOr<v1::DeviceKind> devices =
+        ParseChoice<v1::DeviceKind>("job_devices", absl::GetFlag(FLAGS_job_devices),
+                                    {{"auto", v1::AUTO}, {"cpu", v1::CPU}, {"gpu", v1::GPU}});
     if (!devices.ok()) return devices.status();
     spec.set_devices(*devices);
   }

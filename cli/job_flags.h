@@ -12,7 +12,8 @@
 namespace tributary::cli {
 
 // Remembers which flags the command line names (call with main's argc/argv before
-// parsing); only those override --job_json. This Abseil release does not say whether
+// parsing; a later call replaces what an earlier one remembered); only those override
+// --job_json. This Abseil release does not say whether
 // a flag was given, so the command line is read directly.
 void RememberGivenFlags(int argc, char** argv);
 

@@ -1,0 +1,138 @@
+// The job flags of `tributary local` / `submit`: every knob reaches the JobSpec, flags
+// given on the command line override --job_json and nothing else does, and a bad value
+// names its flag.
+#include "cli/job_flags.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+
+ABSL_DECLARE_FLAG(std::string, job_json);
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, input_shape);
+ABSL_DECLARE_FLAG(std::string, dataset);
+ABSL_DECLARE_FLAG(uint64_t, synthetic_train);
+ABSL_DECLARE_FLAG(uint64_t, synthetic_test);
+ABSL_DECLARE_FLAG(uint32_t, synthetic_features);
+ABSL_DECLARE_FLAG(uint32_t, synthetic_classes);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(double, beta1);
+ABSL_DECLARE_FLAG(double, beta2);
+ABSL_DECLARE_FLAG(double, epsilon);
+ABSL_DECLARE_FLAG(uint32_t, batch);
+ABSL_DECLARE_FLAG(std::string, mode);
+ABSL_DECLARE_FLAG(uint32_t, staleness);
+
+namespace tributary::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Each test starts from the flags' defaults and a command line that names `given`.
+class JobFlagsTest : public ::testing::Test {
+ protected:
+  void Given(std::vector<std::string> names) {
+    std::vector<std::string> args = {"tributary"};
+    for (const std::string& name : names) args.push_back("--" + name + "=x");
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    RememberGivenFlags(static_cast<int>(argv.size()), argv.data());
+  }
+  void SetUp() override { Given({}); }
+  absl::FlagSaver saver_;
+};
+
+TEST_F(JobFlagsTest, DefaultsAreTheMainJob) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().name(), "mlp");
+  EXPECT_EQ(spec->dataset().format(), v1::IDX);
+  EXPECT_EQ(spec->mode(), v1::SYNC);
+  EXPECT_EQ(spec->epochs(), 3u);
+  EXPECT_EQ(spec->replicas_per_worker(), 2u);
+  EXPECT_EQ(spec->optimizer().type(), v1::MOMENTUM);
+  EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.05f);
+}
+
+TEST_F(JobFlagsTest, SyntheticSizesAndInputShapeReachTheSpec) {
+  absl::SetFlag(&FLAGS_dataset, "synthetic");
+  absl::SetFlag(&FLAGS_synthetic_train, 300);
+  absl::SetFlag(&FLAGS_synthetic_test, 50);
+  absl::SetFlag(&FLAGS_synthetic_features, 784);
+  absl::SetFlag(&FLAGS_synthetic_classes, 3);
+  absl::SetFlag(&FLAGS_model, "cnn");
+  absl::SetFlag(&FLAGS_input_shape, "1,28,28");
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset().synthetic_train_samples(), 300u);
+  EXPECT_EQ(spec->dataset().synthetic_test_samples(), 50u);
+  EXPECT_EQ(spec->dataset().synthetic_features(), 784u);
+  EXPECT_EQ(spec->dataset().synthetic_classes(), 3u);
+  EXPECT_THAT(spec->model().input_shape(), ::testing::ElementsAre(1, 28, 28));
+
+  absl::SetFlag(&FLAGS_input_shape, "28,28");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--input_shape=28,28: expected three sizes"));
+}
+
+TEST_F(JobFlagsTest, AdamKeepsItsOwnRateUnlessOneIsGivenAndTakesItsMoments) {
+  absl::SetFlag(&FLAGS_optimizer, "adam");
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.001f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.999f);
+
+  absl::SetFlag(&FLAGS_lr, 0.003);
+  absl::SetFlag(&FLAGS_beta1, 0.8);
+  absl::SetFlag(&FLAGS_beta2, 0.99);
+  absl::SetFlag(&FLAGS_epsilon, 1e-6);
+  Given({"lr", "beta1", "beta2", "epsilon"});
+  spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.003f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta1(), 0.8f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.99f);
+  EXPECT_FLOAT_EQ(spec->optimizer().epsilon(), 1e-6f);
+
+  absl::SetFlag(&FLAGS_optimizer, "momentum");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--beta1=0.800000: expected --optimizer=adam or adamw"));
+}
+
+TEST_F(JobFlagsTest, OnlyFlagsGivenOverrideTheJobJson) {
+  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/job.json";
+  std::ofstream(path) << R"({"name": "from-json", "model": {"name": "logreg",
+      "layerSizes": [784, 10]}, "globalBatchSize": 32, "mode": "ASYNC",
+      "optimizer": {"type": "SGD", "learningRate": 0.2}})";
+  absl::SetFlag(&FLAGS_job_json, path);
+  absl::SetFlag(&FLAGS_batch, 128);
+  Given({"job_json", "batch"});
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "from-json");
+  EXPECT_EQ(spec->model().name(), "logreg");
+  EXPECT_EQ(spec->mode(), v1::ASYNC) << "--mode was not given: the JSON's stands";
+  EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.2f);
+  EXPECT_EQ(spec->global_batch_size(), 128u) << "--batch was given: it wins";
+}
+
+TEST_F(JobFlagsTest, BadValuesNameTheirFlag) {
+  absl::SetFlag(&FLAGS_mode, "eventually");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--mode=eventually: expected one of sync, async, bounded"));
+  absl::SetFlag(&FLAGS_mode, "sync");
+  absl::SetFlag(&FLAGS_job_json, "/nonexistent/job.json");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("/nonexistent/job.json"));
+}
+
+}  // namespace
+}  // namespace tributary::cli
