@@ -1,6 +1,7 @@
 #include "services/parameter_server/checkpoint_file.h"
 
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
-
-#include <glog/logging.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -42,7 +41,8 @@ void PutU64(char* out, uint64_t value) {
 
 uint64_t GetU64(const char* in) {
   uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    value |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
   return value;
 }
 
@@ -58,7 +58,8 @@ class ChecksummedWriter {
       const ssize_t written = ::write(fd_, p, size);
       if (written < 0) {
         if (errno == EINTR) continue;
-        return absl::InternalError(absl::StrCat("writing checkpoint ", path_, ": ", ErrnoText(errno)));
+        return absl::InternalError(
+            absl::StrCat("writing checkpoint ", path_, ": ", ErrnoText(errno)));
       }
       p += written;
       size -= static_cast<size_t>(written);
@@ -136,9 +137,9 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& shard_dir,
     const size_t floats = static_cast<size_t>(info.length());
     if (data.values == nullptr || data.values->data().size() != floats * 4 ||
         data.state.size() != floats * info.state_slots()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint partition ", info.id(), ": data does not match length ",
-                       info.length(), " with ", info.state_slots(), " state slots"));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint partition ", info.id(),
+                                                     ": data does not match length ", info.length(),
+                                                     " with ", info.state_slots(), " state slots"));
     }
   }
 
@@ -147,9 +148,8 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& shard_dir,
   if (error) {
     return absl::InternalError(absl::StrCat("creating ", shard_dir, ": ", error.message()));
   }
-  const std::string name =
-      absl::StrFormat("%s%016d-step-%012d%s", kPrefix, meta.written_unix_micros(), meta.step(),
-                      kSuffix);
+  const std::string name = absl::StrFormat("%s%016d-step-%012d%s", kPrefix,
+                                           meta.written_unix_micros(), meta.step(), kSuffix);
   const std::string path = absl::StrCat(shard_dir, "/", name);
   const std::string temp = absl::StrCat(shard_dir, "/.", name, ".tmp");
 
@@ -203,9 +203,9 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int error = errno;
-    return error == ENOENT ? absl::NotFoundError(absl::StrCat(path, ": no such file"))
-                           : absl::InternalError(absl::StrCat("opening ", path, ": ",
-                                                              ErrnoText(error)));
+    return error == ENOENT
+               ? absl::NotFoundError(absl::StrCat(path, ": no such file"))
+               : absl::InternalError(absl::StrCat("opening ", path, ": ", ErrnoText(error)));
   }
   struct Closer {
     int fd;
@@ -241,7 +241,8 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
     return absl::DataLossError(absl::StrCat(path, ": torn (end marker missing)"));
   }
   uint32_t stored_crc = 0;
-  for (int i = 0; i < 4; ++i) stored_crc |= static_cast<uint32_t>(static_cast<uint8_t>(trailer[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    stored_crc |= static_cast<uint32_t>(static_cast<uint8_t>(trailer[i])) << (8 * i);
 
   std::string meta_bytes(meta_len, '\0');
   if (absl::Status read = ReadFully(fd, path, kHeaderBytes, meta_bytes.data(), meta_len);
@@ -354,7 +355,8 @@ void PruneCheckpoints(const std::string& shard_dir, int keep) {
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < paths.size(); ++i) {
     std::error_code error;
     fs::remove(paths[i], error);
-    if (error) LOG(WARNING) << "cannot remove old checkpoint " << paths[i] << ": " << error.message();
+    if (error)
+      LOG(WARNING) << "cannot remove old checkpoint " << paths[i] << ": " << error.message();
   }
 }
 

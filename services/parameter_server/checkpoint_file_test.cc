@@ -1,11 +1,11 @@
 #include "services/parameter_server/checkpoint_file.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "services/parameter_server/shard_test_util.h"
 

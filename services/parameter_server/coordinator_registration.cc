@@ -1,9 +1,9 @@
 #include "services/parameter_server/coordinator_registration.h"
 
-#include <algorithm>
-
 #include <glog/logging.h>
 #include <grpcpp/grpcpp.h>
+
+#include <algorithm>
 
 #include "common/grpc_status.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -69,8 +69,8 @@ void CoordinatorRegistration::Run() {
     // Log the first failures and then every tenth, so a long outage does not flood.
     if (attempt <= 3 || attempt % 10 == 0) {
       LOG(WARNING) << "registering with the coordinator at " << options_.coordinator
-                   << " failed (attempt " << attempt << "): "
-                   << FromGrpcStatus(status, "RegisterParameterServer") << "; retrying in "
+                   << " failed (attempt " << attempt
+                   << "): " << FromGrpcStatus(status, "RegisterParameterServer") << "; retrying in "
                    << backoff;
     }
     absl::MutexLock lock(&mu_);

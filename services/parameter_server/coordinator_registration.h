@@ -16,8 +16,8 @@
 namespace tributary::ps {
 
 struct RegistrationOptions {
-  std::string coordinator;     // host:port of the coordinator.
-  ChannelOptions channel;      // TLS, limits.
+  std::string coordinator;                     // host:port of the coordinator.
+  ChannelOptions channel;                      // TLS, limits.
   v1::RegisterParameterServerRequest request;  // address, http_port, shard_index, version.
   absl::Duration first_backoff = absl::Milliseconds(200);
   absl::Duration max_backoff = absl::Seconds(10);

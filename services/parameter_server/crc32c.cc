@@ -68,9 +68,9 @@ uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t size) {
     std::memcpy(&high, p + 4, 4);
     low ^= state;  // Little-endian: the state folds into the first four bytes.
     state = kTables[7][low & 0xff] ^ kTables[6][(low >> 8) & 0xff] ^
-            kTables[5][(low >> 16) & 0xff] ^ kTables[4][low >> 24] ^
-            kTables[3][high & 0xff] ^ kTables[2][(high >> 8) & 0xff] ^
-            kTables[1][(high >> 16) & 0xff] ^ kTables[0][high >> 24];
+            kTables[5][(low >> 16) & 0xff] ^ kTables[4][low >> 24] ^ kTables[3][high & 0xff] ^
+            kTables[2][(high >> 8) & 0xff] ^ kTables[1][(high >> 16) & 0xff] ^
+            kTables[0][high >> 24];
     p += 8;
     size -= 8;
   }

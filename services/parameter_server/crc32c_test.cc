@@ -1,9 +1,9 @@
 #include "services/parameter_server/crc32c.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace tributary::ps {
 namespace {
@@ -26,8 +26,8 @@ TEST(Crc32cTest, HardwareAndPortableAgreeAndExtendComposes) {
     EXPECT_EQ(Crc32c(data.data(), size), Crc32cExtendPortable(0, data.data(), size)) << size;
   }
   const uint32_t whole = Crc32c(data.data(), data.size());
-  const uint32_t split = Crc32cExtend(Crc32c(data.data(), 333), data.data() + 333,
-                                      data.size() - 333);
+  const uint32_t split =
+      Crc32cExtend(Crc32c(data.data(), 333), data.data() + 333, data.size() - 333);
   EXPECT_EQ(whole, split);
   data[5000] ^= 1;
   EXPECT_NE(Crc32c(data.data(), data.size()), whole);

@@ -1,13 +1,13 @@
 // A parameter server shard: aggregation, optimizer, parameter streaming, checkpoints.
 // Start-up: restore the newest intact checkpoint, serve (health SERVING only then),
 // register with the coordinator when one is named, drain on SIGTERM.
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <glog/logging.h>
 
 #include "absl/flags/flag.h"
 #include "common/channel.h"
@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
     registration_options.coordinator = absl::GetFlag(FLAGS_coordinator);
     registration_options.channel = tributary::ChannelOptionsFromFlags();
     registration_options.request.set_address(host.advertised_address());
-    registration_options.request.set_http_port(static_cast<uint32_t>(std::max(0, host.http_port())));
+    registration_options.request.set_http_port(
+        static_cast<uint32_t>(std::max(0, host.http_port())));
     registration_options.request.set_shard_index(shard.shard_index());
     registration_options.request.set_version(tributary::kVersion);
     registration = std::make_unique<tributary::ps::CoordinatorRegistration>(

@@ -1,12 +1,12 @@
 #include "services/parameter_server/parameter_server_service.h"
 
+#include <glog/logging.h>
+
 #include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
-
-#include <glog/logging.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -47,7 +47,8 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
       reading_slot_ = nullptr;
       if (!ok) {
         read_closed_ = true;  // The client half-closed, or the call is gone.
-        if (context_->IsCancelled()) EndLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        if (context_->IsCancelled())
+          EndLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
         free_.push_back(slot);
       } else if (ending()) {
         free_.push_back(slot);
@@ -171,8 +172,8 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
       actions.read = reading_slot_;
     }
     // A half-closed stream stays open until every push it made has its values.
-    const bool drained = read_closed_ && tasks_ == 0 && held_.empty() && awaiting_.empty() &&
-                         writes_.empty();
+    const bool drained =
+        read_closed_ && tasks_ == 0 && held_.empty() && awaiting_.empty() && writes_.empty();
     if (!writing_ && (end_status_.has_value() || drained)) {
       finish_called_ = true;
       actions.finish = end_status_.value_or(grpc::Status::OK);
@@ -294,7 +295,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
         status = session_->Values(*request_.mutable_initial());
         break;
       default:
-        status = absl::InvalidArgumentError("InitPartitions: a message with neither header nor values");
+        status =
+            absl::InvalidArgumentError("InitPartitions: a message with neither header nor values");
     }
     if (!status.ok()) {
       Finish(ToGrpcStatus(status));

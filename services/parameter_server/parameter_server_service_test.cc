@@ -5,6 +5,10 @@
 // the coordinator registration work over the wire.
 #include "services/parameter_server/parameter_server_service.h"
 
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -13,10 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
+#include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/http_server.h"
@@ -29,8 +30,8 @@
 namespace tributary::ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FloatsOf;
+using ::testing::HasSubstr;
 using testing::InitialValues;
 using testing::MakeHeader;
 using testing::MakePush;
@@ -79,8 +80,8 @@ struct ShardServer {
 };
 
 absl::StatusOr<v1::InitPartitionsResponse> InitOverWire(v1::ParameterServer::Stub& stub,
-                                                         const v1::InitHeader& header,
-                                                         const std::vector<float>& initial) {
+                                                        const v1::InitHeader& header,
+                                                        const std::vector<float>& initial) {
   grpc::ClientContext context;
   v1::InitPartitionsResponse response;
   auto writer = stub.InitPartitions(&context, &response);
@@ -194,7 +195,8 @@ class FakeNode {
     while (got.size() < wanted && streams_[shard]->Read(&values)) {
       if (values.step() != step + 1) continue;
       got.insert(values.partition_id());
-      const v1::Partition& partition = cluster_.headers[shard].plan().partitions(values.partition_id());
+      const v1::Partition& partition =
+          cluster_.headers[shard].plan().partitions(values.partition_id());
       const std::vector<float> floats = FloatsOf(values);
       std::copy(floats.begin(), floats.end(), params_.begin() + partition.offset());
     }
@@ -275,7 +277,13 @@ TEST(ParameterServerServiceTest, ThreeNodesTwoShardsMatchFullBatchSgd) {
     const std::string metrics = RenderMetrics(*cluster.shards[k]->host->registry());
     EXPECT_THAT(metrics, HasSubstr("tributary_ps_pushes_total{result=\"accepted\"} 36"));
     EXPECT_THAT(metrics, HasSubstr("tributary_ps_step 4"));
-    EXPECT_THAT(metrics, HasSubstr("tributary_ps_aggregation_wait_seconds_count 12"));
+    // One aggregation-wait series per partition, each with one wait per step.
+    for (const v1::PartitionStatus& partition : status.partitions()) {
+      EXPECT_THAT(metrics,
+                  HasSubstr(absl::StrCat("tributary_ps_aggregation_wait_seconds_count{partition=\"",
+                                         partition.partition_id(), "\"} ", kSteps)));
+      EXPECT_GE(partition.aggregation_wait_seconds(), 0.0);
+    }
   }
 
   // A joining node pulls the current values.
@@ -391,8 +399,8 @@ TEST(ParameterServerServiceTest, AHalfClosedStreamGetsItsValuesBeforeItEnds) {
   auto first = server.stub->PushPull(&context);
   ASSERT_TRUE(first->Write(MakePush(header, 0, 0, 0, 0, std::vector<float>(64, 1.0f), 1)));
   first->WritesDone();  // Done pushing, still waiting for the step's values.
-  EXPECT_TRUE(PushOnce(*server.stub, MakePush(header, 0, 0, 1, 0, std::vector<float>(64, 3.0f), 1))
-                  .ok());
+  EXPECT_TRUE(
+      PushOnce(*server.stub, MakePush(header, 0, 0, 1, 0, std::vector<float>(64, 3.0f), 1)).ok());
   v1::PartitionValues values;
   ASSERT_TRUE(first->Read(&values));
   EXPECT_EQ(FloatsOf(values), std::vector<float>(64, -2.0f));
@@ -420,8 +428,8 @@ TEST(ParameterServerServiceTest, ControlRpcsOverTheWire) {
   EXPECT_THAT(refused.status().message(), HasSubstr("shard_index 4 but the plan has 1 shards"));
 
   ASSERT_TRUE(InitOverWire(*server.stub, header, std::vector<float>(64, 0.0f)).ok());
-  EXPECT_TRUE(PushOnce(*server.stub, MakePush(header, 0, 0, 0, 0, std::vector<float>(64, 1.0f), 1))
-                  .ok());
+  EXPECT_TRUE(
+      PushOnce(*server.stub, MakePush(header, 0, 0, 0, 0, std::vector<float>(64, 1.0f), 1)).ok());
   {
     grpc::ClientContext context;
     v1::CheckpointResponse response;

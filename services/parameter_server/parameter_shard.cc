@@ -1,11 +1,11 @@
 #include "services/parameter_server/parameter_shard.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
 #include <utility>
-
-#include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -55,6 +55,12 @@ struct ParameterShard::Partition {
   uint64_t step ABSL_GUARDED_BY(mu) = 0;
   // Step at which the current generation began: older steps are stale.
   uint64_t generation_start_step ABSL_GUARDED_BY(mu) = 0;
+
+  // SYNC: how long its steps waited from the first push to the last (this partition's
+  // series of tributary_ps_aggregation_wait_seconds, found on first use).
+  prometheus::Histogram* aggregation_wait ABSL_GUARDED_BY(mu) = nullptr;
+  uint64_t aggregation_waits ABSL_GUARDED_BY(mu) = 0;
+  double aggregation_wait_seconds ABSL_GUARDED_BY(mu) = 0;
 
   // SYNC aggregation of `step` (ASYNC uses `sum` as scratch for the mean gradient).
   std::vector<float> sum ABSL_GUARDED_BY(mu);
@@ -141,9 +147,9 @@ int ParameterShard::shard_index() const {
 absl::Status ParameterShard::set_shard_index(uint32_t index) {
   absl::MutexLock lock(&mu_);
   if (job_ != nullptr && job_->shard_index != index) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shard holds job '", job_->job_id, "' as shard ", job_->shard_index,
-                     "; cannot become shard ", index));
+    return absl::FailedPreconditionError(absl::StrCat("shard holds job '", job_->job_id,
+                                                      "' as shard ", job_->shard_index,
+                                                      "; cannot become shard ", index));
   }
   if (shard_index_ >= 0 && static_cast<uint32_t>(shard_index_) != index) {
     LOG(WARNING) << "shard index changes from " << shard_index_ << " to " << index;
@@ -158,9 +164,8 @@ absl::Status ParameterShard::set_shard_index(uint32_t index) {
 absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
   if (have_header_) return absl::InvalidArgumentError("InitPartitions: a second InitHeader");
   if (!ValidJobId(header.job_id())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("InitPartitions: job_id '", header.job_id(),
-                     "' must be 1-128 characters of [A-Za-z0-9._-]"));
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: job_id '", header.job_id(),
+                                                   "' must be 1-128 characters of [A-Za-z0-9._-]"));
   }
   spec_ = WithDefaults(header.job());
   if (absl::Status valid = ValidateJobSpec(spec_); !valid.ok()) {
@@ -171,9 +176,9 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
     return absl::InvalidArgumentError(absl::StrCat("InitPartitions: ", valid.message()));
   }
   if (plan.partition_bytes() != spec_.partition_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "InitPartitions: plan.partition_bytes ", plan.partition_bytes(),
-        " differs from the job's partition_bytes ", spec_.partition_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitPartitions: plan.partition_bytes ", plan.partition_bytes(),
+                     " differs from the job's partition_bytes ", spec_.partition_bytes()));
   }
   if (plan.partition_bytes() > shard_->options_.max_partition_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -202,10 +207,10 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
     if (shard_->job_ != nullptr) {
       const Job& job = *shard_->job_;
       if (job.job_id != header.job_id() || job.plan.fingerprint() != plan.fingerprint()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "shard ", job.shard_index, " holds job '", job.job_id, "' (", PlanName(job.plan),
-            "); InitPartitions names job '", header.job_id(), "' (", PlanName(plan),
-            "): end the other job first"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("shard ", job.shard_index, " holds job '", job.job_id, "' (",
+                         PlanName(job.plan), "); InitPartitions names job '", header.job_id(),
+                         "' (", PlanName(plan), "): end the other job first"));
       }
       already_installed_ = true;
     }
@@ -229,31 +234,30 @@ absl::Status ParameterShard::InitSession::Values(v1::PartitionValues& values) {
   if (already_installed_) return absl::OkStatus();  // The installed values stand.
   auto slot = slot_of_.find(values.partition_id());
   if (slot == slot_of_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("InitPartitions: partition ", values.partition_id(),
-                     " is not owned by shard ", shard_index_, " in ", PlanName(header_.plan())));
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ",
+                                                   values.partition_id(), " is not owned by shard ",
+                                                   shard_index_, " in ", PlanName(header_.plan())));
   }
   const v1::Partition& partition = owned_[slot->second];
   if (values.dtype() != v1::FLOAT32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("InitPartitions: partition ", partition.id(), ": initial values must be ",
-                     "FLOAT32, got ", v1::DType_Name(values.dtype())));
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ", partition.id(),
+                                                   ": initial values must be ", "FLOAT32, got ",
+                                                   v1::DType_Name(values.dtype())));
   }
   const size_t expected = static_cast<size_t>(partition.length()) * 4;
   if (values.data().size() != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("InitPartitions: partition ", partition.id(), ": expected ",
-                     partition.length(), " floats (", expected, " bytes), got ",
-                     values.data().size(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitPartitions: partition ", partition.id(), ": expected ", partition.length(),
+        " floats (", expected, " bytes), got ", values.data().size(), " bytes"));
   }
   std::vector<float> check(static_cast<size_t>(partition.length()));
   if (!WidenInto(v1::FLOAT32, values.data().data(), check.size(), check.data())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "InitPartitions: partition ", partition.id(), ": initial values hold NaN or Inf"));
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ", partition.id(),
+                                                   ": initial values hold NaN or Inf"));
   }
   if (values_[slot->second].has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "InitPartitions: initial values of partition ", partition.id(), " sent twice"));
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: initial values of partition ",
+                                                   partition.id(), " sent twice"));
   }
   values_[slot->second].emplace();
   values_[slot->second]->Swap(&values);
@@ -271,15 +275,15 @@ absl::StatusOr<v1::InitPartitionsResponse> ParameterShard::InitSession::Finish()
         if (!values_[i].has_value()) missing.push_back(owned_[i].id());
       }
       return absl::InvalidArgumentError(absl::StrCat(
-          "InitPartitions: initial values missing for partitions ",
-          absl::StrJoin(missing, ","), " (got ", received_, " of ", owned_.size(), ")"));
+          "InitPartitions: initial values missing for partitions ", absl::StrJoin(missing, ","),
+          " (got ", received_, " of ", owned_.size(), ")"));
     }
     for (size_t i = 1; i < values_.size(); ++i) {
       if (values_[i]->step() != values_[0]->step()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "InitPartitions: partition ", owned_[i].id(), " is at step ", values_[i]->step(),
-            " but partition ", owned_[0].id(), " at step ", values_[0]->step(),
-            ": initial values must share one step"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitPartitions: partition ", owned_[i].id(), " is at step ",
+                         values_[i]->step(), " but partition ", owned_[0].id(), " at step ",
+                         values_[0]->step(), ": initial values must share one step"));
       }
     }
   }
@@ -403,17 +407,15 @@ absl::Status ParameterShard::Reject(RejectReason reason, absl::Status status) {
 absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, NodeSink* sink) {
   absl::ReaderMutexLock lock(&mu_);
   if (job_ == nullptr) {
-    return Reject(RejectReason::kNoJob,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "push for job '", push.job_id(), "': shard ", shard_index_,
-                      " holds no job (InitPartitions first)")));
+    return Reject(RejectReason::kNoJob, absl::FailedPreconditionError(absl::StrCat(
+                                            "push for job '", push.job_id(), "': shard ",
+                                            shard_index_, " holds no job (InitPartitions first)")));
   }
   const Job& job = *job_;
   if (push.job_id() != job.job_id) {
-    return Reject(RejectReason::kWrongJob,
-                  absl::FailedPreconditionError(absl::StrCat("push for job '", push.job_id(),
-                                                             "' but shard ", job.shard_index,
-                                                             " holds job '", job.job_id, "'")));
+    return Reject(RejectReason::kWrongJob, absl::FailedPreconditionError(absl::StrCat(
+                                               "push for job '", push.job_id(), "' but shard ",
+                                               job.shard_index, " holds job '", job.job_id, "'")));
   }
   if (push.generation() < job.generation) {
     return Reject(RejectReason::kStaleGeneration,
@@ -424,30 +426,30 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
   if (push.generation() > job.generation) {
     return Reject(RejectReason::kFutureGeneration,
                   absl::UnavailableError(absl::StrCat(
-                      "generation ", push.generation(), " has not begun on shard ",
-                      job.shard_index, " (current generation ", job.generation, "); retry")));
+                      "generation ", push.generation(), " has not begun on shard ", job.shard_index,
+                      " (current generation ", job.generation, "); retry")));
   }
   if (push.node_rank() >= job.num_nodes) {
     return Reject(RejectReason::kBadNodeRank,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "node_rank ", push.node_rank(), " is not in generation ", job.generation,
-                      " of ", job.num_nodes, " nodes")));
+                  absl::InvalidArgumentError(absl::StrCat("node_rank ", push.node_rank(),
+                                                          " is not in generation ", job.generation,
+                                                          " of ", job.num_nodes, " nodes")));
   }
   auto found = job.by_id.find(push.partition_id());
   if (found == job.by_id.end()) {
     return Reject(RejectReason::kUnknownPartition,
                   absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", push.partition_id(), " is not owned by shard ",
-                      job.shard_index, " (", job.partitions.size(), " of ",
-                      job.plan.partitions_size(), " partitions in ", PlanName(job.plan), ")")));
+                      "partition ", push.partition_id(), " is not owned by shard ", job.shard_index,
+                      " (", job.partitions.size(), " of ", job.plan.partitions_size(),
+                      " partitions in ", PlanName(job.plan), ")")));
   }
   Partition& p = *found->second;
   if (push.dtype() != job.wire_dtype) {
-    return Reject(RejectReason::kWrongDtype,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", p.id, " of step ", push.step(), ": dtype ",
-                      v1::DType_Name(push.dtype()), " but the job's wire dtype is ",
-                      v1::DType_Name(job.wire_dtype))));
+    return Reject(
+        RejectReason::kWrongDtype,
+        absl::InvalidArgumentError(absl::StrCat(
+            "partition ", p.id, " of step ", push.step(), ": dtype ", v1::DType_Name(push.dtype()),
+            " but the job's wire dtype is ", v1::DType_Name(job.wire_dtype))));
   }
   if (push.data().size() != p.length * job.wire_bytes) {
     return Reject(RejectReason::kWrongLength,
@@ -460,9 +462,9 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
   // every node), with zero samples and a zero gradient.
   if (push.sample_count() == 0 && !AllZero(job.wire_dtype, push.data().data(), p.length)) {
     return Reject(RejectReason::kZeroSamples,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", p.id, " of step ", push.step(), " from node ",
-                      push.node_rank(), ": sample_count 0 with a non-zero gradient")));
+                  absl::InvalidArgumentError(
+                      absl::StrCat("partition ", p.id, " of step ", push.step(), " from node ",
+                                   push.node_rank(), ": sample_count 0 with a non-zero gradient")));
   }
   RegisterSink(push.node_rank(), sink);
   absl::MutexLock partition_lock(&p.mu);
@@ -471,8 +473,7 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
 }
 
 absl::StatusOr<PushResult> ParameterShard::PushSync(const Job& job, Partition& p,
-                                                    const v1::GradientPush& push,
-                                                    NodeSink* sink) {
+                                                    const v1::GradientPush& push, NodeSink* sink) {
   const uint64_t step = push.step();
   const uint32_t node = push.node_rank();
   if (step == p.step) {
@@ -514,11 +515,10 @@ absl::StatusOr<PushResult> ParameterShard::PushSync(const Job& job, Partition& p
                       ": generation ", job.generation, " began at step ", p.generation_start_step,
                       " and the partition is at step ", p.step)));
   }
-  return Reject(RejectReason::kStepAhead,
-                absl::FailedPreconditionError(absl::StrCat(
-                    "step ", step, " for partition ", p.id, " from node ", node,
-                    " is ahead: the partition is at step ", p.step,
-                    " (SYNC runs one step at a time)")));
+  return Reject(RejectReason::kStepAhead, absl::FailedPreconditionError(absl::StrCat(
+                                              "step ", step, " for partition ", p.id, " from node ",
+                                              node, " is ahead: the partition is at step ", p.step,
+                                              " (SYNC runs one step at a time)")));
 }
 
 std::shared_ptr<v1::PartitionValues> ParameterShard::NextValues(Partition& p) {
@@ -556,16 +556,21 @@ void ParameterShard::CompleteSyncStep(const Job& job, Partition& p) {
     ++p.skipped_non_finite;
     metrics_.updates_skipped_non_finite.Increment();
     updates_skipped_.fetch_add(1, std::memory_order_relaxed);
-    LOG_EVERY_N(WARNING, 100)
-        << "partition " << p.id << " step " << p.step << ": non-finite gradient "
-        << (p.non_finite_nodes.empty()
-                ? std::string("(the sum overflowed)")
-                : absl::StrCat("from node(s) ", absl::StrJoin(p.non_finite_nodes, ",")))
-        << "; update skipped, parameters unchanged (" << google::COUNTER << " so far)";
+    LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << p.step
+                              << ": non-finite gradient "
+                              << (p.non_finite_nodes.empty()
+                                      ? std::string("(the sum overflowed)")
+                                      : absl::StrCat("from node(s) ",
+                                                     absl::StrJoin(p.non_finite_nodes, ",")))
+                              << "; update skipped, parameters unchanged (" << google::COUNTER
+                              << " so far)";
   }
   next->set_step(p.step + 1);
   const absl::Duration wait = now - p.first_push;
-  metrics_.aggregation_wait_seconds.Observe(Seconds(wait));
+  if (p.aggregation_wait == nullptr) p.aggregation_wait = &metrics_.AggregationWait(p.id);
+  p.aggregation_wait->Observe(Seconds(wait));
+  ++p.aggregation_waits;
+  p.aggregation_wait_seconds += Seconds(wait);
   aggregation_wait_count_.fetch_add(1, std::memory_order_relaxed);
   aggregation_wait_micros_.fetch_add(static_cast<uint64_t>(absl::ToInt64Microseconds(wait)),
                                      std::memory_order_relaxed);
@@ -601,9 +606,9 @@ void ParameterShard::ApplyAsyncPush(const Job& job, Partition& p, const v1::Grad
     ++p.skipped_non_finite;
     metrics_.updates_skipped_non_finite.Increment();
     updates_skipped_.fetch_add(1, std::memory_order_relaxed);
-    LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << step << " from node "
-                              << node << ": non-finite gradient; update skipped ("
-                              << google::COUNTER << " so far)";
+    LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << step << " from node " << node
+                              << ": non-finite gradient; update skipped (" << google::COUNTER
+                              << " so far)";
   }
   next->set_step(step + 1);
   p.spare = std::move(p.values);
@@ -611,16 +616,15 @@ void ParameterShard::ApplyAsyncPush(const Job& job, Partition& p, const v1::Grad
 }
 
 absl::StatusOr<PushResult> ParameterShard::PushAsync(const Job& job, Partition& p,
-                                                     const v1::GradientPush& push,
-                                                     NodeSink* sink) {
+                                                     const v1::GradientPush& push, NodeSink* sink) {
   const uint64_t step = push.step();
   const uint32_t node = push.node_rank();
   if (step < p.generation_start_step) {
-    return Reject(RejectReason::kStaleStep,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "stale step ", step, " for partition ", p.id, " from node ", node,
-                      ": generation ", job.generation, " began at step ",
-                      p.generation_start_step)));
+    return Reject(
+        RejectReason::kStaleStep,
+        absl::FailedPreconditionError(absl::StrCat(
+            "stale step ", step, " for partition ", p.id, " from node ", node, ": generation ",
+            job.generation, " began at step ", p.generation_start_step)));
   }
   if (p.has_pushed[node]) {
     if (step == p.last_step[node]) {
@@ -631,9 +635,9 @@ absl::StatusOr<PushResult> ParameterShard::PushAsync(const Job& job, Partition& 
     }
     if (step < p.last_step[node]) {
       return Reject(RejectReason::kStaleStep,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "stale step ", step, " for partition ", p.id, " from node ", node,
-                        ": it already pushed step ", p.last_step[node])));
+                    absl::FailedPreconditionError(
+                        absl::StrCat("stale step ", step, " for partition ", p.id, " from node ",
+                                     node, ": it already pushed step ", p.last_step[node])));
     }
   }
   if (job.mode == v1::BOUNDED_STALENESS && step > p.step + job.staleness) {
@@ -801,9 +805,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Paramete
     for (uint32_t id : request.partition_ids()) {
       auto found = job->by_id.find(id);
       if (found == job->by_id.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("Pull: partition ", id,
-                                                       " is not owned by shard ",
-                                                       job->shard_index));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Pull: partition ", id, " is not owned by shard ", job->shard_index));
       }
       wanted.push_back(found->second);
     }
@@ -820,8 +823,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Paramete
 absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
     const v1::BeginGenerationRequest& request) {
   if (request.num_nodes() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("BeginGeneration ", request.generation(),
-                                                   ": num_nodes must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("BeginGeneration ", request.generation(), ": num_nodes must be > 0"));
   }
   absl::MutexLock lock(&mu_);
   v1::BeginGenerationResponse response;
@@ -831,23 +834,22 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
       return absl::InvalidArgumentError(
           absl::StrCat("BeginGeneration: job_id '", request.job_id(), "' is not a valid job id"));
     }
-    LOG(INFO) << "generation " << request.generation() << " of job '" << request.job_id()
-              << "' (" << request.num_nodes() << " nodes, resume at step "
-              << request.resume_step() << ") noted; it applies when the job is installed";
+    LOG(INFO) << "generation " << request.generation() << " of job '" << request.job_id() << "' ("
+              << request.num_nodes() << " nodes, resume at step " << request.resume_step()
+              << ") noted; it applies when the job is installed";
     pending_generation_ = request;
     return response;
   }
   Job& job = *job_;
   if (request.job_id() != job.job_id) {
-    return absl::FailedPreconditionError(absl::StrCat("BeginGeneration for job '",
-                                                      request.job_id(), "' but shard ",
-                                                      job.shard_index, " holds job '", job.job_id,
-                                                      "'"));
+    return absl::FailedPreconditionError(absl::StrCat("BeginGeneration for job '", request.job_id(),
+                                                      "' but shard ", job.shard_index,
+                                                      " holds job '", job.job_id, "'"));
   }
   if (request.generation() <= job.generation) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "BeginGeneration: generation ", request.generation(),
-        " is not newer than shard ", job.shard_index, "'s current generation ", job.generation));
+        "BeginGeneration: generation ", request.generation(), " is not newer than shard ",
+        job.shard_index, "'s current generation ", job.generation));
   }
   const uint64_t resume = request.resume_step();
   if (job.mode == v1::SYNC) {
@@ -855,13 +857,13 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
       Partition& p = *partition;
       absl::MutexLock partition_lock(&p.mu);
       const bool at = p.step == resume;
-      const bool one_ahead = p.step == resume + 1 && p.prev_values != nullptr &&
-                             p.prev_values->step() == resume;
+      const bool one_ahead =
+          p.step == resume + 1 && p.prev_values != nullptr && p.prev_values->step() == resume;
       if (!at && !one_ahead) {
         return absl::FailedPreconditionError(absl::StrCat(
             "BeginGeneration ", request.generation(), ": resume_step ", resume,
-            " cannot be reached: partition ", p.id, " of shard ", job.shard_index,
-            " is at step ", p.step,
+            " cannot be reached: partition ", p.id, " of shard ", job.shard_index, " is at step ",
+            p.step,
             p.prev_values != nullptr ? absl::StrCat(" and keeps step ", p.prev_values->step())
                                      : std::string(" and keeps no earlier step")));
       }
@@ -958,6 +960,9 @@ v1::ShardStatus ParameterShard::Status() const {
     out->set_version(p.values->version());
     out->set_step(p.step);
     out->set_skipped_non_finite(p.skipped_non_finite);
+    if (p.aggregation_waits > 0) {
+      out->set_aggregation_wait_seconds(p.aggregation_wait_seconds / p.aggregation_waits);
+    }
     for (uint32_t node = 0; node < job.num_nodes; ++node) {
       // SYNC: who has not pushed this step; otherwise the slowest node(s).
       const bool waiting =
@@ -1003,9 +1008,8 @@ absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job
       data.values = p.prev_values;
       data.state = p.prev_state;
     } else {
-      return absl::FailedPreconditionError(absl::StrCat("cannot checkpoint step ", step,
-                                                        ": partition ", p.id,
-                                                        " has moved on to step ", p.step));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot checkpoint step ", step, ": partition ", p.id, " has moved on to step ", p.step));
     }
     PartitionCheckpoint* info = meta.add_partitions();
     info->set_id(p.id);
@@ -1032,8 +1036,7 @@ absl::StatusOr<v1::CheckpointResponse> ParameterShard::WriteSnapshot(
   absl::StatusOr<WrittenCheckpoint> written = WriteCheckpoint(shard_dir, snapshot);
   if (!written.ok()) {
     metrics_.checkpoints_error.Increment();
-    LOG(ERROR) << "checkpoint of step " << snapshot.meta.step() << " failed: "
-               << written.status();
+    LOG(ERROR) << "checkpoint of step " << snapshot.meta.step() << " failed: " << written.status();
     return written.status();
   }
   PruneCheckpoints(shard_dir, options_.checkpoints_to_keep);
@@ -1047,8 +1050,8 @@ absl::StatusOr<v1::CheckpointResponse> ParameterShard::WriteSnapshot(
   }
   metrics_.last_checkpoint_timestamp_seconds.Set(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
   metrics_.checkpoint_age_seconds.Set(0);
-  LOG(INFO) << "checkpoint of job '" << snapshot.meta.job_id() << "' step "
-            << snapshot.meta.step() << " generation " << snapshot.meta.generation()
+  LOG(INFO) << "checkpoint of job '" << snapshot.meta.job_id() << "' step " << snapshot.meta.step()
+            << " generation " << snapshot.meta.generation()
             << (snapshot.meta.job_ended() ? " (final)" : "") << " written to " << written->path
             << " (" << written->bytes << " bytes, crc32c " << Crc32cHex(written->crc32c) << ")";
   v1::CheckpointResponse response;
@@ -1072,10 +1075,10 @@ absl::StatusOr<v1::CheckpointResponse> ParameterShard::Checkpoint() {
     }
     dir = CheckpointDirLocked();
     if (dir.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Checkpoint: no checkpoint directory (set --checkpoint_dir or the job's "
-          "checkpoint_dir) for job '",
-          job_->job_id, "'"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("Checkpoint: no checkpoint directory (set --checkpoint_dir or the job's "
+                       "checkpoint_dir) for job '",
+                       job_->job_id, "'"));
     }
     snapshot = Snapshot(ShardStepLocked(), /*job_ended=*/false);
   }
@@ -1133,8 +1136,7 @@ void ParameterShard::CheckpointLoop() {
         (void)WriteSnapshot(*snapshot, dir);  // Logged and counted inside.
       } else if (!dir.empty()) {
         metrics_.checkpoints_error.Increment();
-        LOG(ERROR) << "periodic checkpoint of step " << step
-                   << " failed: " << snapshot.status();
+        LOG(ERROR) << "periodic checkpoint of step " << step << " failed: " << snapshot.status();
       }
     }
     absl::MutexLock lock(&queue_mu_);
@@ -1149,10 +1151,10 @@ absl::StatusOr<v1::EndJobResponse> ParameterShard::EndJob(const v1::EndJobReques
   {
     absl::ReaderMutexLock lock(&mu_);
     if (job_ == nullptr || job_->job_id != request.job_id()) {
-      return absl::NotFoundError(absl::StrCat(
-          "EndJob: job '", request.job_id(), "' is not on shard ", shard_index_,
-          job_ == nullptr ? std::string(" (no job installed)")
-                          : absl::StrCat(" (it holds job '", job_->job_id, "')")));
+      return absl::NotFoundError(
+          absl::StrCat("EndJob: job '", request.job_id(), "' is not on shard ", shard_index_,
+                       job_ == nullptr ? std::string(" (no job installed)")
+                                       : absl::StrCat(" (it holds job '", job_->job_id, "')")));
     }
     dir = CheckpointDirLocked();
     if (!dir.empty()) snapshot = Snapshot(ShardStepLocked(), /*job_ended=*/true);
@@ -1226,12 +1228,14 @@ absl::Status ParameterShard::InstallCheckpoint(const std::string& path,
   if (absl::Status valid = ValidatePartitionPlan(meta.plan()); !valid.ok()) {
     return corrupt(std::string(valid.message()));
   }
-  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(meta.job().optimizer(), meta.total_steps());
+  absl::StatusOr<Optimizer> optimizer =
+      Optimizer::Create(meta.job().optimizer(), meta.total_steps());
   if (!optimizer.ok()) return corrupt(std::string(optimizer.status().message()));
   const std::vector<uint32_t> owned = PartitionsOfShard(meta.plan(), meta.shard_index());
   if (owned.size() != static_cast<size_t>(meta.partitions_size()) || meta.num_nodes() == 0) {
-    return corrupt(absl::StrCat("holds ", meta.partitions_size(), " partitions, the plan gives shard ",
-                                meta.shard_index(), " ", owned.size()));
+    return corrupt(absl::StrCat("holds ", meta.partitions_size(),
+                                " partitions, the plan gives shard ", meta.shard_index(), " ",
+                                owned.size()));
   }
   auto job = std::make_unique<Job>(*std::move(optimizer));
   job->job_id = meta.job_id();

@@ -22,6 +22,8 @@
 #ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_PARAMETER_SHARD_H_
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_PARAMETER_SHARD_H_
 
+#include <prometheus/registry.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -32,8 +34,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <prometheus/registry.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -116,7 +116,9 @@ class ParameterShard {
     std::vector<std::optional<v1::PartitionValues>> values_;
     size_t received_ = 0;
   };
-  std::unique_ptr<InitSession> StartInit() { return std::unique_ptr<InitSession>(new InitSession(this)); }
+  std::unique_ptr<InitSession> StartInit() {
+    return std::unique_ptr<InitSession>(new InitSession(this));
+  }
 
   // Convenience for tests and tools: the whole InitPartitions exchange in one call.
   absl::StatusOr<v1::InitPartitionsResponse> Init(const v1::InitHeader& header,
@@ -178,9 +180,8 @@ class ParameterShard {
                                       NodeSink* sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   // Widens, divides and applies one ASYNC/BOUNDED_STALENESS push (p.mu held).
   void ApplyAsyncPush(const Job& job, Partition& p, const v1::GradientPush& push);
-  absl::StatusOr<PushResult> PushAsync(const Job& job, Partition& p,
-                                       const v1::GradientPush& push, NodeSink* sink)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  absl::StatusOr<PushResult> PushAsync(const Job& job, Partition& p, const v1::GradientPush& push,
+                                       NodeSink* sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   void CompleteSyncStep(const Job& job, Partition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   // A buffer for the partition's next values holding a copy of the current ones.
   std::shared_ptr<v1::PartitionValues> NextValues(Partition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);

@@ -1,12 +1,12 @@
 #include "services/parameter_server/parameter_shard.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "services/parameter_server/shard_test_util.h"
 
@@ -14,8 +14,8 @@ namespace tributary::ps {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::FloatsOf;
+using ::testing::HasSubstr;
 using testing::InitialValues;
 using testing::MakeHeader;
 using testing::MakePush;
@@ -37,7 +37,9 @@ std::vector<float> Ramp(int64_t n, float start, float step) {
 struct Fixture {
   Fixture(const v1::JobSpec& spec, std::vector<float> initial, uint32_t shards = 1,
           uint32_t shard = 0, ShardOptions options = {})
-      : shard_options(options), shard(options, nullptr), header(MakeHeader(spec, kElements, shards, shard)),
+      : shard_options(options),
+        shard(options, nullptr),
+        header(MakeHeader(spec, kElements, shards, shard)),
         initial(std::move(initial)) {
     absl::StatusOr<v1::InitPartitionsResponse> init =
         this->shard.Init(header, InitialValues(header, this->initial));
@@ -174,8 +176,8 @@ TEST(ParameterShardSyncTest, OptimizersMatchHandComputedValues) {
   v1::OptimizerSpec momentum = Sgd(0.1f);
   momentum.set_type(v1::MOMENTUM);
   momentum.set_momentum(0.9f);
-  EXPECT_THAT(TwoSyncSteps(momentum), ElementsAre(::testing::FloatEq(0.95f),
-                                                  ::testing::FloatEq(0.855f)));
+  EXPECT_THAT(TwoSyncSteps(momentum),
+              ElementsAre(::testing::FloatEq(0.95f), ::testing::FloatEq(0.855f)));
   momentum.set_nesterov(true);  // v = 0.5; p = 1 - 0.1 * (0.5 + 0.9 * 0.5)
   EXPECT_FLOAT_EQ(TwoSyncSteps(momentum)[0], 0.905f);
 
@@ -185,7 +187,7 @@ TEST(ParameterShardSyncTest, OptimizersMatchHandComputedValues) {
   // Bias-corrected moments are 0.5 and 0.25 at both steps: each step moves by lr.
   // A wrong step index (no bias correction at step 1) would move by ~0.0016 instead.
   EXPECT_THAT(TwoSyncSteps(adam), ElementsAre(::testing::FloatNear(0.999f, 1e-6f),
-                                               ::testing::FloatNear(0.998f, 1e-6f)));
+                                              ::testing::FloatNear(0.998f, 1e-6f)));
   adam.set_type(v1::ADAMW);
   adam.set_weight_decay(0.1f);  // 1 - 0.001 * 0.1 * 1, then - 0.001.
   EXPECT_NEAR(TwoSyncSteps(adam)[0], 0.9989f, 1e-6f);
@@ -195,16 +197,16 @@ TEST(ParameterShardSyncTest, OptimizersMatchHandComputedValues) {
   step_decay.mutable_schedule()->set_kind(v1::STEP);
   step_decay.mutable_schedule()->set_step_size(1);
   step_decay.mutable_schedule()->set_gamma(0.5f);
-  EXPECT_THAT(TwoSyncSteps(step_decay), ElementsAre(::testing::FloatEq(0.95f),
-                                                    ::testing::FloatEq(0.925f)));
+  EXPECT_THAT(TwoSyncSteps(step_decay),
+              ElementsAre(::testing::FloatEq(0.95f), ::testing::FloatEq(0.925f)));
   v1::OptimizerSpec warmup = Sgd(0.1f);
   warmup.mutable_schedule()->set_warmup_steps(2);
-  EXPECT_THAT(TwoSyncSteps(warmup), ElementsAre(::testing::FloatEq(0.975f),
-                                                ::testing::FloatEq(0.925f)));
+  EXPECT_THAT(TwoSyncSteps(warmup),
+              ElementsAre(::testing::FloatEq(0.975f), ::testing::FloatEq(0.925f)));
   v1::OptimizerSpec cosine = Sgd(0.1f);
   cosine.mutable_schedule()->set_kind(v1::COSINE);  // total 2 steps: lr 0.1, then 0.05.
-  EXPECT_THAT(TwoSyncSteps(cosine, 2), ElementsAre(::testing::FloatEq(0.95f),
-                                                   ::testing::FloatEq(0.925f)));
+  EXPECT_THAT(TwoSyncSteps(cosine, 2),
+              ElementsAre(::testing::FloatEq(0.95f), ::testing::FloatEq(0.925f)));
 }
 
 TEST(ParameterShardSyncTest, ExactDuplicatesAreNotAppliedTwiceAndDoneStepsAreResent) {

@@ -1,11 +1,11 @@
 #include "services/parameter_server/partition_executor.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <map>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/synchronization/mutex.h"
 

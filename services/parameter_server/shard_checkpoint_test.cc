@@ -1,13 +1,13 @@
 // Checkpoints of a whole shard: write, "kill" (destroy the shard), restart from the
 // directory and compare, bit for bit; corrupt the newest file; periodic and final
 // checkpoints.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/shard_test_util.h"
@@ -15,8 +15,8 @@
 namespace tributary::ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FloatsOf;
+using ::testing::HasSubstr;
 using testing::InitialValues;
 using testing::MakeHeader;
 using testing::MakePush;

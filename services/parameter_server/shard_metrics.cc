@@ -1,5 +1,7 @@
 #include "services/parameter_server/shard_metrics.h"
 
+#include <string>
+
 namespace tributary::ps {
 namespace {
 
@@ -18,18 +20,30 @@ prometheus::Histogram::BucketBoundaries SecondsBuckets() {
 
 const char* RejectReasonName(RejectReason reason) {
   switch (reason) {
-    case RejectReason::kNoJob: return "no_job";
-    case RejectReason::kWrongJob: return "wrong_job";
-    case RejectReason::kStaleGeneration: return "stale_generation";
-    case RejectReason::kFutureGeneration: return "future_generation";
-    case RejectReason::kBadNodeRank: return "bad_node_rank";
-    case RejectReason::kUnknownPartition: return "unknown_partition";
-    case RejectReason::kWrongDtype: return "wrong_dtype";
-    case RejectReason::kWrongLength: return "wrong_length";
-    case RejectReason::kZeroSamples: return "zero_samples";
-    case RejectReason::kStaleStep: return "stale_step";
-    case RejectReason::kStepAhead: return "step_ahead";
-    case RejectReason::kCount: break;
+    case RejectReason::kNoJob:
+      return "no_job";
+    case RejectReason::kWrongJob:
+      return "wrong_job";
+    case RejectReason::kStaleGeneration:
+      return "stale_generation";
+    case RejectReason::kFutureGeneration:
+      return "future_generation";
+    case RejectReason::kBadNodeRank:
+      return "bad_node_rank";
+    case RejectReason::kUnknownPartition:
+      return "unknown_partition";
+    case RejectReason::kWrongDtype:
+      return "wrong_dtype";
+    case RejectReason::kWrongLength:
+      return "wrong_length";
+    case RejectReason::kZeroSamples:
+      return "zero_samples";
+    case RejectReason::kStaleStep:
+      return "stale_step";
+    case RejectReason::kStepAhead:
+      return "step_ahead";
+    case RejectReason::kCount:
+      break;
   }
   return "unknown";
 }
@@ -62,9 +76,9 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
       aggregation_wait_seconds(
           prometheus::BuildHistogram()
               .Name("tributary_ps_aggregation_wait_seconds")
-              .Help("SYNC: seconds from a partition-step's first push to its last.")
-              .Register(registry)
-              .Add({}, SecondsBuckets())),
+              .Help("SYNC: seconds from a partition-step's first push to its last, per "
+                    "partition.")
+              .Register(registry)),
       optimizer_apply_seconds(prometheus::BuildHistogram()
                                   .Name("tributary_ps_optimizer_apply_seconds")
                                   .Help("Seconds to apply the optimizer to one partition.")
@@ -100,12 +114,11 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
                                  .Help("Seconds since the last checkpoint; -1 when none.")
                                  .Register(registry)
                                  .Add({})),
-      last_checkpoint_timestamp_seconds(
-          prometheus::BuildGauge()
-              .Name("tributary_ps_last_checkpoint_timestamp_seconds")
-              .Help("Unix time of the last checkpoint; 0 when none.")
-              .Register(registry)
-              .Add({})) {
+      last_checkpoint_timestamp_seconds(prometheus::BuildGauge()
+                                            .Name("tributary_ps_last_checkpoint_timestamp_seconds")
+                                            .Help("Unix time of the last checkpoint; 0 when none.")
+                                            .Register(registry)
+                                            .Add({})) {
   auto& family = prometheus::BuildCounter()
                      .Name("tributary_ps_pushes_rejected_total")
                      .Help("Pushes refused, by reason; each ended its PushPull stream.")
@@ -114,6 +127,11 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
     rejected[i] = &family.Add({{"reason", RejectReasonName(static_cast<RejectReason>(i))}});
   }
   checkpoint_age_seconds.Set(-1);
+}
+
+prometheus::Histogram& ShardMetrics::AggregationWait(uint32_t partition) {
+  // Family::Add returns the existing series for labels it already has.
+  return aggregation_wait_seconds.Add({{"partition", std::to_string(partition)}}, SecondsBuckets());
 }
 
 }  // namespace tributary::ps

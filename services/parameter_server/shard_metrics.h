@@ -3,8 +3,8 @@
 //   tributary_ps_pushes_rejected_total{reason=...}     (see RejectReason)
 //   tributary_ps_bytes_total{direction="in"|"out"}     (gradient / parameter payload bytes)
 //   tributary_ps_updates_total{result="applied"|"skipped_non_finite"}
-//   tributary_ps_aggregation_wait_seconds              (histogram, first to last push of a
-//                                                       partition-step, SYNC)
+//   tributary_ps_aggregation_wait_seconds{partition}   (histogram per partition, first to
+//                                                       last push of a partition-step, SYNC)
 //   tributary_ps_optimizer_apply_seconds               (histogram, one partition update)
 //   tributary_ps_step, tributary_ps_generation, tributary_ps_partitions (gauges)
 //   tributary_ps_checkpoints_total{result="ok"|"error"}
@@ -13,28 +13,28 @@
 #ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_SHARD_METRICS_H_
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_SHARD_METRICS_H_
 
-#include <array>
-
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
+
 namespace tributary::ps {
 
 // Why a push was refused; each has its own counter label.
 enum class RejectReason {
-  kNoJob,               // FAILED_PRECONDITION: nothing installed.
-  kWrongJob,            // FAILED_PRECONDITION: another job id.
-  kStaleGeneration,     // FAILED_PRECONDITION.
-  kFutureGeneration,    // UNAVAILABLE: BeginGeneration has not reached this shard yet.
-  kBadNodeRank,         // INVALID_ARGUMENT.
-  kUnknownPartition,    // INVALID_ARGUMENT: not in the plan or owned by another shard.
-  kWrongDtype,          // INVALID_ARGUMENT.
-  kWrongLength,         // INVALID_ARGUMENT.
-  kZeroSamples,         // INVALID_ARGUMENT.
-  kStaleStep,           // FAILED_PRECONDITION.
-  kStepAhead,           // FAILED_PRECONDITION: SYNC step not begun yet.
+  kNoJob,             // FAILED_PRECONDITION: nothing installed.
+  kWrongJob,          // FAILED_PRECONDITION: another job id.
+  kStaleGeneration,   // FAILED_PRECONDITION.
+  kFutureGeneration,  // UNAVAILABLE: BeginGeneration has not reached this shard yet.
+  kBadNodeRank,       // INVALID_ARGUMENT.
+  kUnknownPartition,  // INVALID_ARGUMENT: not in the plan or owned by another shard.
+  kWrongDtype,        // INVALID_ARGUMENT.
+  kWrongLength,       // INVALID_ARGUMENT.
+  kZeroSamples,       // INVALID_ARGUMENT.
+  kStaleStep,         // FAILED_PRECONDITION.
+  kStepAhead,         // FAILED_PRECONDITION: SYNC step not begun yet.
   kCount,
 };
 
@@ -51,7 +51,7 @@ struct ShardMetrics {
   prometheus::Counter& bytes_out;
   prometheus::Counter& updates_applied;
   prometheus::Counter& updates_skipped_non_finite;
-  prometheus::Histogram& aggregation_wait_seconds;
+  prometheus::Family<prometheus::Histogram>& aggregation_wait_seconds;
   prometheus::Histogram& optimizer_apply_seconds;
   prometheus::Gauge& step;
   prometheus::Gauge& generation;
@@ -60,6 +60,10 @@ struct ShardMetrics {
   prometheus::Counter& checkpoints_error;
   prometheus::Gauge& checkpoint_age_seconds;
   prometheus::Gauge& last_checkpoint_timestamp_seconds;
+
+  // The aggregation-wait series of one partition (created on first use; a partition id
+  // keeps its series across jobs).
+  prometheus::Histogram& AggregationWait(uint32_t partition);
 
   prometheus::Counter& Rejected(RejectReason reason) {
     return *rejected[static_cast<size_t>(reason)];

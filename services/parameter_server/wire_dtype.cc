@@ -44,7 +44,9 @@ inline float WidenHalf(uint16_t half) {
   return BitsToFloat(FloatToBits(unsigned_value) | (static_cast<uint32_t>(half & 0x8000) << 16));
 }
 
-inline float WidenBfloat16(uint16_t value) { return BitsToFloat(static_cast<uint32_t>(value) << 16); }
+inline float WidenBfloat16(uint16_t value) {
+  return BitsToFloat(static_cast<uint32_t>(value) << 16);
+}
 
 }  // namespace
 
@@ -92,9 +94,7 @@ uint16_t FloatToBfloat16(float value) {
 // The loops below OR a "not finite" flag per element instead of branching, which
 // keeps them vectorizable; the flag costs no extra pass over memory.
 namespace {
-inline uint32_t NotFinite(float value) {
-  return (FloatToBits(value) & 0x7f800000u) == 0x7f800000u;
-}
+inline uint32_t NotFinite(float value) { return (FloatToBits(value) & 0x7f800000u) == 0x7f800000u; }
 }  // namespace
 
 bool WidenInto(v1::DType dtype, const char* src, size_t n, float* __restrict dst) {

@@ -1,12 +1,12 @@
 #include "services/parameter_server/wire_dtype.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace tributary::ps {
 namespace {
