@@ -4,6 +4,7 @@
 //   tributary status | pause | resume | stop | pull   conveniences over the gRPC API
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -146,9 +147,13 @@ std::string ProgressLine(const v1::Job& job, double elapsed) {
                          ? (job.total_steps() - job.step()) / steps_per_second
                          : -1;
   const uint32_t epochs = job.spec().epochs();
+  // Counted from 1; the job's epoch is the one the next step belongs to, which is one
+  // past the last once every step ran.
+  uint32_t epoch = job.epoch() + 1;
+  if (epochs > 0) epoch = std::min(epoch, epochs);
   return absl::StrFormat(
       "%-10s epoch %u%s  step %llu/%llu  loss %s  acc %s  %s samples/s  elapsed %s  ETA %s",
-      v1::JobState_Name(job.state()), job.epoch() + 1,
+      v1::JobState_Name(job.state()), epoch,
       epochs > 0 ? absl::StrCat("/", epochs) : std::string(),
       static_cast<unsigned long long>(job.step()),
       static_cast<unsigned long long>(job.total_steps()),
@@ -372,7 +377,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
       v1::JobControlRequest request;
       request.set_reason("tributary local interrupted");
       v1::Job stopped;
-      stub->StopJob(&context, request, &stopped);
+      if (stub->StopJob(&context, request, &stopped).ok()) job = stopped;
       exit_code = 130;
       break;
     }
