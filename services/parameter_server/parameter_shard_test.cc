@@ -252,16 +252,26 @@ TEST(ParameterShardSyncTest, NonFiniteGradientSkipsTheUpdateButTheStepGoesOn) {
   EXPECT_EQ(a.Last(0)->version(), 0u);
   EXPECT_EQ(a.Last(0)->step(), 2u);
 
-  // Training goes on: the next finite step applies.
+  // A literal infinity in a push (either sign) is caught like a NaN.
+  std::vector<float> infinite = Filled(kElements, 1.0f);
+  infinite[7] = std::numeric_limits<float>::infinity();
+  infinite[9] = -std::numeric_limits<float>::infinity();
   ExpectOk(f.Push(2, 0, 0, Filled(kElements, 1.0f), 1, &a), PushResult::kAccepted);
-  ExpectOk(f.Push(2, 1, 0, Filled(kElements, 1.0f), 1, &b), PushResult::kAccepted);
+  ExpectOk(f.Push(2, 1, 0, infinite, 1, &b), PushResult::kAccepted);
+  EXPECT_EQ(a.Last(0)->version(), 0u);
+  EXPECT_EQ(a.Last(0)->step(), 3u);
+  EXPECT_EQ(FloatsOf(*a.Last(0)), Filled(64, 1.0f));
+
+  // Training goes on: the next finite step applies.
+  ExpectOk(f.Push(3, 0, 0, Filled(kElements, 1.0f), 1, &a), PushResult::kAccepted);
+  ExpectOk(f.Push(3, 1, 0, Filled(kElements, 1.0f), 1, &b), PushResult::kAccepted);
   EXPECT_EQ(a.Last(0)->version(), 1u);
   EXPECT_FLOAT_EQ(FloatsOf(*a.Last(0))[0], 0.9f);
   const v1::ShardStatus status = f.shard.Status();
-  EXPECT_EQ(status.updates_skipped_non_finite(), 2u);
-  EXPECT_EQ(status.partitions(0).skipped_non_finite(), 2u);
+  EXPECT_EQ(status.updates_skipped_non_finite(), 3u);
+  EXPECT_EQ(status.partitions(0).skipped_non_finite(), 3u);
   EXPECT_EQ(status.partitions(1).skipped_non_finite(), 0u);
-  EXPECT_EQ(f.shard.metrics().updates_skipped_non_finite.Value(), 2);
+  EXPECT_EQ(f.shard.metrics().updates_skipped_non_finite.Value(), 3);
 }
 
 TEST(ParameterShardSyncTest, NarrowWireDtypesAreWidenedBeforeSumming) {
@@ -484,7 +494,44 @@ TEST(ParameterShardAsyncTest, AppliesEachPushOnArrivalAndAnswersThePusher) {
   bad[1] = std::nanf("");
   ExpectOk(f.Push(1, 0, 0, bad, 1, &a), PushResult::kAccepted);
   EXPECT_EQ(a.Last(0)->version(), 3u);
-  EXPECT_EQ(f.shard.Status().updates_skipped_non_finite(), 1u);
+  bad[1] = -std::numeric_limits<float>::infinity();
+  ExpectOk(f.Push(2, 0, 0, bad, 1, &a), PushResult::kAccepted);
+  EXPECT_EQ(a.Last(0)->version(), 3u);
+  EXPECT_EQ(f.shard.Status().updates_skipped_non_finite(), 2u);
+}
+
+TEST(ParameterShardAsyncTest, ANewGenerationDropsHeldPushesAndRestartsTheClocks) {
+  Fixture f(MakeSpec(v1::BOUNDED_STALENESS, Sgd(0.1f), 2), Filled(kElements, 1.0f));
+  RecordingSink fast, slow;
+  const std::vector<float> grad = Filled(kElements, 1.0f);
+  ExpectOk(f.Push(0, 0, 0, grad, 1, &fast), PushResult::kAccepted);
+  ExpectOk(f.Push(1, 0, 0, grad, 1, &fast), PushResult::kAccepted);
+  ExpectOk(f.Push(2, 0, 0, grad, 1, &fast), PushResult::kHeld);
+  ASSERT_EQ(f.Raw(0)->version(), 2u);
+
+  // The slow node died: generation 1 of one node resumes at step 1 (the slowest's).
+  v1::BeginGenerationRequest request;
+  request.set_job_id("job-1");
+  request.set_generation(1);
+  request.set_num_nodes(1);
+  request.set_resume_step(1);
+  auto begun = f.shard.BeginGeneration(request);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_EQ(begun->rolled_back(), 0u) << "no rollback outside SYNC";
+  EXPECT_EQ(fast.ended().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fast.retries().empty()) << "the held push was dropped, not admitted";
+  EXPECT_EQ(f.Raw(0)->version(), 2u) << "nothing of the held push was applied";
+
+  // Generation 0 is refused now; the new one's node restarts its clock at step 1.
+  EXPECT_EQ(f.Push(3, 1, 0, grad, 1, &slow).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.Push(0, 0, 0, grad, 1, &fast, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "a step before the generation's start is stale";
+  RecordingSink again;
+  ExpectOk(f.Push(1, 0, 0, grad, 1, &again, 1), PushResult::kAccepted);
+  ExpectOk(f.Push(2, 0, 0, grad, 1, &again, 1), PushResult::kAccepted);
+  EXPECT_EQ(f.Raw(0)->version(), 4u);
+  EXPECT_EQ(f.shard.Status().partitions(0).step(), 3u);
 }
 
 TEST(ParameterShardAsyncTest, AdamUsesThePartitionVersionAsItsStep) {
