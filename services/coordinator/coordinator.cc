@@ -1213,7 +1213,14 @@ absl::Status Coordinator::GetJob(const v1::GetJobRequest& request, v1::Job* repl
     }
   }
   *reply = *job;
+  FillWaitingReasonLocked(*reply);
   return absl::OkStatus();
+}
+
+void Coordinator::FillWaitingReasonLocked(v1::Job& job) const {
+  // At most one job is not terminal: the active one.
+  if (generation_.active || IsTerminal(job.state()) || job.state() == v1::PAUSED) return;
+  job.set_waiting_reason(waiting_reason_);
 }
 
 void Coordinator::HandleListJobs(const v1::ListJobsRequest& request, v1::ListJobsResponse* reply,
@@ -1223,6 +1230,7 @@ void Coordinator::HandleListJobs(const v1::ListJobsRequest& request, v1::ListJob
     v1::Job* job = reply->add_jobs();
     *job = *it;
     job->clear_progress();
+    FillWaitingReasonLocked(*job);
   }
   done(absl::OkStatus());
 }
@@ -1349,7 +1357,10 @@ v1::ClusterStatus Coordinator::ClusterStatusLocked(absl::Time now) const {
     if (!IsTerminal(it->state())) shown = &*it;
   }
   if (shown == nullptr && !jobs_.empty()) shown = &jobs_.back();
-  if (shown != nullptr) *status.mutable_job() = *shown;
+  if (shown != nullptr) {
+    *status.mutable_job() = *shown;
+    FillWaitingReasonLocked(*status.mutable_job());
+  }
   status.set_generation(generation_.active ? generation_.number : 0);
 
   // Straggler: step time well above the generation's median (the lower one for an

@@ -201,6 +201,8 @@ class Coordinator : public CoordinatorHandler {
 
   // Lookups.
   v1::Job* ActiveJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets job.waiting_reason when it is the active job and no generation runs.
+  void FillWaitingReasonLocked(v1::Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::Job* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::Job*> ControlTargetLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

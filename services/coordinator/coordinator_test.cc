@@ -522,10 +522,15 @@ TEST_F(CoordinatorTest, TooFewSurvivorsMakeTheJobWaitAndSayWhy) {
   EXPECT_THAT(reply.message(), HasSubstr("generation 1 ended"));
   EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
               HasSubstr("waiting for nodes: 1 of nodes_min=2"));
-  // Enough nodes again: a new generation.
+  // GetJob alone says why too.
+  EXPECT_THAT(GetJob().waiting_reason(), HasSubstr("waiting for nodes: 1 of nodes_min=2"));
+  EXPECT_THAT(coordinator_->GetClusterStatus().job().waiting_reason(),
+              HasSubstr("waiting for nodes: 1 of nodes_min=2"));
+  // Enough nodes again: a new generation, and nothing to wait for.
   const std::string c = MustRegister("c");
   coordinator_->Tick();
   EXPECT_EQ(Beat(c, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
+  EXPECT_EQ(GetJob().waiting_reason(), "");
 }
 
 TEST_F(CoordinatorTest, SameErrorFromEveryWorkerFailsTheJob) {

@@ -447,6 +447,14 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
   EXPECT_EQ(status.coordinator_version(), "test-version");
   EXPECT_EQ(status.job().state(), v1::RUNNING);
   EXPECT_EQ(status.generation(), 1u);
+  // The generation gauge while it runs (it drops to 0 once the job has ended).
+  ASSERT_TRUE(Eventually([&] {
+    auto response = http.Get("/metrics");
+    if (!response || response->status != 200) return false;
+    absl::StatusOr<tributary::testing::ParsedMetrics> parsed =
+        tributary::testing::ParsePrometheusText(response->body);
+    return parsed.ok() && parsed->Sum("tributary_coordinator_generation") == 1;
+  })) << "tributary_coordinator_generation never showed generation 1";
   ASSERT_EQ(status.nodes_size(), 2);
   EXPECT_EQ(status.nodes(1).node_name(), "node-b");
   EXPECT_EQ(status.nodes(1).workers(0).worker_id(), b.worker_id());
@@ -488,6 +496,8 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
   EXPECT_GE(metrics->Sum("tributary_coordinator_rendezvous_waits_total", "deadline_exceeded"), 1);
   EXPECT_EQ(metrics->Sum("tributary_coordinator_rendezvous_waits_total", "cancelled"), 1);
   EXPECT_EQ(metrics->Sum("tributary_coordinator_generations_formed_total"), 1);
+  EXPECT_EQ(metrics->Sum("tributary_coordinator_generation"), 0) << "no generation after the end";
+  EXPECT_EQ(metrics->types.at("tributary_coordinator_generation"), "gauge");
   EXPECT_EQ(metrics->Sum("tributary_coordinator_workers", "WORKER_FINISHED"), 2);
   EXPECT_EQ(metrics->samples.count(absl::StrCat(
                 "tributary_coordinator_heartbeat_age_seconds{node=\"node-a\",worker=\"",

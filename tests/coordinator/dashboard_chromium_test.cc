@@ -173,6 +173,29 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
   EXPECT_THAT(dom, HasSubstr("global 1/3, local 1/2"));
   EXPECT_THAT(dom, HasSubstr("class=\"straggler\""));
   EXPECT_THAT(dom, HasSubstr("heartbeat age"));
+  // The straggler's row, cell by cell: step, loss, samples/s, step time, push wait and a
+  // heartbeat age that is a real, small duration.
+  const std::regex straggler_row(
+      "<tr><td><span class=\"worker-id\">" + b0 +
+      "</span> <span class=\"straggler\"[^<]*>straggler</span></td>"
+      "<td>10\\.0\\.0\\.0:7200<br><span class=\"muted\">pid 7200</span></td>"
+      "<td><span class=\"state WORKER_TRAINING\">WORKER_TRAINING</span></td>"
+      "<td>[^<]*</td><td>[^/]*</td>"
+      "<td>12</td><td>0\\.6765</td><td>1120\\.0</td><td>200 ms</td><td>2 ms</td>"
+      "<td>(\\d+ ms|\\d+\\.\\d s)</td>");
+  EXPECT_TRUE(std::regex_search(dom, match, straggler_row)) << "straggler row not as expected";
+  for (const std::string& fast : {a0, a1}) {
+    const std::regex row("<span class=\"worker-id\">" + fast +
+                         "</span></td>(<td>(?:(?!</td>).)*</td>){4}<td>12</td><td>0\\.6765</td>"
+                         "<td>1120\\.0</td><td>50 ms</td>");
+    const size_t at = dom.find("worker-id\">" + fast);
+    EXPECT_TRUE(std::regex_search(dom, row))
+        << "row of " << fast
+        << " not as expected: " << (at == std::string::npos ? "(absent)" : dom.substr(at, 600));
+  }
+  // The job's latest progress: mean loss, and the throughput of all three workers.
+  EXPECT_THAT(dom, HasSubstr("<dd id=\"job-loss\">0.6765</dd>"));
+  EXPECT_THAT(dom, HasSubstr("<dd id=\"job-throughput\">3360.0</dd>"));
   // The PS shard with its traffic and aggregation wait.
   EXPECT_THAT(dom, HasSubstr(ps_host.advertised_address()));
   EXPECT_THAT(dom, HasSubstr("3.0 GiB"));
