@@ -24,6 +24,16 @@ struct ParameterShard::Partition {
       : id(spec.id()), offset(spec.offset()), length(static_cast<size_t>(spec.length())) {
     sum.resize(length);
     ResetNodes(num_nodes);
+    // Values each node's stream may still hold, plus current and previous ones.
+    spares.reserve(num_nodes + 2);
+  }
+
+  // Keeps a retired values buffer for reuse (the pool never grows past its capacity,
+  // so keeping one never allocates).
+  void Retire(std::shared_ptr<v1::PartitionValues> values) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (values != nullptr && spares.size() < spares.capacity()) {
+      spares.push_back(std::move(values));
+    }
   }
 
   void ResetNodes(uint32_t num_nodes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -46,8 +56,9 @@ struct ParameterShard::Partition {
   std::shared_ptr<v1::PartitionValues> values ABSL_GUARDED_BY(mu);
   // SYNC: the values of the previous step, kept for a one-step rollback (or null).
   std::shared_ptr<v1::PartitionValues> prev_values ABSL_GUARDED_BY(mu);
-  // A retired values buffer, reused for the next update when nobody holds it.
-  std::shared_ptr<v1::PartitionValues> spare ABSL_GUARDED_BY(mu);
+  // Retired values buffers, reused for the next update once no stream holds them:
+  // with one per node in flight the push path allocates nothing in steady state.
+  std::vector<std::shared_ptr<v1::PartitionValues>> spares ABSL_GUARDED_BY(mu);
   std::vector<float> state ABSL_GUARDED_BY(mu);       // Optimizer state, slot by slot.
   std::vector<float> prev_state ABSL_GUARDED_BY(mu);  // SYNC: state before the last step.
 
@@ -523,10 +534,15 @@ absl::StatusOr<PushResult> ParameterShard::PushSync(const Job& job, Partition& p
 
 std::shared_ptr<v1::PartitionValues> ParameterShard::NextValues(Partition& p) {
   std::shared_ptr<v1::PartitionValues> next;
-  if (p.spare != nullptr && p.spare.use_count() == 1) {
-    next = std::move(p.spare);  // Nobody is sending it any more: reuse its buffer.
-  } else {
-    p.spare.reset();
+  for (auto it = p.spares.begin(); it != p.spares.end(); ++it) {
+    if (it->use_count() == 1) {  // Nobody is sending it any more: reuse its buffer.
+      next = std::move(*it);
+      *it = std::move(p.spares.back());
+      p.spares.pop_back();
+      break;
+    }
+  }
+  if (next == nullptr) {
     next = std::make_shared<v1::PartitionValues>();
     next->set_partition_id(p.id);
     next->set_dtype(v1::FLOAT32);
@@ -575,7 +591,7 @@ void ParameterShard::CompleteSyncStep(const Job& job, Partition& p) {
   aggregation_wait_micros_.fetch_add(static_cast<uint64_t>(absl::ToInt64Microseconds(wait)),
                                      std::memory_order_relaxed);
 
-  p.spare = std::move(p.prev_values);
+  p.Retire(std::move(p.prev_values));
   p.prev_values = std::move(p.values);
   p.values = std::move(next);
   ++p.step;
@@ -611,7 +627,7 @@ void ParameterShard::ApplyAsyncPush(const Job& job, Partition& p, const v1::Grad
                               << " so far)";
   }
   next->set_step(step + 1);
-  p.spare = std::move(p.values);
+  p.Retire(std::move(p.values));
   p.values = std::move(next);
 }
 
@@ -746,10 +762,8 @@ void ParameterShard::MovePartitionStep(uint64_t from, uint64_t to) {
   bool checkpoint = false;
   {
     absl::MutexLock lock(&steps_mu_);
-    auto it = partitions_at_step_.find(from);
-    if (it != partitions_at_step_.end() && --it->second == 0) partitions_at_step_.erase(it);
-    ++partitions_at_step_[to];
-    reached = partitions_at_step_.begin()->first;
+    partitions_at_step_.Move(from, to);
+    reached = partitions_at_step_.lowest();
     if (reached <= last_reported_step_) return;
     const uint64_t interval = job_->spec.checkpoint_interval_steps();
     checkpoint = interval > 0 && reached / interval > last_reported_step_ / interval;
@@ -767,15 +781,15 @@ void ParameterShard::ResetStepTracking() {
     steps.push_back(partition->step);
   }
   absl::MutexLock lock(&steps_mu_);
-  partitions_at_step_.clear();
-  for (uint64_t step : steps) ++partitions_at_step_[step];
-  last_reported_step_ = partitions_at_step_.empty() ? 0 : partitions_at_step_.begin()->first;
+  partitions_at_step_.Clear();
+  for (uint64_t step : steps) partitions_at_step_.Add(step);
+  last_reported_step_ = partitions_at_step_.lowest();
   metrics_.step.Set(static_cast<double>(last_reported_step_));
 }
 
 uint64_t ParameterShard::ShardStepLocked() const {
   absl::MutexLock lock(&steps_mu_);
-  return partitions_at_step_.empty() ? 0 : partitions_at_step_.begin()->first;
+  return partitions_at_step_.lowest();
 }
 
 // ---------------------------------------------------------------------------------
@@ -877,7 +891,7 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
     if (job.mode == v1::SYNC) {
       if (p.pushed_count > 0) ++discarded;
       if (p.step == resume + 1) {
-        p.spare = std::move(p.values);
+        p.Retire(std::move(p.values));
         p.values = std::move(p.prev_values);
         p.state.swap(p.prev_state);
         ++rolled_back;
@@ -888,6 +902,7 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
     p.step = resume;
     p.generation_start_step = resume;
     p.ResetNodes(request.num_nodes());
+    p.spares.reserve(request.num_nodes() + 2);
   }
   EndAllSinks(absl::FailedPreconditionError(
       absl::StrCat("generation ", request.generation(), " began on shard ", job.shard_index,
@@ -1178,7 +1193,7 @@ absl::StatusOr<v1::EndJobResponse> ParameterShard::EndJob(const v1::EndJobReques
   pending_generation_.reset();
   {
     absl::MutexLock steps_lock(&steps_mu_);
-    partitions_at_step_.clear();
+    partitions_at_step_.Clear();
     last_reported_step_ = 0;
   }
   metrics_.partitions.Set(0);

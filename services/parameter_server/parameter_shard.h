@@ -44,6 +44,7 @@
 #include "proto/parameter_server.pb.h"
 #include "services/parameter_server/checkpoint_file.h"
 #include "services/parameter_server/shard_metrics.h"
+#include "services/parameter_server/step_census.h"
 
 namespace tributary::ps {
 
@@ -231,7 +232,7 @@ class ParameterShard {
 
   // How many partitions stand at each step; the first key is the shard's step.
   mutable absl::Mutex steps_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::map<uint64_t, uint32_t> partitions_at_step_ ABSL_GUARDED_BY(steps_mu_);
+  StepCensus partitions_at_step_ ABSL_GUARDED_BY(steps_mu_);
   uint64_t last_reported_step_ ABSL_GUARDED_BY(steps_mu_) = 0;
 
   // Traffic and outcome counters for ShardStatus (the metrics hold the same).
