@@ -8,12 +8,14 @@
 // The lists of messages, oneofs, enums and methods come from the descriptors, so a
 // message or method added to the .proto files is covered (or fails) without editing
 // this test.
+#include <dirent.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -354,6 +356,23 @@ std::string ReadDoc(const std::string& name) {
   return text.str();
 }
 
+// Every docs/*.md in the test's runfiles (the //:docs filegroup).
+std::vector<std::string> DocNames() {
+  const char* root = std::getenv("TEST_SRCDIR");
+  const std::string path = std::string(root == nullptr ? "." : root) + "/tributary/docs";
+  std::vector<std::string> names;
+  DIR* dir = opendir(path.c_str());
+  EXPECT_NE(dir, nullptr) << "cannot list " << path;
+  if (dir == nullptr) return names;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.size() > 3 && name.substr(name.size() - 3) == ".md") names.push_back(name);
+  }
+  closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // The commands of a document's ```sh blocks, split into words as the shell would:
 // single and double quotes group (without expansion), a backslash-newline continues
 // the command, `#` outside quotes starts a comment, a newline outside quotes ends it.
@@ -479,9 +498,11 @@ TEST(ApiJsonTest, EveryGrpcurlLineOfTheDocsMatchesTheApi) {
   ASSERT_NE(grpc::health::v1::HealthCheckRequest::descriptor(), nullptr);
   int bodies = 0;
   int commands = 0;
-  for (const char* doc : {"api.md", "coordinator.md", "parameter_server.md", "engine.md"}) {
+  const std::vector<std::string> docs = DocNames();
+  EXPECT_GE(docs.size(), 4u);
+  for (const std::string& doc : docs) {
     for (const Grpcurl& command : GrpcurlCommands(ReadDoc(doc))) {
-      SCOPED_TRACE(std::string(doc) + ": " + Joined(command.words));
+      SCOPED_TRACE(doc + ": " + Joined(command.words));
       ++commands;
       if (!command.describe.empty()) {
         const std::string& symbol = command.describe;
