@@ -1,20 +1,20 @@
 #include "common/service_host.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
-
 #include <glog/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/rpc_metrics.h"
 #include "common/server_flags.h"
+#include "grpc/health/v1/health.pb.h"
 
 namespace tributary {
 namespace {
@@ -34,8 +34,8 @@ std::string DeriveAdvertisedHost(const std::string& listen_address) {
 
 }  // namespace
 
-ServerOptions ServerOptions::FromFlags(std::string name, std::string listen_address,
-                                       int http_port, int64_t max_receive_bytes) {
+ServerOptions ServerOptions::FromFlags(std::string name, std::string listen_address, int http_port,
+                                       int64_t max_receive_bytes) {
   ServerOptions options;
   options.name = std::move(name);
   options.listen_address = std::move(listen_address);
@@ -51,9 +51,7 @@ ServerOptions ServerOptions::FromFlags(std::string name, std::string listen_addr
   return options;
 }
 
-int64_t MaxReceiveBytesForPartition(int64_t partition_bytes) {
-  return partition_bytes + (1 << 20);
-}
+int64_t MaxReceiveBytesForPartition(int64_t partition_bytes) { return partition_bytes + (1 << 20); }
 
 ServiceHost::ServiceHost(ServerOptions options)
     : options_(std::move(options)), registry_(std::make_shared<prometheus::Registry>()) {
@@ -76,6 +74,11 @@ absl::Status ServiceHost::Start() {
   // Both are process-wide switches read when a builder is created.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The default health service is written against upb, so grpc.health.v1's protobuf
+  // descriptors are in no pool unless something links them in: without this, reflection
+  // lists grpc.health.v1.Health but cannot describe it, and grpcurl's Health/Check fails
+  // with "Symbol not found" (gRPC issue 36665).
+  grpc::health::v1::HealthCheckRequest::descriptor();
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen_address, *credentials, &grpc_port_);
@@ -90,8 +93,7 @@ absl::Status ServiceHost::Start() {
   // gRPC binds with SO_REUSEPORT by default: a second server on a busy port would then
   // silently share its traffic instead of failing to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-      interceptors;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(*registry_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (const auto& [service, name] : services_) builder.RegisterService(service);
@@ -99,8 +101,7 @@ absl::Status ServiceHost::Start() {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
     server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ",
-                                               options_.listen_address,
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options_.listen_address,
                                                " (address in use or not local?)"));
   }
   SetServing(false);
@@ -112,16 +113,14 @@ absl::Status ServiceHost::Start() {
       return http_status;
     }
   }
-  advertised_host_ = options_.advertise_host.empty()
-                         ? DeriveAdvertisedHost(options_.listen_address)
-                         : options_.advertise_host;
+  advertised_host_ = options_.advertise_host.empty() ? DeriveAdvertisedHost(options_.listen_address)
+                                                     : options_.advertise_host;
   if (absl::Status written = WritePortFile(); !written.ok()) return written;
   LOG(INFO) << options_.name << " listening on " << HostOf(options_.listen_address) << ":"
-            << grpc_port_ << " (gRPC"
-            << (options_.tls.enabled() ? ", TLS" : ", plaintext") << "), advertised as "
-            << advertised_address()
-            << (http_ != nullptr ? absl::StrCat("; HTTP /metrics /healthz on ",
-                                                options_.http_host, ":", http_->port())
+            << grpc_port_ << " (gRPC" << (options_.tls.enabled() ? ", TLS" : ", plaintext")
+            << "), advertised as " << advertised_address()
+            << (http_ != nullptr ? absl::StrCat("; HTTP /metrics /healthz on ", options_.http_host,
+                                                ":", http_->port())
                                  : std::string());
   return absl::OkStatus();
 }
@@ -136,8 +135,7 @@ absl::Status ServiceHost::WritePortFile() const {
     if (!out) return absl::InternalError(absl::StrCat("cannot write port file ", temp));
   }
   if (std::rename(temp.c_str(), options_.port_file.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ",
-                                            options_.port_file));
+    return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", options_.port_file));
   }
   return absl::OkStatus();
 }
