@@ -392,6 +392,8 @@ class DefaultValuesTest(unittest.TestCase):
         self.assertEqual(spec["model"], {"name": "mlp", "layerSizes": [784, 256, 128, 10]})
         # nodesMax unset in the values: raised to the number of worker pods.
         self.assertEqual(spec["nodesMax"], 2)
+        # CPU workers: replicasPerWorker keeps the proto's default.
+        self.assertNotIn("replicasPerWorker", spec)
 
 
 class GpuValuesTest(unittest.TestCase):
@@ -443,6 +445,8 @@ class GpuValuesTest(unittest.TestCase):
         self.assertEqual(spec["wireDtype"], "FLOAT16")
         self.assertEqual(spec["nodesMin"], 2)
         self.assertEqual(spec["nodesMax"], 2)
+        # One replica per GPU of the pod, so none of its 4 GPUs sits idle.
+        self.assertEqual(spec["replicasPerWorker"], 4)
 
 
 class OtherValuesTest(unittest.TestCase):

@@ -120,12 +120,17 @@ livenessProbe:
 {{/*
 The JobSpec the hook submits: job.spec, with nodesMax (when unset) raised to the worker
 pod count, so every node that hosts a worker pod is admitted (the proto's own default,
-nodesMin, would leave the others idle).
+nodesMin, would leave the others idle); and, for GPU pods, replicasPerWorker (when
+unset) set to worker.gpus: a GPU worker runs one replica per GPU, so the proto's
+default of 1 would leave the other GPUs of the pod idle.
 */}}
 {{- define "tributary.jobSpecJson" -}}
 {{- $spec := deepCopy .Values.job.spec -}}
 {{- if not (hasKey $spec "nodesMax") -}}
 {{- $_ := set $spec "nodesMax" (max (int .Values.worker.replicas) (int (default 1 $spec.nodesMin))) -}}
+{{- end -}}
+{{- if and (gt (int .Values.worker.gpus) 0) (not (hasKey $spec "replicasPerWorker")) -}}
+{{- $_ := set $spec "replicasPerWorker" (int .Values.worker.gpus) -}}
 {{- end -}}
 {{- toJson $spec -}}
 {{- end -}}
