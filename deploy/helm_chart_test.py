@@ -9,6 +9,7 @@ and their defaults. Bad values must be refused by values.schema.json.
 """
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -641,6 +642,67 @@ class SchemaTest(unittest.TestCase):
                     walk(value, "%s[%d]" % (path, index))
         walk(schema, "")
         self.assertTrue(open_maps)
+
+
+class ReadmeTest(unittest.TestCase):
+    """The chart's README documents every value: it cannot drift from values.yaml."""
+
+    @classmethod
+    def setUpClass(cls):
+        # values.yaml as Helm itself reads it, as JSON: a copy of the chart with one more
+        # template that prints .Values.
+        chart = os.path.join(_tmpdir(), "tributary")
+        shutil.copytree(TOOLS.chart, chart)
+        with open(os.path.join(chart, "templates", "zz-values-json.yaml"), "w") as template:
+            template.write("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: values-json\n"
+                           "data:\n  values: {{ .Values | toJson | b64enc }}\n")
+        rendered = TOOLS.helm(["template", RELEASE, chart, "--show-only",
+                               "templates/zz-values-json.yaml"]).stdout
+        encoded = re.search(r"^  values: (\S+)$", rendered, flags=re.M).group(1)
+        cls.values = json.loads(base64.b64decode(encoded))
+        with open(os.path.join(TOOLS.chart, "README.md")) as readme:
+            cls.rows = {}
+            for key, default in re.findall(r"^\| `([\w.]+)` \|[^|]*\|([^|]*)\|", readme.read(),
+                                           flags=re.M):
+                cls.rows[key] = default.strip()
+
+    @staticmethod
+    def leaves(node, path=()):
+        """(dotted key, value) of every scalar, list and empty map of the values."""
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                yield from ReadmeTest.leaves(value, path + (key,))
+        else:
+            yield ".".join(path), node
+
+    def lookup(self, key):
+        node = self.values
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(key)
+            node = node[part]
+        return node
+
+    def test_every_leaf_value_is_documented_with_its_default(self):
+        leaves = dict(self.leaves(self.values))
+        self.assertGreater(len(leaves), 100)
+        missing = sorted(set(leaves) - set(self.rows))
+        self.assertEqual(missing, [], "values.yaml keys the chart README does not document")
+        for key, value in leaves.items():
+            with self.subTest(key=key):
+                cell = re.fullmatch(r"`(.*)`", self.rows[key])
+                self.assertIsNotNone(cell, "%s: default column %r" % (key, self.rows[key]))
+                text = cell.group(1)
+                if isinstance(value, str):
+                    documented = json.loads(text) if text.startswith('"') else text
+                else:
+                    documented = json.loads(text)
+                self.assertEqual(documented, value, "%s: README default" % key)
+
+    def test_every_documented_key_exists(self):
+        for key in self.rows:
+            with self.subTest(key=key):
+                self.lookup(key)
 
 
 TENSOR_PROTO = [""]
