@@ -178,7 +178,9 @@ class Cluster:
         if guide_grpc is None or guide_http is None:
             raise AssertionError("%s: the guide must name --listen and --http_port" % command)
         argv += ["--port_file=" + port_file, "--drain_seconds=0.5"]
-        process = Process(name, argv, os.path.join(self.work_dir, name + ".log"))
+        # The logs outlive the test in its undeclared outputs (bazel-testlogs/.../outputs).
+        log_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", self.work_dir)
+        process = Process(name, argv, os.path.join(log_dir, name + ".log"))
         self.processes.append(process)
         ports = self.wait_for_port_file(process, port_file)
         real_grpc = "127.0.0.1:%d" % ports["grpc_port"]
