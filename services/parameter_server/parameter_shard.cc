@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
@@ -866,24 +867,34 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
         job.shard_index, "'s current generation ", job.generation));
   }
   const uint64_t resume = request.resume_step();
+  uint32_t rolled_back = 0;
   if (job.mode == v1::SYNC) {
+    std::string unreachable;
     for (auto& partition : job.partitions) {
       Partition& p = *partition;
       absl::MutexLock partition_lock(&p.mu);
       const bool at = p.step == resume;
       const bool one_ahead =
           p.step == resume + 1 && p.prev_values != nullptr && p.prev_values->step() == resume;
-      if (!at && !one_ahead) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "BeginGeneration ", request.generation(), ": resume_step ", resume,
-            " cannot be reached: partition ", p.id, " of shard ", job.shard_index, " is at step ",
-            p.step,
+      if (!at && !one_ahead && unreachable.empty()) {
+        unreachable = absl::StrCat(
+            "partition ", p.id, " of shard ", job.shard_index, " is at step ", p.step,
             p.prev_values != nullptr ? absl::StrCat(" and keeps step ", p.prev_values->step())
-                                     : std::string(" and keeps no earlier step")));
+                                     : std::string(" and keeps no earlier step"));
       }
     }
+    if (!unreachable.empty()) {
+      // Another shard went back to a checkpoint (it restarted): rewind to this shard's
+      // own checkpoint of that step, which the same checkpoint interval wrote.
+      absl::StatusOr<uint32_t> rewound = RewindToCheckpointLocked(resume);
+      if (!rewound.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "BeginGeneration ", request.generation(), ": resume_step ", resume,
+            " cannot be reached: ", unreachable, ", and ", rewound.status().message()));
+      }
+      rolled_back = *rewound;
+    }
   }
-  uint32_t rolled_back = 0;
   uint32_t discarded = 0;
   for (auto& partition : job.partitions) {
     Partition& p = *partition;
@@ -922,6 +933,55 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
   response.set_rolled_back(rolled_back);
   response.set_discarded(discarded);
   return response;
+}
+
+absl::StatusOr<uint32_t> ParameterShard::RewindToCheckpointLocked(uint64_t step) {
+  Job& job = *job_;
+  const std::string dir = CheckpointDirLocked();
+  if (dir.empty()) return absl::NotFoundError("the shard has no checkpoint directory");
+  const std::string shard_dir = ShardDirectory(dir, job.shard_index);
+  // The step is in the file name (checkpoint_file.cc); the meta is checked below.
+  const std::string marker = absl::StrFormat("-step-%012d", step);
+  for (const std::string& path : ListCheckpoints(shard_dir)) {
+    if (path.find(marker) == std::string::npos) continue;
+    absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(path);
+    if (!read.ok()) {
+      LOG(WARNING) << "rewind to step " << step << ": skipping " << read.status();
+      continue;
+    }
+    const CheckpointMeta& meta = read->meta;
+    if (meta.job_id() != job.job_id || meta.plan().fingerprint() != job.plan.fingerprint() ||
+        meta.shard_index() != job.shard_index || meta.step() != step ||
+        meta.partitions_size() != static_cast<int>(job.partitions.size())) {
+      LOG(WARNING) << "rewind to step " << step << ": " << path << " is of job '" << meta.job_id()
+                   << "' shard " << meta.shard_index() << " step " << meta.step()
+                   << ", not this job's; skipping";
+      continue;
+    }
+    const int slots = job.optimizer.state_slots();
+    for (int i = 0; i < meta.partitions_size(); ++i) {
+      Partition& p = *job.partitions[i];
+      if (meta.partitions(i).id() != p.id ||
+          read->partitions[i].state.size() != p.length * static_cast<size_t>(slots)) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": partition entry ", i, " does not match partition ", p.id));
+      }
+    }
+    for (int i = 0; i < meta.partitions_size(); ++i) {
+      Partition& p = *job.partitions[i];
+      absl::MutexLock partition_lock(&p.mu);
+      p.Retire(std::move(p.values));
+      p.values = std::const_pointer_cast<v1::PartitionValues>(read->partitions[i].values);
+      p.state = std::move(read->partitions[i].state);
+      p.prev_values.reset();
+      p.step = step;
+    }
+    LOG(WARNING) << "shard " << job.shard_index << ": rewound job '" << job.job_id << "' to step "
+                 << step << " from " << path << " (another shard resumed from its checkpoint)";
+    return static_cast<uint32_t>(meta.partitions_size());
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no intact checkpoint of step ", step, " in ", shard_dir));
 }
 
 v1::ShardStatus ParameterShard::Status() const {

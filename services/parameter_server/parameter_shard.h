@@ -210,6 +210,11 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status InstallJob(InitSession& session, v1::InitPartitionsResponse* response);
+  // SYNC: replaces every partition's values and optimizer state with this shard's own
+  // checkpoint of `step` (the same job and plan); the number of partitions rewound, or
+  // NOT_FOUND naming the directory searched.
+  absl::StatusOr<uint32_t> RewindToCheckpointLocked(uint64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;

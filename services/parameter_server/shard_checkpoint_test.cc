@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,12 @@ std::vector<float> Gradient(uint64_t step, uint32_t node) {
 }
 
 // Runs `steps` SYNC steps with two nodes on every partition of the header's shard.
+// The shard keeps the sink until the generation ends: pass one that outlives it when
+// a BeginGeneration follows.
 void Train(ParameterShard& shard, const v1::InitHeader& header, uint64_t first, uint64_t steps,
-           uint64_t generation = 0) {
-  RecordingSink sink;
+           uint64_t generation = 0, RecordingSink* kept = nullptr) {
+  RecordingSink local;
+  RecordingSink& sink = kept != nullptr ? *kept : local;
   for (uint64_t step = first; step < first + steps; ++step) {
     for (const v1::Partition& partition : header.plan().partitions()) {
       if (partition.shard() != header.shard_index()) continue;
@@ -175,6 +179,71 @@ TEST(ShardCheckpointTest, PeriodicCheckpointsAtTheIntervalAndAConsistentStep) {
     EXPECT_EQ(partition.version(), 4u);
   }
   EXPECT_EQ(shard.metrics().checkpoints_ok.Value(), 2);
+}
+
+// A SYNC job on two shards; shard 0 dies at step 5 and restarts from its checkpoint of
+// step 4. The coordinator resumes the job at step 4, beyond shard 1's one-step
+// rollback: shard 1 rewinds to its own checkpoint of step 4, and from there both
+// shards train on exactly as before.
+TEST(ShardCheckpointTest, AShardFarAheadRewindsToItsCheckpointOfTheResumeStep) {
+  const std::string dir = testing::FreshTempDir("rewind");
+  v1::JobSpec spec = MakeSpec(v1::SYNC, Adam(), 2);
+  spec.set_checkpoint_interval_steps(2);
+  const v1::InitHeader header0 = MakeHeader(spec, kElements, 2, 0);
+  const v1::InitHeader header1 = MakeHeader(spec, kElements, 2, 1);
+  const std::vector<float> initial(kElements, 1);
+  auto shard0 = std::make_unique<ParameterShard>(Options(dir, 0), nullptr);
+  ParameterShard shard1(Options(dir, 1), nullptr);
+  ASSERT_TRUE(shard0->Init(header0, InitialValues(header0, initial)).ok());
+  ASSERT_TRUE(shard1.Init(header1, InitialValues(header1, initial)).ok());
+  std::vector<std::string> shard1_at_step4;
+  RecordingSink sink0, sink1;
+  for (uint64_t step = 0; step < 5; ++step) {
+    Train(*shard0, header0, step, 1, 0, &sink0);
+    Train(shard1, header1, step, 1, 0, &sink1);
+    shard0->FlushCheckpoints();
+    shard1.FlushCheckpoints();
+    if (step == 3) shard1_at_step4 = AllValues(shard1, "job-1");
+  }
+  Train(shard1, header1, 5, 1, 0, &sink1);  // Shard 1 even completed step 5 before 0 died.
+  ASSERT_EQ(shard1.Status().step(), 6u);
+  shard0.reset();
+
+  ParameterShard restarted(Options(dir, 0), nullptr);
+  ASSERT_TRUE(restarted.RestoreFromCheckpointDirectory().ok());
+  ASSERT_EQ(restarted.Status().step(), 4u);
+
+  v1::BeginGenerationRequest request;
+  request.set_job_id("job-1");
+  request.set_generation(1);
+  request.set_num_nodes(2);
+  request.set_resume_step(4);
+  auto begun = shard1.BeginGeneration(request);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_EQ(begun->rolled_back(), 1u) << "shard 1's partition rewound";
+  EXPECT_EQ(AllValues(shard1, "job-1"), shard1_at_step4) << "values and versions of step 4";
+  EXPECT_EQ(shard1.Status().step(), 4u);
+  ASSERT_TRUE(restarted.BeginGeneration(request).ok());
+
+  // Steps 4 and 5 again give what an uninterrupted run gives (optimizer state included).
+  RecordingSink sink0_again, sink1_again;
+  Train(restarted, header0, 4, 2, 1, &sink0_again);
+  Train(shard1, header1, 4, 2, 1, &sink1_again);
+  ParameterShard reference0(ShardOptions{}, nullptr), reference1(ShardOptions{}, nullptr);
+  ASSERT_TRUE(reference0.Init(header0, InitialValues(header0, initial)).ok());
+  ASSERT_TRUE(reference1.Init(header1, InitialValues(header1, initial)).ok());
+  Train(reference0, header0, 0, 6);
+  Train(reference1, header1, 0, 6);
+  EXPECT_EQ(AllValues(restarted, "job-1"), AllValues(reference0, "job-1"));
+  EXPECT_EQ(AllValues(shard1, "job-1"), AllValues(reference1, "job-1"));
+
+  // Without a checkpoint of the resume step the refusal says what was searched.
+  request.set_generation(2);
+  request.set_resume_step(1);
+  auto refused = shard1.BeginGeneration(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("no intact checkpoint of step 1"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("shard-1"));
 }
 
 TEST(ShardCheckpointTest, SnapshotTakesThePreviousValuesOfPartitionsAlreadyAhead) {
