@@ -1,0 +1,455 @@
+#include "bench/common/ps_measurements.h"
+
+#include <arpa/inet.h>
+#include <glog/logging.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/channel.h"
+#include "common/partition_plan.h"
+#include "common/service_host.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "services/parameter_server/parameter_server_service.h"
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/partition_executor.h"
+#include "services/parameter_server/wire_dtype.h"
+
+namespace tributary::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// --- raw TCP --------------------------------------------------------------------
+
+void WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n <= 0) PLOG(FATAL) << "raw TCP: send on fd " << fd;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void ReadAll(int fd, char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, data, size, 0);
+    if (n <= 0) PLOG(FATAL) << "raw TCP: recv on fd " << fd;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// A connected loopback TCP pair (client, server).
+std::pair<int, int> TcpPair() {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    PLOG(FATAL) << "raw TCP: listen on 127.0.0.1";
+  }
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    PLOG(FATAL) << "raw TCP: connect to 127.0.0.1:" << ntohs(address.sin_port);
+  }
+  const int server = ::accept(listener, nullptr, nullptr);
+  ::close(listener);
+  const int one = 1;
+  for (int fd : {client, server}) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return {client, server};
+}
+
+// --- the parameter server -----------------------------------------------------------
+
+// One in-process shard: its own gRPC server, shard state and executor.
+struct Shard {
+  explicit Shard(int index, const PsConfig& config)
+      : host(Options(config)),
+        shard(ShardOptions(index, config), host.registry()),
+        executor(config.summation_threads),
+        service(&shard, &executor) {}
+
+  static ServerOptions Options(const PsConfig& config) {
+    ServerOptions server;
+    server.name = "ps_bench";
+    server.listen_address = "127.0.0.1:0";
+    server.http_port = -1;
+    server.drain_grace = absl::ZeroDuration();
+    server.max_receive_bytes = MaxReceiveBytesForPartition(config.partition_bytes);
+    return server;
+  }
+  static ps::ShardOptions ShardOptions(int index, const PsConfig& config) {
+    ps::ShardOptions options;
+    options.shard_index = index;
+    options.max_partition_bytes = config.partition_bytes;
+    return options;
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", host.grpc_port()); }
+
+  ServiceHost host;
+  ps::ParameterShard shard;
+  ps::PartitionExecutor executor;
+  ps::ParameterServerService service;
+};
+
+absl::Status CheckConfig(const PsConfig& config) {
+  if (config.model_bytes < 4 || config.model_bytes % 4 != 0 || config.partition_bytes < 4 ||
+      config.partition_bytes % 4 != 0 || config.nodes < 1 || config.shards < 1 ||
+      config.steps < 1 || config.warmup_steps < 0 || config.summation_threads < 1 ||
+      ps::WireBytes(config.wire_dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PS measurement: need model_bytes and partition_bytes positive multiples of 4 "
+        "(got ",
+        config.model_bytes, ", ", config.partition_bytes, "), nodes >= 1 (got ", config.nodes,
+        "), shards >= 1 (got ", config.shards, "), steps >= 1 (got ", config.steps,
+        "), warmup_steps >= 0 (got ", config.warmup_steps, "), summation_threads >= 1 (got ",
+        config.summation_threads, ") and a wire dtype of FLOAT32, FLOAT16 or BFLOAT16 (got ",
+        v1::DType_Name(config.wire_dtype), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The plan of a model made of one tensor of model_bytes.
+absl::StatusOr<v1::PartitionPlan> PlanOf(const PsConfig& config) {
+  const int64_t elements = config.model_bytes / 4;
+  v1::ParameterLayout layout;
+  v1::TensorView* tensor = layout.add_tensors();
+  tensor->set_name("weights");
+  tensor->add_shape(elements);
+  tensor->set_length(elements);
+  layout.set_total_elements(elements);
+  return MakePartitionPlan(layout, config.partition_bytes, static_cast<uint32_t>(config.shards));
+}
+
+absl::Status InitShard(Shard& shard, int index, const v1::InitHeader& header_template,
+                       int64_t max_receive_bytes) {
+  ChannelOptions channel_options;
+  channel_options.max_receive_bytes = max_receive_bytes;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(shard.address(), channel_options);
+  if (!channel.ok()) return channel.status();
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  grpc::ClientContext context;
+  v1::InitPartitionsResponse response;
+  auto writer = stub->InitPartitions(&context, &response);
+  v1::InitPartitionsRequest request;
+  *request.mutable_header() = header_template;
+  request.mutable_header()->set_shard_index(static_cast<uint32_t>(index));
+  writer->Write(request);
+  for (const v1::Partition& partition : header_template.plan().partitions()) {
+    if (partition.shard() != static_cast<uint32_t>(index)) continue;
+    v1::PartitionValues* values = request.mutable_initial();
+    values->set_partition_id(partition.id());
+    values->set_dtype(v1::FLOAT32);
+    values->mutable_data()->assign(partition.length() * 4, '\0');
+    writer->Write(request);
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat("InitPartitions on shard ", index, " at ",
+                                               shard.address(), ": ", status.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double MemcpyGBps(size_t bytes, int repeats) {
+  std::vector<char> source(bytes, 1), target(bytes, 0);
+  std::memcpy(target.data(), source.data(), bytes);  // Fault the pages in.
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < 4; ++i) {
+      source[i] = static_cast<char>(i);  // Keep the copies from being elided.
+      std::memcpy(target.data(), source.data(), bytes);
+    }
+    best = std::max(best, 4.0 * bytes / SecondsSince(start) / 1e9);
+  }
+  if (target[3] != 3) LOG(FATAL) << "memcpy: the last copy did not land";
+  return best;
+}
+
+double SumGBps(size_t model_bytes, v1::DType dtype, int repeats) {
+  const size_t floats = model_bytes / 4;
+  std::vector<char> wire(floats * ps::WireBytes(dtype), 0);
+  std::vector<float> halves(floats, 0.5f);
+  ps::NarrowInto(dtype, halves.data(), floats, wire.data());
+  std::vector<float> sum(floats, 0.0f);
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < 4; ++i) ps::AccumulateInto(dtype, wire.data(), floats, sum.data());
+    best = std::max(best, 4.0 * wire.size() / SecondsSince(start) / 1e9);
+  }
+  return best;
+}
+
+double RawTcpGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps) {
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t i = 0; i < bytes_per_connection.size(); ++i) pairs.push_back(TcpPair());
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  const auto wait_go = [&] {
+    ready.fetch_add(1);
+    while (!go.load()) std::this_thread::yield();
+  };
+  double total = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [client, server] = pairs[i];
+    const size_t bytes = bytes_per_connection[i];
+    const size_t chunks = (bytes + chunk - 1) / chunk;
+    total += 2.0 * steps * static_cast<double>(bytes);
+    threads.emplace_back([&, server = server, bytes, chunks] {  // Echo server.
+      std::vector<char> buffer(chunk);
+      wait_go();
+      for (int s = 0; s < steps; ++s) {
+        for (size_t c = 0; c < chunks; ++c) {
+          const size_t n = std::min(chunk, bytes - c * chunk);
+          ReadAll(server, buffer.data(), n);
+          WriteAll(server, buffer.data(), n);
+        }
+      }
+    });
+    threads.emplace_back([&, client = client, bytes, chunks] {  // Client sender.
+      std::vector<char> buffer(chunk, 7);
+      wait_go();
+      for (int s = 0; s < steps; ++s) {
+        for (size_t c = 0; c < chunks; ++c) {
+          WriteAll(client, buffer.data(), std::min(chunk, bytes - c * chunk));
+        }
+      }
+    });
+    threads.emplace_back([&, client = client, bytes, chunks] {  // Client receiver.
+      std::vector<char> buffer(chunk);
+      wait_go();
+      for (int s = 0; s < steps; ++s) {
+        for (size_t c = 0; c < chunks; ++c) {
+          ReadAll(client, buffer.data(), std::min(chunk, bytes - c * chunk));
+        }
+      }
+    });
+  }
+  while (ready.load() < static_cast<int>(threads.size())) std::this_thread::yield();
+  const auto start = Clock::now();
+  go.store(true);
+  for (std::thread& thread : threads) thread.join();
+  const double seconds = SecondsSince(start);
+  for (auto [client, server] : pairs) {
+    ::close(client);
+    ::close(server);
+  }
+  return total / seconds / 1e9;
+}
+
+absl::StatusOr<std::vector<size_t>> StreamBytes(const PsConfig& config) {
+  if (absl::Status valid = CheckConfig(config); !valid.ok()) return valid;
+  absl::StatusOr<v1::PartitionPlan> plan = PlanOf(config);
+  if (!plan.ok()) return plan.status();
+  std::vector<size_t> bytes;
+  for (int n = 0; n < config.nodes; ++n) {
+    for (int s = 0; s < config.shards; ++s) {
+      bytes.push_back(static_cast<size_t>(BytesOfShard(*plan, static_cast<uint32_t>(s))));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
+  if (absl::Status valid = CheckConfig(config); !valid.ok()) return valid;
+  absl::StatusOr<v1::PartitionPlan> plan = PlanOf(config);
+  if (!plan.ok()) return plan.status();
+  const int64_t max_receive_bytes = MaxReceiveBytesForPartition(config.partition_bytes);
+  const int total_steps = config.warmup_steps + config.steps;
+
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (int s = 0; s < config.shards; ++s) {
+    shards.push_back(std::make_unique<Shard>(s, config));
+    Shard& shard = *shards.back();
+    shard.host.AddService(&shard.service, v1::ParameterServer::service_full_name());
+    if (absl::Status started = shard.host.Start(); !started.ok()) {
+      return absl::UnavailableError(absl::StrCat("shard ", s, ": ", started.message()));
+    }
+    shard.host.SetServing(true);
+  }
+  const auto shutdown = [&] {
+    for (auto& shard : shards) shard->host.Shutdown(absl::Seconds(2));
+  };
+
+  // The job: SGD, SYNC over `nodes` nodes.
+  v1::InitHeader header;
+  header.set_job_id("bench");
+  v1::JobSpec& spec = *header.mutable_job();
+  spec.set_mode(v1::SYNC);
+  spec.set_nodes_min(static_cast<uint32_t>(config.nodes));
+  spec.set_max_steps(static_cast<uint64_t>(total_steps));
+  spec.set_partition_bytes(config.partition_bytes);
+  spec.set_wire_dtype(config.wire_dtype);
+  spec.mutable_optimizer()->set_type(v1::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.01f);
+  *header.mutable_plan() = *plan;
+  header.set_total_steps(static_cast<uint64_t>(total_steps));
+  for (int s = 0; s < config.shards; ++s) {
+    if (absl::Status init = InitShard(*shards[s], s, header, max_receive_bytes); !init.ok()) {
+      shutdown();
+      return init;
+    }
+  }
+
+  // One stream per (node, shard), each on its own channel (its own TCP connection, like
+  // separate machines), with its pushes prepared once.
+  struct Stream {
+    int node = 0;
+    int shard = 0;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::ParameterServer::Stub> stub;
+    std::vector<v1::GradientPush> pushes;
+    grpc::ClientContext context;
+  };
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int n = 0; n < config.nodes; ++n) {
+    for (int s = 0; s < config.shards; ++s) {
+      auto stream = std::make_unique<Stream>();
+      stream->node = n;
+      stream->shard = s;
+      grpc::ChannelArguments arguments;
+      arguments.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
+      arguments.SetInt("bench.node", n);  // Distinct arguments: a connection per node.
+      stream->channel = grpc::CreateCustomChannel(shards[s]->address(),
+                                                  grpc::InsecureChannelCredentials(), arguments);
+      stream->stub = v1::ParameterServer::NewStub(stream->channel);
+      for (const v1::Partition& partition : plan->partitions()) {
+        if (partition.shard() != static_cast<uint32_t>(s)) continue;
+        v1::GradientPush push;
+        push.set_job_id("bench");
+        push.set_node_rank(static_cast<uint32_t>(n));
+        push.set_partition_id(partition.id());
+        push.set_dtype(config.wire_dtype);
+        push.set_sample_count(1);
+        std::vector<float> grad(partition.length(), 0.001f * (n + 1));
+        std::string data(partition.length() * ps::WireBytes(config.wire_dtype), '\0');
+        ps::NarrowInto(config.wire_dtype, grad.data(), grad.size(), data.data());
+        push.set_data(std::move(data));
+        stream->pushes.push_back(std::move(push));
+      }
+      streams.push_back(std::move(stream));
+    }
+  }
+
+  absl::Mutex mu;
+  absl::Status failure;  // The first stream error; the other streams are cancelled.
+  const auto fail = [&](absl::Status status) {
+    absl::MutexLock lock(&mu);
+    if (!failure.ok()) return;
+    failure = std::move(status);
+    for (auto& stream : streams) stream->context.TryCancel();
+  };
+  const int stream_count = static_cast<int>(streams.size());
+  std::atomic<int> arrived{0};
+  std::atomic<int> barrier_round{0};
+  const auto barrier = [&](int round) {  // All streams start the timed steps together.
+    if (arrived.fetch_add(1) + 1 == stream_count * round) barrier_round.store(round);
+    while (barrier_round.load() < round) std::this_thread::yield();
+  };
+  Clock::time_point start;
+  std::atomic<uint64_t> bytes{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < stream_count; ++i) {
+    threads.emplace_back([&, i] {
+      Stream& stream = *streams[i];
+      const std::string name = absl::StrCat("node ", stream.node, " -> shard ", stream.shard);
+      auto rpc = stream.stub->PushPull(&stream.context);
+      v1::PartitionValues values;
+      uint64_t moved = 0;
+      bool ok = true;
+      for (int step = 0; step < total_steps; ++step) {
+        const bool timed = step >= config.warmup_steps;
+        if (step == config.warmup_steps) {
+          barrier(1);
+          if (i == 0) start = Clock::now();
+          barrier(2);
+        }
+        if (!ok) continue;  // Keep meeting the barriers so the others are not stuck.
+        // Push everything, then read the updates (the shard streams them as they complete).
+        for (v1::GradientPush& push : stream.pushes) {
+          push.set_step(static_cast<uint64_t>(step));
+          if (!rpc->Write(push)) {
+            ok = false;
+            break;
+          }
+          if (timed) moved += push.data().size();
+        }
+        size_t received = 0;
+        while (ok && received < stream.pushes.size()) {
+          if (!rpc->Read(&values)) {
+            ok = false;
+            break;
+          }
+          if (values.step() != static_cast<uint64_t>(step) + 1) continue;
+          ++received;
+          if (timed) moved += values.data().size();
+        }
+        if (!ok) {
+          const grpc::Status status = rpc->Finish();
+          fail(absl::UnavailableError(
+              absl::StrCat(name, ": stream ended at step ", step, ": ", status.error_message())));
+        }
+      }
+      if (ok) {
+        rpc->WritesDone();
+        const grpc::Status status = rpc->Finish();
+        if (!status.ok()) {
+          fail(absl::UnavailableError(absl::StrCat(name, ": ", status.error_message())));
+        }
+      }
+      bytes.fetch_add(moved);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double seconds = SecondsSince(start);
+  PsResult result;
+  result.gbps = static_cast<double>(bytes.load()) / seconds / 1e9;
+  result.step_seconds = seconds / config.steps;
+  for (auto& shard : shards) {
+    result.aggregation_wait_seconds += shard->shard.Status().aggregation_wait_seconds();
+  }
+  result.aggregation_wait_seconds /= config.shards;
+  for (auto& stream : streams) {
+    size_t up = 0;
+    for (const v1::GradientPush& push : stream->pushes) {
+      up +=
+          static_cast<size_t>(plan->partitions(static_cast<int>(push.partition_id())).length()) * 4;
+    }
+    result.stream_bytes.push_back(up);
+  }
+  shutdown();
+  {
+    absl::MutexLock lock(&mu);
+    if (!failure.ok()) return failure;
+  }
+  return result;
+}
+
+}  // namespace tributary::bench
