@@ -1,0 +1,70 @@
+// What a benchmark learns from one training run of any program (the local cluster,
+// the single-process trainer, PyTorch DDP), and how runs are printed side by side and
+// as JSON, so every comparison reads the same way.
+#ifndef TRIBUTARY_BENCH_COMMON_TRAINING_RUN_H_
+#define TRIBUTARY_BENCH_COMMON_TRAINING_RUN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tributary::bench {
+
+// One test-set evaluation.
+struct Evaluation {
+  uint64_t step = 0;  // Steps done when it was taken (for the cluster: when seen).
+  double accuracy = 0;
+  double seconds = 0;  // Since training started, evaluations before it included.
+};
+
+// Sums of the workers' per-step histograms (tributary_worker_*_seconds) over all of
+// their steps; workers == 0 when nothing was measured.
+struct StepTimes {
+  int workers = 0;
+  uint64_t steps = 0;            // Worker-steps (each worker counts its own).
+  double step_seconds = 0;       // Compute through update.
+  double push_wait_seconds = 0;  // Node leaders waiting for the PS's new values.
+  double reduce_seconds = 0;     // Intra-node gradient reduction (overlaps backward).
+
+  double PushWaitShare() const { return step_seconds > 0 ? push_wait_seconds / step_seconds : 0; }
+  double ReduceShare() const { return step_seconds > 0 ? reduce_seconds / step_seconds : 0; }
+  double MeanStepSeconds() const { return steps > 0 ? step_seconds / steps : 0; }
+};
+
+struct TrainingRun {
+  std::string name;           // Column title, e.g. "tributary local".
+  double test_accuracy = -1;  // Final evaluation; negative when none.
+  double final_loss = 0;      // Training loss of the last step(s).
+  uint64_t steps = 0;
+  uint64_t samples = 0;  // steps x global batch (an epoch's last batch may be short).
+  double reported_samples_per_second = 0;  // The program's own figure (step time only).
+  double setup_seconds = 0;                // Start of the process(es) to the first step.
+  double training_seconds = 0;             // First step to the end, evaluations included.
+  double process_seconds = 0;              // Launch to exit, as the benchmark measured it.
+  std::vector<Evaluation> evaluations;
+  StepTimes step_times;       // The local cluster only.
+  uint64_t bytes_pushed = 0;  // The local cluster only.
+  uint64_t bytes_pulled = 0;
+  std::string log_path;  // Where its output is.
+
+  // Samples over training_seconds: the figure that includes evaluations, waits and
+  // every overhead of the system.
+  double SamplesPerSecond() const {
+    return training_seconds > 0 ? static_cast<double>(samples) / training_seconds : 0;
+  }
+  // Seconds from the first step to the first evaluation at or above `target`; -1 when
+  // no evaluation reached it.
+  double SecondsTo(double target) const;
+};
+
+// The rows of a side-by-side table of `runs` (first column: what the row is). When
+// target > 0 a row gives each run's time to that accuracy. Each ratio row divides by
+// the first run.
+std::string SideBySide(const std::vector<const TrainingRun*>& runs, double target);
+
+// The run as a JSON object (target > 0 adds seconds_to_target).
+std::string TrainingRunJson(const TrainingRun& run, double target);
+
+}  // namespace tributary::bench
+
+#endif  // TRIBUTARY_BENCH_COMMON_TRAINING_RUN_H_

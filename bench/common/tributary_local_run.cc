@@ -1,0 +1,250 @@
+#include "bench/common/tributary_local_run.h"
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/common/bench_json.h"
+#include "cli/child_process.h"
+#include "common/testing/prometheus_text.h"
+#include "common/tls.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace tributary::bench {
+namespace {
+
+constexpr int kLogTailLines = 30;
+
+absl::Time FromProto(const google::protobuf::Timestamp& time) {
+  return absl::FromUnixSeconds(time.seconds()) + absl::Nanoseconds(time.nanos());
+}
+
+std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return context;
+}
+
+// The coordinator's gRPC port from its port file, once the coordinator has written it.
+std::optional<int> CoordinatorPort(const std::string& run_dir) {
+  absl::StatusOr<std::string> text = ReadFileToString(run_dir + "/coordinator.ports.json");
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<google::protobuf::Struct> ports = ParseJsonObject(*text, "coordinator port file");
+  if (!ports.ok()) return std::nullopt;  // Being written.
+  absl::StatusOr<double> port = JsonNumber(*ports, "grpc_port", "coordinator port file");
+  if (!port.ok() || *port <= 0) return std::nullopt;
+  return static_cast<int>(*port);
+}
+
+// One worker's histogram sums, as last scraped (they only grow).
+StepTimes ScrapeWorker(const std::string& host, int http_port, bool* ok) {
+  StepTimes times;
+  *ok = false;
+  httplib::Client http(host, http_port);
+  http.set_connection_timeout(0, 300000);
+  http.set_read_timeout(1, 0);
+  auto response = http.Get("/metrics");
+  if (!response || response->status != 200) return times;
+  absl::StatusOr<testing::ParsedMetrics> metrics = testing::ParsePrometheusText(response->body);
+  if (!metrics.ok()) return times;
+  times.workers = 1;
+  times.steps = static_cast<uint64_t>(metrics->Sum("tributary_worker_step_seconds_count"));
+  times.step_seconds = metrics->Sum("tributary_worker_step_seconds_sum");
+  times.push_wait_seconds = metrics->Sum("tributary_worker_push_wait_seconds_sum");
+  times.reduce_seconds = metrics->Sum("tributary_worker_reduce_seconds_sum");
+  *ok = true;
+  return times;
+}
+
+bool Terminal(v1::JobState state) {
+  return state == v1::COMPLETED || state == v1::FAILED || state == v1::STOPPED;
+}
+
+// The job record as the benchmark last saw it, turned into the run's timings and
+// accuracy curve. Training starts when the job first went RUNNING (every worker past
+// its data loading and rendezvous) and ends when it COMPLETED.
+absl::Status FillFromJob(const v1::Job& job, absl::Time launch, TrainingRun& run) {
+  std::optional<absl::Time> running;
+  for (const v1::JobEvent& event : job.events()) {
+    if (event.to_state() == v1::RUNNING) {
+      running = FromProto(event.time());
+      break;
+    }
+  }
+  if (!running.has_value()) {
+    return absl::UnavailableError(absl::StrCat("job ", job.job_id(), " never went RUNNING (",
+                                               v1::JobState_Name(job.state()), ": ",
+                                               job.state_reason(), ")"));
+  }
+  if (job.state() != v1::COMPLETED || !job.has_finished()) {
+    return absl::UnavailableError(
+        absl::StrCat("the last record of job ", job.job_id(), " the benchmark read was ",
+                     v1::JobState_Name(job.state()), " at step ", job.step(), " of ",
+                     job.total_steps(), ": the coordinator went away before its end was seen"));
+  }
+  run.setup_seconds = absl::ToDoubleSeconds(*running - launch);
+  run.training_seconds = absl::ToDoubleSeconds(FromProto(job.finished()) - *running);
+  // Rank 0's accuracy reaches the record with the next progress point after its
+  // evaluation; a new value is a new evaluation.
+  float last = -1;
+  for (const v1::ProgressPoint& point : job.progress()) {
+    if (point.test_accuracy() >= 0 && point.test_accuracy() != last) {
+      run.evaluations.push_back({point.step(), point.test_accuracy(),
+                                 absl::ToDoubleSeconds(FromProto(point.time()) - *running)});
+      last = point.test_accuracy();
+    }
+  }
+  // The last evaluation follows the last step, when no step is left to carry it.
+  if (job.result().test_accuracy() >= 0 &&
+      (run.evaluations.empty() || run.evaluations.back().step < job.step())) {
+    run.evaluations.push_back({job.step(), job.result().test_accuracy(), run.training_seconds});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& options) {
+  std::error_code error;
+  std::filesystem::create_directories(options.run_dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create run directory ", options.run_dir, ": ", error.message()));
+  }
+  const std::string summary_path = options.run_dir + "/summary.json";
+  std::remove(summary_path.c_str());
+  std::remove((options.run_dir + "/coordinator.ports.json").c_str());
+  std::vector<std::string> argv = {
+      options.binary,
+      "local",
+      "--job_json=" + options.job_json,
+      absl::StrCat("--workers=", options.workers),
+      absl::StrCat("--ps_shards=", options.ps_shards),
+      absl::StrCat("--nodes=", options.nodes),
+      "--run_dir=" + options.run_dir,
+      "--summary_json=" + summary_path,
+      // The CLI notices the end after this benchmark does, so the last job record is
+      // read before the CLI stops the cluster.
+      "--progress_interval=1",
+      absl::StrCat("--coordinator_arg=--heartbeat_interval=",
+                   absl::FormatDuration(options.heartbeat_interval)),
+  };
+  argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
+
+  TrainingRun run;
+  run.name = options.name;
+  run.log_path = options.run_dir + "/tributary_local.log";
+  std::remove(run.log_path.c_str());
+  const absl::Time launch = absl::Now();
+  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> started =
+      cli::ChildProcess::Start("tributary local", argv, run.log_path);
+  if (!started.ok()) return started.status();
+  cli::ChildProcess& child = **started;
+
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+  std::optional<v1::Job> job;
+  std::map<std::string, StepTimes> worker_times;  // By worker id.
+  absl::Time next_job_poll = launch, next_metrics_poll = launch;
+  bool scraped_at_end = false;
+  while (child.Running()) {
+    const absl::Time now = absl::Now();
+    if (stub == nullptr) {
+      if (std::optional<int> port = CoordinatorPort(options.run_dir)) {
+        stub = v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port),
+                                                            grpc::InsecureChannelCredentials()));
+      }
+    }
+    if (stub != nullptr && now >= next_job_poll && !(job.has_value() && Terminal(job->state()))) {
+      next_job_poll = now + options.job_poll_interval;
+      v1::Job current;
+      if (stub->GetJob(Deadline(absl::Seconds(2)).get(), v1::GetJobRequest(), &current).ok() &&
+          !current.job_id().empty()) {
+        job = std::move(current);
+      }
+    }
+    // While the job runs, and once more when it has completed (the workers wait for
+    // the coordinator's stop before they exit).
+    const bool scrape = job.has_value() && (job->state() == v1::RUNNING ||
+                                            (job->state() == v1::COMPLETED && !scraped_at_end));
+    if (stub != nullptr && scrape && (now >= next_metrics_poll || Terminal(job->state()))) {
+      next_metrics_poll = now + options.metrics_poll_interval;
+      scraped_at_end = Terminal(job->state());
+      v1::ListWorkersResponse workers;
+      if (stub->ListWorkers(Deadline(absl::Seconds(2)).get(), v1::ListWorkersRequest(), &workers)
+              .ok()) {
+        for (const v1::WorkerInfo& worker : workers.workers()) {
+          if (worker.http_port() == 0) continue;
+          bool ok = false;
+          StepTimes times = ScrapeWorker(worker.host().empty() ? "127.0.0.1" : worker.host(),
+                                         static_cast<int>(worker.http_port()), &ok);
+          if (ok) worker_times[worker.worker_id()] = times;
+        }
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  run.process_seconds = absl::ToDoubleSeconds(absl::Now() - launch);
+
+  const auto failed = [&](const std::string& why) {
+    return absl::UnavailableError(absl::StrCat("tributary local (", child.ExitDescription(),
+                                               "): ", why, "; last lines of ", run.log_path, ":\n",
+                                               child.LogTail(kLogTailLines)));
+  };
+  if (child.exit_code() != 0) return failed("it failed");
+  if (!job.has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("tributary local: the benchmark never read the job "
+                     "from the coordinator; see ",
+                     run.log_path));
+  }
+  if (absl::Status filled = FillFromJob(*job, launch, run); !filled.ok()) {
+    return failed(std::string(filled.message()));
+  }
+  for (const auto& [id, times] : worker_times) {
+    run.step_times.workers += times.workers;
+    run.step_times.steps += times.steps;
+    run.step_times.step_seconds += times.step_seconds;
+    run.step_times.push_wait_seconds += times.push_wait_seconds;
+    run.step_times.reduce_seconds += times.reduce_seconds;
+  }
+
+  absl::StatusOr<std::string> text = ReadFileToString(summary_path);
+  if (!text.ok()) return failed(std::string(text.status().message()));
+  const std::string what = "tributary local summary " + summary_path;
+  absl::StatusOr<google::protobuf::Struct> summary = ParseJsonObject(*text, what);
+  if (!summary.ok()) return summary.status();
+  absl::StatusOr<std::string> state = JsonString(*summary, "state", what);
+  if (!state.ok()) return state.status();
+  if (*state != "COMPLETED") return failed(absl::StrCat("the job ended ", *state));
+  struct Field {
+    const char* path;
+    double* into;
+  };
+  double accuracy = 0, loss = 0, steps = 0, reported = 0, pushed = 0, pulled = 0, batch = 0;
+  for (const Field& field :
+       {Field{"test_accuracy", &accuracy}, Field{"final_loss", &loss}, Field{"steps", &steps},
+        Field{"samples_per_second", &reported}, Field{"bytes_pushed", &pushed},
+        Field{"bytes_pulled", &pulled}, Field{"job_spec.global_batch_size", &batch}}) {
+    absl::StatusOr<double> value = JsonNumber(*summary, field.path, what);
+    if (!value.ok()) return value.status();
+    *field.into = *value;
+  }
+  run.test_accuracy = accuracy;
+  run.final_loss = loss;
+  run.steps = static_cast<uint64_t>(steps);
+  run.samples = run.steps * static_cast<uint64_t>(batch);
+  run.reported_samples_per_second = reported;
+  run.bytes_pushed = static_cast<uint64_t>(pushed);
+  run.bytes_pulled = static_cast<uint64_t>(pulled);
+  return run;
+}
+
+}  // namespace tributary::bench

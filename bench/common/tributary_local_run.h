@@ -1,0 +1,40 @@
+// Runs `tributary local` (the real coordinator, PS shard and worker binaries) as a
+// child for one job and watches it from outside: the coordinator's job record over
+// gRPC (when training started and ended, the accuracy curve), every worker's /metrics
+// histograms (step, PS wait and reduction time), and the summary JSON the CLI writes.
+#ifndef TRIBUTARY_BENCH_COMMON_TRIBUTARY_LOCAL_RUN_H_
+#define TRIBUTARY_BENCH_COMMON_TRIBUTARY_LOCAL_RUN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "bench/common/training_run.h"
+
+namespace tributary::bench {
+
+struct TributaryLocalOptions {
+  std::string binary;                    // //cli:tributary.
+  std::string job_json;                  // Given as --job_json.
+  std::string run_dir;                   // --run_dir: every process's log; created.
+  std::string name = "tributary local";  // The run's column title.
+  int workers = 2;
+  int ps_shards = 2;
+  int nodes = 0;                        // --nodes (0: one node per worker).
+  std::vector<std::string> extra_args;  // Further flags for `tributary local`.
+  // How often the coordinator's job record is read, and the workers' /metrics.
+  absl::Duration job_poll_interval = absl::Milliseconds(250);
+  absl::Duration metrics_poll_interval = absl::Milliseconds(500);
+  // The coordinator's --heartbeat_interval: the workers' reports (step, accuracy)
+  // reach the job record this often, which bounds the timing resolution.
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+};
+
+// Waits for the child to exit. UNAVAILABLE with the tail of its log when it fails or
+// the job does not complete; NOT_FOUND when the job never appeared on the coordinator.
+absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& options);
+
+}  // namespace tributary::bench
+
+#endif  // TRIBUTARY_BENCH_COMMON_TRIBUTARY_LOCAL_RUN_H_

@@ -1,0 +1,173 @@
+// time_to_accuracy: the local cluster (`tributary local`: a coordinator, P PS shards
+// and W workers, the real binaries on loopback) against the single-process trainer
+// (train_local) on the same job spec (model, batch, epochs, optimizer, seed), both run
+// here as children one after the other. Side by side: test accuracy, samples/s,
+// training time, the time each takes to reach --target_accuracy, and the cluster's
+// communication share of the step time (from the workers' /metrics histograms).
+// Ends with one JSON line.
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/common/bench_json.h"
+#include "bench/common/bench_runfiles.h"
+#include "bench/common/machine.h"
+#include "bench/common/train_local_run.h"
+#include "bench/common/training_run.h"
+#include "bench/common/tributary_local_run.h"
+#include "bench/common/work_dir.h"
+#include "cli/job_flags.h"
+#include "common/process.h"
+
+ABSL_FLAG(int, workers, 2, "Cluster: worker processes (tributary local --workers). Default: 2.");
+ABSL_FLAG(int, ps_shards, 2, "Cluster: PS shards (tributary local --ps_shards). Default: 2.");
+ABSL_FLAG(int, nodes, 0,
+          "Cluster: node groups the workers are spread over (tributary local --nodes); 0 = one "
+          "node per worker. Default: 0.");
+ABSL_FLAG(std::vector<std::string>, tributary_arg, {},
+          "Cluster: further flags for tributary local, comma separated (e.g. "
+          "--worker_arg=--cpu_threads=1). Default: none.");
+ABSL_FLAG(int, local_replicas, 1,
+          "Single process: train_local --replicas (in-process replicas the batch is split "
+          "over). Default: 1.");
+ABSL_FLAG(int, local_threads, 0,
+          "Single process: train_local --threads (cores for matrix products; 0 = all). "
+          "Default: 0.");
+ABSL_FLAG(double, target_accuracy, 0.85,
+          "Test accuracy whose time to reach is compared (seconds from the first step to "
+          "the first evaluation at or above it); 0 = no target. Default: 0.85.");
+ABSL_FLAG(std::string, work_dir, "",
+          "Directory for the job spec and every process's log. Default: a new "
+          "/tmp/tributary-time_to_accuracy-XXXXXX.");
+
+namespace tributary::bench {
+namespace {
+
+constexpr char kUsage[] =
+    "time_to_accuracy: tributary local (W workers, P PS shards) vs the single-process trainer\n"
+    "on the same job: samples/s, accuracy, time to --target_accuracy, communication share.\n"
+    "Usage: bazel run //bench/time_to_accuracy -- [--workers=2] [--ps_shards=2]\n"
+    "       [--target_accuracy=0.85] [job flags]\n"
+    "Job flags are tributary local's, with its defaults (mlp 784,256,128,10 on Fashion-MNIST,\n"
+    "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, --replicas=2 per worker):\n"
+    "--model, --layers, --batch, --epochs, --max_steps, --optimizer, --lr, --train_limit, ...\n"
+    "(--helpfull lists them all).";
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "time_to_accuracy: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+std::string Curve(const TrainingRun& run) {
+  std::vector<std::string> points;
+  for (const Evaluation& e : run.evaluations) {
+    points.push_back(absl::StrFormat("%.4f@%.1fs", e.accuracy, e.seconds));
+  }
+  return points.empty() ? std::string("none") : absl::StrJoin(points, "  ");
+}
+
+std::string Ratio(double numerator, double denominator) {
+  return numerator > 0 && denominator > 0 ? absl::StrFormat("%.4f", numerator / denominator)
+                                          : std::string("null");
+}
+
+int Run(const char* argv0) {
+  absl::StatusOr<BenchRunfiles> runfiles = BenchRunfiles::Create(argv0);
+  if (!runfiles.ok()) return Fail(runfiles.status());
+  absl::StatusOr<std::string> tributary = runfiles->Find("tributary/cli/tributary");
+  if (!tributary.ok()) return Fail(tributary.status());
+  absl::StatusOr<std::string> train_local = runfiles->Find("tributary/worker/train_local");
+  if (!train_local.ok()) return Fail(train_local.status());
+  absl::StatusOr<v1::JobSpec> spec = cli::JobSpecFromFlags();
+  if (!spec.ok()) return Fail(spec.status());
+  absl::StatusOr<std::string> work_dir =
+      MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "time_to_accuracy");
+  if (!work_dir.ok()) return Fail(work_dir.status());
+  const std::string job_json = *work_dir + "/job.json";
+  if (absl::Status written = WriteJobJson(*spec, job_json); !written.ok()) return Fail(written);
+  const double target = absl::GetFlag(FLAGS_target_accuracy);
+
+  const MachineInfo machine = DescribeMachine();
+  std::printf("time_to_accuracy: %s\n", MachineLine(machine).c_str());
+  std::printf("job: %s\n", JobSpecJson(*spec).c_str());
+  std::printf("logs: %s\n", work_dir->c_str());
+  std::fflush(stdout);
+
+  TributaryLocalOptions cluster_options;
+  cluster_options.binary = *tributary;
+  cluster_options.job_json = job_json;
+  cluster_options.run_dir = *work_dir + "/tributary-local";
+  cluster_options.workers = absl::GetFlag(FLAGS_workers);
+  cluster_options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
+  cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
+  cluster_options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
+  cluster_options.name =
+      absl::StrFormat("cluster %dWx%dR", cluster_options.workers, spec->replicas_per_worker());
+  std::printf("running tributary local: %d workers x %u replicas, %d PS shards ...\n",
+              cluster_options.workers, spec->replicas_per_worker(), cluster_options.ps_shards);
+  std::fflush(stdout);
+  absl::StatusOr<TrainingRun> cluster = RunTributaryLocal(cluster_options);
+  if (!cluster.ok()) return Fail(cluster.status());
+
+  TrainLocalOptions local_options;
+  local_options.binary = *train_local;
+  local_options.job_json = job_json;
+  local_options.log_path = *work_dir + "/train_local.log";
+  local_options.replicas = absl::GetFlag(FLAGS_local_replicas);
+  local_options.threads = absl::GetFlag(FLAGS_local_threads);
+  local_options.name = absl::StrFormat("train_local %dR", local_options.replicas);
+  std::printf("running train_local: %d replica(s) in one process ...\n", local_options.replicas);
+  std::fflush(stdout);
+  absl::StatusOr<TrainingRun> local = RunTrainLocal(local_options);
+  if (!local.ok()) return Fail(local.status());
+
+  const MachineInfo after = DescribeMachine();
+  std::printf("\n%s", SideBySide({&*cluster, &*local}, target).c_str());
+  std::printf(
+      "\naccuracy curve (test accuracy @ seconds since the first step):\n  %-16s %s\n"
+      "  %-16s %s\n",
+      cluster->name.c_str(), Curve(*cluster).c_str(), local->name.c_str(), Curve(*local).c_str());
+  const StepTimes& times = cluster->step_times;
+  if (times.workers > 0) {
+    std::printf(
+        "\ncluster step time (%d workers, %llu worker-steps, mean %.4f s): %.1f%% waiting for "
+        "the PS (push, aggregation over the nodes incl. waiting for the slowest, update, "
+        "pull), %.1f%% intra-node reduction (overlaps backward); the rest is forward/backward "
+        "and bookkeeping.\n",
+        times.workers, static_cast<unsigned long long>(times.steps), times.MeanStepSeconds(),
+        100 * times.PushWaitShare(), 100 * times.ReduceShare());
+  } else {
+    std::printf("\ncluster step time: no worker /metrics could be read\n");
+  }
+  std::printf("load average after the runs: %.2f %.2f %.2f\n", after.load_average[0],
+              after.load_average[1], after.load_average[2]);
+  std::printf(
+      "{\"bench\": \"time_to_accuracy\", %s, \"load_average_after\": [%.2f, %.2f, %.2f], "
+      "\"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"target_accuracy\": %.4f, "
+      "\"cluster\": %s, \"single\": %s, \"ratios\": {\"samples_per_second\": %s, "
+      "\"training_seconds\": %s, \"seconds_to_target\": %s}}\n",
+      MachineJsonMembers(machine).c_str(), after.load_average[0], after.load_average[1],
+      after.load_average[2], JobSpecJson(*spec).c_str(), cluster_options.workers,
+      cluster_options.ps_shards, target, TrainingRunJson(*cluster, target).c_str(),
+      TrainingRunJson(*local, target).c_str(),
+      Ratio(cluster->SamplesPerSecond(), local->SamplesPerSecond()).c_str(),
+      Ratio(cluster->training_seconds, local->training_seconds).c_str(),
+      target > 0 ? Ratio(cluster->SecondsTo(target), local->SecondsTo(target)).c_str() : "null");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tributary::bench
+
+int main(int argc, char** argv) {
+  tributary::cli::RememberGivenFlags(argc, argv);
+  tributary::InitProcess(argc, argv, tributary::bench::kUsage);
+  FLAGS_minloglevel = 1;
+  return tributary::bench::Run(argv[0]);
+}
