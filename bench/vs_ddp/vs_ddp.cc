@@ -1,0 +1,305 @@
+// vs_ddp: the local cluster (`tributary local`, the real binaries on loopback) against
+// PyTorch DistributedDataParallel (gloo backend, processes on loopback, ddp_mlp.py run
+// by /usr/bin/python3) training the same MLP with the same batch, epochs, optimizer
+// and learning rate from one job spec: accuracy, samples/s, training time, time to
+// --target_accuracy side by side, one after the other on this machine. Skipped, with
+// the reason, when /usr/bin/python3 cannot import torch (bash scripts/setup --torch
+// installs Debian's python3-torch; it is never a dependency of Tributary itself).
+// Ends with one JSON line.
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "bench/common/bench_json.h"
+#include "bench/common/bench_runfiles.h"
+#include "bench/common/machine.h"
+#include "bench/common/training_run.h"
+#include "bench/common/tributary_local_run.h"
+#include "bench/common/work_dir.h"
+#include "cli/child_process.h"
+#include "cli/job_flags.h"
+#include "common/process.h"
+#include "common/tls.h"
+
+ABSL_FLAG(int, workers, 2,
+          "Worker processes of tributary local, and DDP processes unless --ddp_processes is "
+          "given. Default: 2.");
+ABSL_FLAG(int, ps_shards, 2, "Cluster: PS shards (tributary local --ps_shards). Default: 2.");
+ABSL_FLAG(std::vector<std::string>, tributary_arg, {},
+          "Cluster: further flags for tributary local, comma separated. Default: none.");
+ABSL_FLAG(int, ddp_processes, 0, "DDP: processes (world size); 0 = --workers. Default: 0.");
+ABSL_FLAG(int, ddp_threads, 0,
+          "DDP: torch (and OpenBLAS) threads per process; 0 = CPU cores / processes, at "
+          "least 1. Default: 0.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "DDP: the Python that runs ddp_mlp.py (needs torch and numpy). Default: "
+          "/usr/bin/python3.");
+ABSL_FLAG(double, target_accuracy, 0.85,
+          "Test accuracy whose time to reach is compared (seconds from the first step to the "
+          "first evaluation at or above it); 0 = no target. Default: 0.85.");
+ABSL_FLAG(std::string, work_dir, "",
+          "Directory for the job spec and every process's log. Default: a new "
+          "/tmp/tributary-vs_ddp-XXXXXX.");
+
+namespace tributary::bench {
+namespace {
+
+constexpr char kUsage[] =
+    "vs_ddp: tributary local vs PyTorch DistributedDataParallel (gloo, processes on loopback)\n"
+    "on the same MLP, batch, epochs, optimizer and learning rate.\n"
+    "Usage: bazel run //bench/vs_ddp -- [--workers=2] [--ddp_processes=N] [--ddp_threads=N]\n"
+    "       [--target_accuracy=0.85] [job flags]\n"
+    "Needs torch for /usr/bin/python3 (bash scripts/setup --torch); skipped otherwise.\n"
+    "Job flags are tributary local's, with its defaults (mlp 784,256,128,10 on Fashion-MNIST,\n"
+    "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, --replicas=2 per worker);\n"
+    "the PyTorch side mirrors mlp on IDX data in SYNC mode only (--helpfull lists them all).";
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "vs_ddp: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+// Runs `argv` to its end with its output in log_path; the exit code, or the error of
+// starting it. Sets *seconds to its wall time.
+absl::StatusOr<int> RunToEnd(const std::string& name, const std::vector<std::string>& argv,
+                             const std::string& log_path, double* seconds) {
+  std::remove(log_path.c_str());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> child =
+      cli::ChildProcess::Start(name, argv, log_path);
+  if (!child.ok()) return child.status();
+  while ((*child)->Running()) absl::SleepFor(absl::Milliseconds(20));
+  if (seconds != nullptr) *seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return (*child)->exit_code();
+}
+
+std::string LastLine(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return "";
+  std::string content = *text;
+  while (!content.empty() && content.back() == '\n') content.pop_back();
+  const size_t newline = content.rfind('\n');
+  return newline == std::string::npos ? content : content.substr(newline + 1);
+}
+
+struct DdpRun {
+  TrainingRun run;
+  std::string blas;
+  double sgemm_gflops = 0;
+  std::string torch_version;
+};
+
+absl::StatusOr<DdpRun> ParseDdp(const std::string& log_path, double process_seconds,
+                                const std::string& name) {
+  const std::string what = "ddp_mlp output " + log_path;
+  absl::StatusOr<std::string> text = ReadFileToString(log_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::string> line = LastJsonLine(*text, what);
+  if (!line.ok()) return line.status();
+  absl::StatusOr<google::protobuf::Struct> json = ParseJsonObject(*line, what);
+  if (!json.ok()) return json.status();
+  DdpRun ddp;
+  TrainingRun& run = ddp.run;
+  run.name = name;
+  run.log_path = log_path;
+  run.process_seconds = process_seconds;
+  double steps = 0, samples = 0;
+  struct Field {
+    const char* path;
+    double* into;
+  };
+  for (const Field& field :
+       {Field{"test_accuracy", &run.test_accuracy}, Field{"final_loss", &run.final_loss},
+        Field{"steps", &steps}, Field{"samples", &samples},
+        Field{"reported_samples_per_second", &run.reported_samples_per_second},
+        Field{"training_seconds", &run.training_seconds},
+        Field{"setup_seconds", &run.setup_seconds},
+        Field{"sgemm_gflops_per_process", &ddp.sgemm_gflops}}) {
+    absl::StatusOr<double> value = JsonNumber(*json, field.path, what);
+    if (!value.ok()) return value.status();
+    *field.into = *value;
+  }
+  run.steps = static_cast<uint64_t>(steps);
+  run.samples = static_cast<uint64_t>(samples);
+  absl::StatusOr<std::string> blas = JsonString(*json, "blas", what);
+  if (!blas.ok()) return blas.status();
+  ddp.blas = *blas;
+  absl::StatusOr<std::string> version = JsonString(*json, "torch_version", what);
+  if (!version.ok()) return version.status();
+  ddp.torch_version = *version;
+  auto evaluations = json->fields().find("evaluations");
+  if (evaluations == json->fields().end() || !evaluations->second.has_list_value()) {
+    return absl::NotFoundError(absl::StrCat(what, ": no 'evaluations' list"));
+  }
+  for (const google::protobuf::Value& value : evaluations->second.list_value().values()) {
+    if (!value.has_struct_value()) continue;
+    Evaluation evaluation;
+    double step = 0;
+    for (const Field& field : {Field{"step", &step}, Field{"accuracy", &evaluation.accuracy},
+                               Field{"seconds", &evaluation.seconds}}) {
+      absl::StatusOr<double> number = JsonNumber(value.struct_value(), field.path, what);
+      if (!number.ok()) return number.status();
+      *field.into = *number;
+    }
+    evaluation.step = static_cast<uint64_t>(step);
+    run.evaluations.push_back(evaluation);
+  }
+  return ddp;
+}
+
+std::string Curve(const TrainingRun& run) {
+  std::vector<std::string> points;
+  for (const Evaluation& e : run.evaluations) {
+    points.push_back(absl::StrFormat("%.4f@%.1fs", e.accuracy, e.seconds));
+  }
+  return points.empty() ? std::string("none") : absl::StrJoin(points, "  ");
+}
+
+std::string Ratio(double numerator, double denominator) {
+  return numerator > 0 && denominator > 0 ? absl::StrFormat("%.4f", numerator / denominator)
+                                          : std::string("null");
+}
+
+int Run(const char* argv0) {
+  const MachineInfo machine = DescribeMachine();
+  absl::StatusOr<std::string> work_dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "vs_ddp");
+  if (!work_dir.ok()) return Fail(work_dir.status());
+  const std::string python = absl::GetFlag(FLAGS_python);
+
+  // Skip, saying why, when torch is not there: an optional comparison.
+  const std::string check_log = *work_dir + "/torch_check.log";
+  absl::StatusOr<int> imported =
+      RunToEnd("torch check", {python, "-c", "import numpy, torch"}, check_log, nullptr);
+  if (!imported.ok() || *imported != 0) {
+    const std::string why =
+        imported.ok() ? absl::StrCat(python, " cannot import torch: ", LastLine(check_log))
+                      : std::string(imported.status().message());
+    std::printf(
+        "vs_ddp: skipped: %s. Install Debian's python3-torch with `bash scripts/setup --torch` "
+        "(for this benchmark only).\n",
+        why.c_str());
+    absl::PrintF("{\"bench\": \"vs_ddp\", \"skipped\": true, \"reason\": %s, %s}\n", JsonQuote(why),
+                 MachineJsonMembers(machine));
+    return 0;
+  }
+
+  absl::StatusOr<BenchRunfiles> runfiles = BenchRunfiles::Create(argv0);
+  if (!runfiles.ok()) return Fail(runfiles.status());
+  absl::StatusOr<std::string> tributary = runfiles->Find("tributary/cli/tributary");
+  if (!tributary.ok()) return Fail(tributary.status());
+  absl::StatusOr<std::string> script = runfiles->Find("tributary/bench/vs_ddp/ddp_mlp.py");
+  if (!script.ok()) return Fail(script.status());
+  absl::StatusOr<v1::JobSpec> spec = cli::JobSpecFromFlags();
+  if (!spec.ok()) return Fail(spec.status());
+  const std::string job_json = *work_dir + "/job.json";
+  if (absl::Status written = WriteJobJson(*spec, job_json); !written.ok()) return Fail(written);
+  const double target = absl::GetFlag(FLAGS_target_accuracy);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  const int processes =
+      absl::GetFlag(FLAGS_ddp_processes) > 0 ? absl::GetFlag(FLAGS_ddp_processes) : workers;
+  const int threads = absl::GetFlag(FLAGS_ddp_threads) > 0
+                          ? absl::GetFlag(FLAGS_ddp_threads)
+                          : std::max(1, static_cast<int>(machine.cpu_cores) / processes);
+  const std::vector<std::string> ddp_argv = {
+      python,
+      *script,
+      "--job_json=" + job_json,
+      absl::StrCat("--processes=", processes),
+      absl::StrCat("--threads=", threads),
+      "--work_dir=" + *work_dir,
+  };
+
+  std::printf("vs_ddp: %s\n", MachineLine(machine).c_str());
+  std::printf("job: %s\n", JobSpecJson(*spec).c_str());
+  std::printf("logs: %s\n", work_dir->c_str());
+  std::fflush(stdout);
+  // What the PyTorch side cannot mirror is refused before anything runs.
+  const std::string spec_check_log = *work_dir + "/ddp_spec_check.log";
+  std::vector<std::string> check_argv = ddp_argv;
+  check_argv.push_back("--check_only");
+  absl::StatusOr<int> checked =
+      RunToEnd("ddp_mlp --check_only", check_argv, spec_check_log, nullptr);
+  if (!checked.ok()) return Fail(checked.status());
+  if (*checked != 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("the PyTorch side refuses this job: ", LastLine(spec_check_log))));
+  }
+
+  TributaryLocalOptions cluster_options;
+  cluster_options.binary = *tributary;
+  cluster_options.job_json = job_json;
+  cluster_options.run_dir = *work_dir + "/tributary-local";
+  cluster_options.workers = workers;
+  cluster_options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
+  cluster_options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
+  cluster_options.name = absl::StrFormat("tributary %dWx%dR", workers, spec->replicas_per_worker());
+  std::printf("running tributary local: %d workers x %u replicas, %d PS shards ...\n", workers,
+              spec->replicas_per_worker(), cluster_options.ps_shards);
+  std::fflush(stdout);
+  absl::StatusOr<TrainingRun> cluster = RunTributaryLocal(cluster_options);
+  if (!cluster.ok()) return Fail(cluster.status());
+
+  std::printf("running PyTorch DDP (gloo): %d processes x %d threads ...\n", processes, threads);
+  std::fflush(stdout);
+  const std::string ddp_log = *work_dir + "/ddp.log";
+  double ddp_seconds = 0;
+  absl::StatusOr<int> ddp_exit = RunToEnd("ddp_mlp", ddp_argv, ddp_log, &ddp_seconds);
+  if (!ddp_exit.ok()) return Fail(ddp_exit.status());
+  if (*ddp_exit != 0) {
+    return Fail(absl::UnavailableError(absl::StrCat("ddp_mlp.py exited with ", *ddp_exit, "; see ",
+                                                    ddp_log, ": ", LastLine(ddp_log))));
+  }
+  absl::StatusOr<DdpRun> ddp =
+      ParseDdp(ddp_log, ddp_seconds, absl::StrFormat("DDP gloo %dP", processes));
+  if (!ddp.ok()) return Fail(ddp.status());
+
+  const MachineInfo after = DescribeMachine();
+  std::printf("\n%s", SideBySide({&*cluster, &ddp->run}, target).c_str());
+  std::printf(
+      "\naccuracy curve (test accuracy @ seconds since the first step):\n  %-18s %s\n"
+      "  %-18s %s\n",
+      cluster->name.c_str(), Curve(*cluster).c_str(), ddp->run.name.c_str(),
+      Curve(ddp->run).c_str());
+  std::printf(
+      "\nPyTorch %s, %d threads per process, BLAS: %s (%.1f GFLOP/s sgemm per process).\n"
+      "setup s: the cluster's from launch to every worker training (processes, data, "
+      "rendezvous); DDP's from the script's start (torch import, data, spawn, rendezvous).\n",
+      ddp->torch_version.c_str(), threads, ddp->blas.c_str(), ddp->sgemm_gflops);
+  std::printf("load average after the runs: %.2f %.2f %.2f\n", after.load_average[0],
+              after.load_average[1], after.load_average[2]);
+  absl::PrintF(
+      "{\"bench\": \"vs_ddp\", \"skipped\": false, %s, \"load_average_after\": [%.2f, %.2f, "
+      "%.2f], \"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"ddp_processes\": %d, "
+      "\"ddp_threads\": %d, \"torch_version\": %s, \"blas\": %s, "
+      "\"ddp_sgemm_gflops_per_process\": %.2f, \"target_accuracy\": %.4f, \"tributary\": %s, "
+      "\"ddp\": %s, \"ratios\": {\"samples_per_second\": %s, \"training_seconds\": %s, "
+      "\"seconds_to_target\": %s}}\n",
+      MachineJsonMembers(machine), after.load_average[0], after.load_average[1],
+      after.load_average[2], JobSpecJson(*spec), workers, cluster_options.ps_shards, processes,
+      threads, JsonQuote(ddp->torch_version), JsonQuote(ddp->blas), ddp->sgemm_gflops, target,
+      TrainingRunJson(*cluster, target), TrainingRunJson(ddp->run, target),
+      Ratio(cluster->SamplesPerSecond(), ddp->run.SamplesPerSecond()),
+      Ratio(cluster->training_seconds, ddp->run.training_seconds),
+      target > 0 ? Ratio(cluster->SecondsTo(target), ddp->run.SecondsTo(target))
+                 : std::string("null"));
+  return 0;
+}
+
+}  // namespace
+}  // namespace tributary::bench
+
+int main(int argc, char** argv) {
+  tributary::cli::RememberGivenFlags(argc, argv);
+  tributary::InitProcess(argc, argv, tributary::bench::kUsage);
+  FLAGS_minloglevel = 1;
+  return tributary::bench::Run(argv[0]);
+}
