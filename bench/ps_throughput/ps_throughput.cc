@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/common/machine.h"
 #include "bench/common/ps_measurements.h"
 #include "services/parameter_server/malloc_tuning.h"
 #include "services/parameter_server/wire_dtype.h"
@@ -106,6 +107,8 @@ int Run() {
     return Fail(valid.status());
   }
 
+  const MachineInfo machine = DescribeMachine();
+  std::printf("ps_throughput: %s\n", MachineLine(machine).c_str());
   std::printf(
       "ps_throughput: model %.1f MiB, partitions %.1f MiB, workers {%s} x shards {%s}, %d (+%d "
       "warm-up) steps each, %d summation threads per shard, wire %s, %u CPU cores\n",
@@ -161,13 +164,15 @@ int Run() {
         row.workers, row.shards, row.ps.gbps, row.tcp_gbps, row.ps.gbps / row.tcp_gbps,
         row.ps.gbps / memcpy_gbps, row.ps.step_seconds, row.ps.aggregation_wait_seconds));
   }
-  std::printf(
-      "{\"bench\": \"ps_throughput\", \"memcpy_GBps\": %.4f, \"sum_GBps\": %.4f, "
-      "\"model_bytes\": %lld, \"partition_bytes\": %lld, \"steps\": %d, \"warmup_steps\": %d, "
-      "\"summation_threads\": %d, \"wire_dtype\": \"%s\", \"cpu_cores\": %u, \"runs\": [%s]}\n",
-      memcpy_gbps, sum_gbps, static_cast<long long>(base.model_bytes),
-      static_cast<long long>(base.partition_bytes), base.steps, base.warmup_steps,
-      base.summation_threads, dtype.c_str(), cores, absl::StrJoin(runs, ", ").c_str());
+  const MachineInfo after = DescribeMachine();
+  absl::PrintF(
+      "{\"bench\": \"ps_throughput\", %s, \"load_average_after\": [%.2f, %.2f, %.2f], "
+      "\"memcpy_GBps\": %.4f, \"sum_GBps\": %.4f, \"model_bytes\": %d, \"partition_bytes\": %d, "
+      "\"steps\": %d, \"warmup_steps\": %d, \"summation_threads\": %d, \"wire_dtype\": \"%s\", "
+      "\"runs\": [%s]}\n",
+      MachineJsonMembers(machine), after.load_average[0], after.load_average[1],
+      after.load_average[2], memcpy_gbps, sum_gbps, base.model_bytes, base.partition_bytes,
+      base.steps, base.warmup_steps, base.summation_threads, dtype, absl::StrJoin(runs, ", "));
   return 0;
 }
 

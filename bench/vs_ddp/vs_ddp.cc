@@ -181,8 +181,9 @@ int Run(const char* argv0) {
       RunToEnd("torch check", {python, "-c", "import numpy, torch"}, check_log, nullptr);
   if (!imported.ok() || *imported != 0) {
     const std::string why =
-        imported.ok() ? absl::StrCat(python, " cannot import torch: ", LastLine(check_log))
-                      : std::string(imported.status().message());
+        imported.ok()
+            ? absl::StrCat(python, " cannot import numpy and torch: ", LastLine(check_log))
+            : std::string(imported.status().message());
     std::printf(
         "vs_ddp: skipped: %s. Install Debian's python3-torch with `bash scripts/setup --torch` "
         "(for this benchmark only).\n",
