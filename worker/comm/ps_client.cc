@@ -1,9 +1,9 @@
 #include "worker/comm/ps_client.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -30,9 +30,6 @@ struct PsClient::Shard {
 
 namespace {
 
-// How long a shard may stay unreachable before the pushes waiting on it fail.
-constexpr absl::Duration kReconnectBudget = absl::Seconds(60);
-
 bool Retryable(grpc::StatusCode code) {
   // UNAVAILABLE: the shard went away (restart, network); CANCELLED/ABORTED/INTERNAL:
   // the transport broke the stream. A refusal (FAILED_PRECONDITION, INVALID_ARGUMENT)
@@ -44,14 +41,15 @@ bool Retryable(grpc::StatusCode code) {
 
 }  // namespace
 
-PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan,
-                   std::vector<v1::ShardInfo> shards, ChannelOptions channel_options,
-                   v1::TrainingMode mode, v1::DType wire_dtype)
+PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
+                   ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
+                   absl::Duration retry_budget)
     : identity_(std::move(identity)),
       plan_(std::move(plan)),
       channel_options_(std::move(channel_options)),
       mode_(mode),
       wire_dtype_(wire_dtype),
+      retry_budget_(retry_budget),
       partitions_(plan_.partitions_size()) {
   for (const v1::ShardInfo& info : shards) {
     auto shard = std::make_unique<Shard>();
@@ -79,52 +77,85 @@ std::string PsClient::ShardName(const Shard& shard) const {
   return absl::StrCat("PS shard ", shard.index, " at ", shard.address);
 }
 
-absl::StatusOr<uint64_t> PsClient::InitPartitions(const v1::JobSpec& spec,
-                                                  uint64_t total_steps, const float* params) {
+absl::Status PsClient::WithRetries(const std::function<absl::Status()>& attempt) {
+  const absl::Time give_up = absl::Now() + retry_budget_;
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (int attempts = 1;; ++attempts) {
+    absl::Status status = attempt();
+    // Only UNAVAILABLE (the shard is not up, restarting, unreachable) is worth another
+    // try: a refusal such as FAILED_PRECONDITION is the shard's answer.
+    if (status.code() != absl::StatusCode::kUnavailable) return status;
+    if (absl::Now() + backoff > give_up) {
+      return absl::UnavailableError(absl::StrCat(status.message(), " (gave up after ", attempts,
+                                                 " attempt(s) in ",
+                                                 absl::FormatDuration(retry_budget_), ")"));
+    }
+    ++rpc_retries_;
+    LOG(WARNING) << status.message() << "; retry " << attempts << " in "
+                 << absl::FormatDuration(backoff);
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::StatusOr<uint64_t> PsClient::InitShard(Shard& shard, const v1::JobSpec& spec,
+                                             uint64_t total_steps, const float* params) {
+  grpc::ClientContext context;
+  v1::InitPartitionsResponse response;
+  auto writer = shard.stub->InitPartitions(&context, &response);
+  v1::InitPartitionsRequest request;
+  v1::InitHeader& header = *request.mutable_header();
+  header.set_job_id(identity_.job_id);
+  *header.mutable_job() = spec;
+  *header.mutable_plan() = plan_;
+  header.set_shard_index(shard.index);
+  header.set_total_steps(total_steps);
+  bool written = writer->Write(request);
+  for (uint32_t id : shard.partitions) {
+    if (!written) break;
+    const v1::Partition& partition = plan_.partitions(id);
+    v1::InitPartitionsRequest values;
+    v1::PartitionValues& initial = *values.mutable_initial();
+    initial.set_partition_id(id);
+    initial.set_dtype(v1::FLOAT32);
+    initial.set_data(reinterpret_cast<const char*>(params + partition.offset()),
+                     partition.length() * sizeof(float));
+    written = writer->Write(values);
+  }
+  writer->WritesDone();
+  absl::Status status =
+      FromGrpcStatus(writer->Finish(), absl::StrCat("InitPartitions on ", ShardName(shard)));
+  if (!status.ok()) return status;
+  LOG(INFO) << ShardName(shard) << ": job " << identity_.job_id
+            << (response.created() ? " installed" : " already installed") << ", step "
+            << response.step()
+            << (response.restored_from().empty()
+                    ? std::string()
+                    : absl::StrCat(" (restored from ", response.restored_from(), ")"));
+  return response.step();
+}
+
+absl::StatusOr<uint64_t> PsClient::InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
+                                                  const float* params) {
   uint64_t lowest_step = ~uint64_t{0};
   for (auto& shard : shards_) {
     if (shard->stub == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(ShardName(*shard), ": no channel"));
     }
-    grpc::ClientContext context;
-    v1::InitPartitionsResponse response;
-    auto writer = shard->stub->InitPartitions(&context, &response);
-    v1::InitPartitionsRequest request;
-    v1::InitHeader& header = *request.mutable_header();
-    header.set_job_id(identity_.job_id);
-    *header.mutable_job() = spec;
-    *header.mutable_plan() = plan_;
-    header.set_shard_index(shard->index);
-    header.set_total_steps(total_steps);
-    bool written = writer->Write(request);
-    for (uint32_t id : shard->partitions) {
-      if (!written) break;
-      const v1::Partition& partition = plan_.partitions(id);
-      v1::InitPartitionsRequest values;
-      v1::PartitionValues& initial = *values.mutable_initial();
-      initial.set_partition_id(id);
-      initial.set_dtype(v1::FLOAT32);
-      initial.set_data(reinterpret_cast<const char*>(params + partition.offset()),
-                       partition.length() * sizeof(float));
-      written = writer->Write(values);
-    }
-    writer->WritesDone();
-    absl::Status status =
-        FromGrpcStatus(writer->Finish(), absl::StrCat("InitPartitions on ", ShardName(*shard)));
+    uint64_t step = 0;
+    absl::Status status = WithRetries([&]() -> absl::Status {
+      absl::StatusOr<uint64_t> installed = InitShard(*shard, spec, total_steps, params);
+      if (!installed.ok()) return installed.status();
+      step = *installed;
+      return absl::OkStatus();
+    });
     if (!status.ok()) return status;
-    lowest_step = std::min(lowest_step, response.step());
-    LOG(INFO) << ShardName(*shard) << ": job " << identity_.job_id
-              << (response.created() ? " installed" : " already installed") << ", step "
-              << response.step()
-              << (response.restored_from().empty()
-                      ? std::string()
-                      : absl::StrCat(" (restored from ", response.restored_from(), ")"));
+    lowest_step = std::min(lowest_step, step);
   }
   return shards_.empty() ? 0 : lowest_step;
 }
 
-absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst,
-                                   bool* finite) {
+absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst, bool* finite) {
   if (values.partition_id() >= static_cast<uint32_t>(plan_.partitions_size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("the PS sent unknown partition ", values.partition_id()));
@@ -132,10 +163,10 @@ absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst
   const v1::Partition& partition = plan_.partitions(values.partition_id());
   if (values.dtype() != v1::FLOAT32 ||
       values.data().size() != static_cast<size_t>(partition.length()) * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the PS sent partition ", partition.id(), " as ", v1::DType_Name(values.dtype()),
-        " with ", values.data().size(), " bytes; expected FLOAT32 with ",
-        partition.length() * sizeof(float)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the PS sent partition ", partition.id(), " as ",
+                     v1::DType_Name(values.dtype()), " with ", values.data().size(),
+                     " bytes; expected FLOAT32 with ", partition.length() * sizeof(float)));
   }
   std::memcpy(dst + partition.offset(), values.data().data(), values.data().size());
   if (finite != nullptr) *finite = ps::AllFinite(dst + partition.offset(), partition.length());
@@ -143,33 +174,49 @@ absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> PsClient::PullShard(Shard& shard, float* params, std::vector<bool>& seen) {
+  grpc::ClientContext context;
+  v1::PullRequest request;
+  request.set_job_id(identity_.job_id);
+  auto reader = shard.stub->Pull(&context, request);
+  v1::PartitionValues values;
+  uint64_t lowest_step = ~uint64_t{0};
+  while (reader->Read(&values)) {
+    if (absl::Status s = StoreValues(values, params, nullptr); !s.ok()) {
+      context.TryCancel();
+      reader->Finish();
+      return s;
+    }
+    seen[values.partition_id()] = true;
+    lowest_step = std::min(lowest_step, values.step());
+  }
+  absl::Status status =
+      FromGrpcStatus(reader->Finish(), absl::StrCat("Pull from ", ShardName(shard)));
+  if (!status.ok()) return status;
+  return lowest_step;
+}
+
 absl::StatusOr<uint64_t> PsClient::PullAll(float* params) {
   std::vector<bool> seen(plan_.partitions_size(), false);
   uint64_t lowest_step = ~uint64_t{0};
   for (auto& shard : shards_) {
-    grpc::ClientContext context;
-    v1::PullRequest request;
-    request.set_job_id(identity_.job_id);
-    auto reader = shard->stub->Pull(&context, request);
-    v1::PartitionValues values;
-    while (reader->Read(&values)) {
-      if (absl::Status s = StoreValues(values, params, nullptr); !s.ok()) {
-        context.TryCancel();
-        reader->Finish();
-        return s;
-      }
-      seen[values.partition_id()] = true;
-      lowest_step = std::min(lowest_step, values.step());
+    if (shard->stub == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(ShardName(*shard), ": no channel"));
     }
-    absl::Status status =
-        FromGrpcStatus(reader->Finish(), absl::StrCat("Pull from ", ShardName(*shard)));
+    // A stream broken halfway is pulled again whole: the values are the same.
+    absl::Status status = WithRetries([&]() -> absl::Status {
+      absl::StatusOr<uint64_t> step = PullShard(*shard, params, seen);
+      if (!step.ok()) return step.status();
+      lowest_step = std::min(lowest_step, *step);
+      return absl::OkStatus();
+    });
     if (!status.ok()) return status;
   }
   for (int id = 0; id < plan_.partitions_size(); ++id) {
     if (!seen[id]) {
-      return absl::DataLossError(absl::StrCat(
-          "Pull: no shard sent partition ", id, " (owner: shard ", plan_.partitions(id).shard(),
-          ")"));
+      return absl::DataLossError(absl::StrCat("Pull: no shard sent partition ", id,
+                                              " (owner: shard ", plan_.partitions(id).shard(),
+                                              ")"));
     }
   }
   return plan_.partitions_size() == 0 ? 0 : lowest_step;
@@ -233,9 +280,9 @@ absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* grad
     if (shard->index == plan_.partitions(partition).shard()) owner = shard.get();
   }
   if (owner == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Push: partition ", partition, " belongs to shard ", plan_.partitions(partition).shard(),
-        ", which is not in the shard map"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("Push: partition ", partition, " belongs to shard ",
+                     plan_.partitions(partition).shard(), ", which is not in the shard map"));
   }
   PartitionState state;
   {
@@ -258,10 +305,9 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
            partitions_[partition].step != step;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("no update of partition ", partition, " for step ", step, " from shard ",
-                     plan_.partitions(partition).shard(), " within ",
-                     absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no update of partition ", partition, " for step ", step, " from shard ",
+        plan_.partitions(partition).shard(), " within ", absl::FormatDuration(timeout)));
   }
   return failure_;
 }
@@ -304,18 +350,17 @@ void PsClient::ReadLoop(Shard* shard) {
     }
     // The stream broke: reconnect with backoff and send again what still awaits an update.
     if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
-    if (absl::Now() - unreachable_since > kReconnectBudget) {
+    if (absl::Now() - unreachable_since > retry_budget_) {
       absl::MutexLock lock(&mu_);
       if (failure_.ok()) {
-        failure_ = absl::UnavailableError(absl::StrCat(
-            ShardName(*shard), " unreachable for ", absl::FormatDuration(kReconnectBudget),
-            ": ", finished.error_message()));
+        failure_ = absl::UnavailableError(absl::StrCat(ShardName(*shard), " unreachable for ",
+                                                       absl::FormatDuration(retry_budget_), ": ",
+                                                       finished.error_message()));
       }
       return;
     }
-    LOG(WARNING) << "PushPull to " << ShardName(*shard) << " broke ("
-                 << finished.error_message() << "); reconnecting in "
-                 << absl::FormatDuration(backoff);
+    LOG(WARNING) << "PushPull to " << ShardName(*shard) << " broke (" << finished.error_message()
+                 << "); reconnecting in " << absl::FormatDuration(backoff);
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
     {

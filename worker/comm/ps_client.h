@@ -10,15 +10,16 @@
 #ifndef TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
 #define TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
 
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/channel.h>
-#include <grpcpp/client_context.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -36,11 +37,17 @@ struct PsIdentity {
   uint32_t node_rank = 0;
 };
 
+// How long InitPartitions and PullAll keep retrying a shard that answers UNAVAILABLE
+// (not started yet, restarting), and how long a broken PushPull stream keeps
+// reconnecting.
+inline constexpr absl::Duration kDefaultPsRetryBudget = absl::Seconds(60);
+
 class PsClient {
  public:
   // plan: the job's partition plan; shards: the Assignment's shard map (index order).
   PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
-           ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype);
+           ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
+           absl::Duration retry_budget = kDefaultPsRetryBudget);
   ~PsClient();
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
@@ -48,6 +55,9 @@ class PsClient {
   // Installs the job on every shard (idempotent on the PS side): the plan, the spec and
   // the initial values (params: the whole flat buffer). Returns the lowest step the
   // shards stand at (0 for a fresh job, more when they were already training).
+  // A shard that answers UNAVAILABLE is retried with backoff (100 ms doubling to 2 s,
+  // each retry logged) for up to the retry budget; any other error (a
+  // FAILED_PRECONDITION refusal above all) is returned at once. Likewise PullAll.
   absl::StatusOr<uint64_t> InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
                                           const float* params);
 
@@ -76,17 +86,26 @@ class PsClient {
   uint64_t bytes_pushed() const { return bytes_pushed_; }
   uint64_t bytes_pulled() const { return bytes_pulled_; }
   int reconnects() const { return reconnects_; }
+  // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.
+  int rpc_retries() const { return rpc_retries_; }
   const v1::PartitionPlan& plan() const { return plan_; }
 
  private:
   struct Shard;
   struct PartitionState {
-    bool awaiting = false;       // Pushed, update not yet received.
-    uint64_t step = 0;           // Step of the latest push.
-    const float* data = nullptr; // What was pushed (for re-sending).
+    bool awaiting = false;        // Pushed, update not yet received.
+    uint64_t step = 0;            // Step of the latest push.
+    const float* data = nullptr;  // What was pushed (for re-sending).
     uint64_t samples = 0;
   };
 
+  // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
+  // (counted from the first attempt) runs out. The attempt's errors name the shard.
+  absl::Status WithRetries(const std::function<absl::Status()>& attempt);
+  absl::StatusOr<uint64_t> InitShard(Shard& shard, const v1::JobSpec& spec, uint64_t total_steps,
+                                     const float* params);
+  // One Pull from one shard into params; marks the partitions it sent in `seen`.
+  absl::StatusOr<uint64_t> PullShard(Shard& shard, float* params, std::vector<bool>& seen);
   absl::Status ConnectShard(Shard& shard);
   void ReadLoop(Shard* shard);
   absl::Status WritePush(Shard& shard, uint32_t partition, const PartitionState& state);
@@ -98,6 +117,7 @@ class PsClient {
   const ChannelOptions channel_options_;
   const v1::TrainingMode mode_;
   const v1::DType wire_dtype_;
+  const absl::Duration retry_budget_;
   std::vector<std::unique_ptr<Shard>> shards_;
   float* incoming_ = nullptr;
 
@@ -109,6 +129,7 @@ class PsClient {
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<int> reconnects_{0};
+  std::atomic<int> rpc_retries_{0};
 };
 
 }  // namespace tributary::worker

@@ -1,0 +1,147 @@
+// PsClient against a real PS shard served in-process over gRPC: InitPartitions and
+// PullAll wait out a shard that starts late or restarts (UNAVAILABLE is retried with
+// backoff, within a budget), give up with a clear error when it never comes, and
+// never retry a refusal (FAILED_PRECONDITION).
+#include "worker/comm/ps_client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "services/parameter_server/shard_test_util.h"
+#include "worker/testing/in_process_shard.h"
+
+namespace tributary::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::InProcessShard;
+
+constexpr int64_t kElements = 320;  // Five partitions of 64 floats (partition_bytes 256).
+
+struct Job {
+  Job(const std::string& id = "job-1") {
+    spec = ps::testing::MakeSpec(v1::SYNC, ps::testing::Sgd(0.1f), 1);
+    plan = ps::testing::MakeHeader(spec, kElements, 1, 0, id).plan();
+    identity.job_id = id;
+    identity.generation = 1;
+    for (int64_t i = 0; i < kElements; ++i) initial.push_back(0.25f - 0.001f * i);
+  }
+
+  std::unique_ptr<PsClient> Client(const InProcessShard& shard, absl::Duration budget) const {
+    return std::make_unique<PsClient>(identity, plan, std::vector<v1::ShardInfo>{shard.info(0)},
+                                      ChannelOptions(), v1::SYNC, v1::FLOAT32, budget);
+  }
+
+  v1::JobSpec spec;
+  v1::PartitionPlan plan;
+  PsIdentity identity;
+  std::vector<float> initial;
+};
+
+// A port nothing listens on any more: a shard started there and stopped.
+int FreePort(InProcessShard& shard) {
+  EXPECT_TRUE(shard.Start().ok());
+  const int port = shard.port();
+  shard.Stop();
+  return port;
+}
+
+// Starts `shard` on `port` once `client` has retried at least once (so the test does
+// not depend on how fast anything runs).
+std::thread StartAfterARetry(InProcessShard& shard, int port, const PsClient& client) {
+  return std::thread([&shard, port, &client] {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (client.rpc_retries() == 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(shard.Start(port).ok());
+  });
+}
+
+TEST(PsClientRetryTest, InitAndPullWaitForAShardThatStartsLate) {
+  const Job job;
+  InProcessShard shard;
+  const int port = FreePort(shard);
+  auto client = job.Client(shard, absl::Seconds(30));
+  std::thread late = StartAfterARetry(shard, port, *client);
+  absl::StatusOr<uint64_t> installed = client->InitPartitions(job.spec, 100, job.initial.data());
+  late.join();
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  EXPECT_EQ(*installed, 0u);
+  EXPECT_GE(client->rpc_retries(), 1);
+
+  std::vector<float> pulled(kElements, -1.0f);
+  absl::StatusOr<uint64_t> step = client->PullAll(pulled.data());
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 0u);
+  EXPECT_EQ(pulled, job.initial);
+}
+
+TEST(PsClientRetryTest, PullWaitsForAShardThatRestartsFromItsCheckpoint) {
+  const Job job;
+  InProcessShard shard(ps::testing::FreshTempDir("restart"));
+  ASSERT_TRUE(shard.Start().ok());
+  auto client = job.Client(shard, absl::Seconds(30));
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(shard.shard().Checkpoint().ok());
+  const int port = shard.port();
+  shard.Stop();  // A crash: only the checkpoint survives.
+
+  std::thread restart = StartAfterARetry(shard, port, *client);
+  std::vector<float> pulled(kElements, -1.0f);
+  absl::StatusOr<uint64_t> step = client->PullAll(pulled.data());
+  restart.join();
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_GE(client->rpc_retries(), 1);
+  EXPECT_EQ(*step, 0u);
+  EXPECT_EQ(pulled, job.initial);
+}
+
+TEST(PsClientRetryTest, GivesUpAfterTheBudgetNamingTheShard) {
+  const Job job;
+  InProcessShard shard;
+  const int port = FreePort(shard);
+  auto client = job.Client(shard, absl::Milliseconds(700));
+  absl::StatusOr<uint64_t> installed = client->InitPartitions(job.spec, 100, job.initial.data());
+  ASSERT_FALSE(installed.ok());
+  EXPECT_EQ(installed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(installed.status().message(),
+              HasSubstr(absl::StrCat("InitPartitions on PS shard 0 at 127.0.0.1:", port)));
+  EXPECT_THAT(installed.status().message(), HasSubstr("gave up after"));
+  EXPECT_GE(client->rpc_retries(), 1);
+
+  std::vector<float> pulled(kElements);
+  absl::StatusOr<uint64_t> step = client->PullAll(pulled.data());
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(step.status().message(), HasSubstr("Pull from PS shard 0"));
+}
+
+TEST(PsClientRetryTest, ARefusalIsNeverRetried) {
+  InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  const Job installed("job-a");
+  ASSERT_TRUE(installed.Client(shard, absl::Seconds(30))
+                  ->InitPartitions(installed.spec, 100, installed.initial.data())
+                  .ok());
+
+  // Another job: the shard refuses, and asking again would not change its answer.
+  const Job other("job-b");
+  auto client = other.Client(shard, absl::Seconds(30));
+  absl::StatusOr<uint64_t> init = client->InitPartitions(other.spec, 100, other.initial.data());
+  ASSERT_FALSE(init.ok());
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kFailedPrecondition) << init.status();
+  EXPECT_THAT(init.status().message(), HasSubstr("holds job 'job-a'"));
+  std::vector<float> pulled(kElements);
+  absl::StatusOr<uint64_t> step = client->PullAll(pulled.data());
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
+  EXPECT_EQ(client->rpc_retries(), 0);
+}
+
+}  // namespace
+}  // namespace tributary::worker

@@ -1,0 +1,61 @@
+#include "worker/testing/in_process_shard.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tributary::worker::testing {
+
+InProcessShard::InProcessShard(std::string checkpoint_dir)
+    : checkpoint_dir_(std::move(checkpoint_dir)) {}
+
+InProcessShard::~InProcessShard() { Stop(); }
+
+absl::Status InProcessShard::Start(int port) {
+  if (host_ != nullptr) return absl::FailedPreconditionError("the shard is already running");
+  if (port != 0) port_ = port;
+  ServerOptions server;
+  server.name = "parameter_server";
+  server.listen_address = absl::StrCat("127.0.0.1:", port_);
+  server.http_host = "127.0.0.1";
+  server.http_port = -1;
+  server.drain_grace = absl::ZeroDuration();
+  server.max_receive_bytes = MaxReceiveBytesForPartition(4 << 20);
+  ps::ShardOptions options;
+  options.checkpoint_dir = checkpoint_dir_;
+  options.background_checkpoints = false;
+  shard_ = std::make_unique<ps::ParameterShard>(options, nullptr);
+  if (!checkpoint_dir_.empty()) {
+    absl::StatusOr<std::string> restored = shard_->RestoreFromCheckpointDirectory();
+    if (!restored.ok()) return restored.status();
+  }
+  executor_ = std::make_unique<ps::PartitionExecutor>(2);
+  service_ = std::make_unique<ps::ParameterServerService>(shard_.get(), executor_.get());
+  host_ = std::make_unique<ServiceHost>(server);
+  host_->AddService(service_.get(), v1::ParameterServer::service_full_name());
+  if (absl::Status started = host_->Start(); !started.ok()) {
+    host_.reset();
+    return started;
+  }
+  host_->SetServing(true);
+  port_ = host_->grpc_port();
+  return absl::OkStatus();
+}
+
+void InProcessShard::Stop() {
+  if (host_ == nullptr) return;
+  host_->Shutdown(absl::Seconds(2));
+  host_.reset();
+  service_.reset();
+  executor_.reset();
+  shard_.reset();
+}
+
+std::string InProcessShard::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+v1::ShardInfo InProcessShard::info(uint32_t shard_index) const {
+  v1::ShardInfo info;
+  info.set_shard_index(shard_index);
+  info.set_address(address());
+  return info;
+}
+
+}  // namespace tributary::worker::testing
