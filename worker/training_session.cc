@@ -64,6 +64,15 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   {
     absl::MutexLock lock(&session->mu_);
     session->final_from_.assign(assignment.replicas(), session->model_.num_parameters);
+    session->parameters_wait_seconds_.assign(assignment.replicas(), 0);
+    session->applied_until_ = session->model_.num_parameters;
+  }
+  // The next step's forward waits, layer by layer, only for the partitions it reads.
+  for (int i = 0; i < session->replicas_->size(); ++i) {
+    session->replicas_->replica(i).set_parameters_needed(
+        [s = session.get(), i](int64_t offset, int64_t length) {
+          s->WaitForParameters(i, offset, length);
+        });
   }
 
   // The node group's reducer.
@@ -203,19 +212,42 @@ engine::Batch TrainingSession::GatherReplica(int i, const std::vector<uint64_t>&
 void TrainingSession::CommLoop() {
   while (true) {
     uint64_t step;
+    bool apply;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || comm_pending_; };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || update_queued_ || comm_pending_;
+      };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      comm_pending_ = false;
-      step = comm_step_;
+      // A queued update is always older than pending gradients: step s's update goes
+      // out before step s + 1's reduction, in every process of the node group.
+      apply = update_queued_;
+      if (apply) {
+        update_queued_ = false;
+        step = update_step_;
+      } else {
+        comm_pending_ = false;
+        step = comm_step_;
+        if (!update_status_.ok()) {
+          // The replicas computed on parameters that never arrived: push nothing.
+          comm_status_ = update_status_;
+          comm_done_ = true;
+          continue;
+        }
+      }
     }
-    absl::Status status = ReduceAndPush(step);
-    absl::MutexLock lock(&mu_);
-    comm_status_ = status;
-    comm_done_ = true;
+    if (apply) {
+      absl::Status status = ApplyUpdate(step);
+      absl::MutexLock lock(&mu_);
+      if (!status.ok() && update_status_.ok()) update_status_ = status;
+      update_done_ = true;
+    } else {
+      absl::Status status = ReduceAndPush(step);
+      absl::MutexLock lock(&mu_);
+      comm_status_ = status;
+      comm_done_ = true;
+    }
   }
 }
 
@@ -258,8 +290,8 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   return absl::OkStatus();
 }
 
-absl::Status TrainingSession::ApplyUpdate(uint64_t step, const v1::Partition& partition,
-                                          double* waited) {
+absl::Status TrainingSession::ApplyPartition(uint64_t step, const v1::Partition& partition,
+                                             double* waited) {
   if (leader()) {
     const absl::Time start = absl::Now();
     const absl::Time give_up = start + options_.update_timeout;
@@ -267,9 +299,13 @@ absl::Status TrainingSession::ApplyUpdate(uint64_t step, const v1::Partition& pa
       absl::Status status = ps_->WaitUpdated(partition.id(), step, absl::Milliseconds(200));
       if (status.ok()) break;
       if (status.code() != absl::StatusCode::kDeadlineExceeded) return status;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return absl::CancelledError("session closing");
+      }
       if (options_.interrupted) {
         if (std::string why = options_.interrupted(); !why.empty()) {
-          return absl::AbortedError(absl::StrCat("step ", step, " interrupted: ", why));
+          return absl::AbortedError(absl::StrCat("update of step ", step, " interrupted: ", why));
         }
       }
       if (absl::Now() > give_up) {
@@ -285,6 +321,39 @@ absl::Status TrainingSession::ApplyUpdate(uint64_t step, const v1::Partition& pa
   return reducer_->BroadcastParameters(params_.data(), partition.offset(), partition.length());
 }
 
+absl::Status TrainingSession::ApplyUpdate(uint64_t step) {
+  // First partition first: the next forward needs the first layers first.
+  for (const v1::Partition& partition : plan_.partitions()) {
+    double waited = 0;
+    absl::Status applied = ApplyPartition(step, partition, &waited);
+    absl::MutexLock lock(&mu_);
+    update_wait_seconds_ += waited;
+    if (!applied.ok()) return applied;
+    applied_until_ = partition.offset() + partition.length();
+  }
+  return absl::OkStatus();
+}
+
+void TrainingSession::WaitForParameters(int replica, int64_t offset, int64_t length) {
+  const int64_t end = offset + length;
+  uint64_t step;
+  {
+    absl::MutexLock lock(&mu_);
+    if (update_done_ || applied_until_ >= end || stopping_) return;
+    step = running_step_;
+  }
+  if (options_.on_parameters_wait) options_.on_parameters_wait(step, offset, length);
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  // A failed update releases the forward too: it computes on stale values, and the
+  // step reports the update's error instead of pushing anything.
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return update_done_ || applied_until_ >= end || stopping_;
+  };
+  mu_.Await(absl::Condition(&ready));
+  parameters_wait_seconds_[replica] += SecondsSince(start);
+}
+
 absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   StepStats stats;
   stats.step = step;
@@ -294,7 +363,10 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   for (int i = 0; i < replicas_->size(); ++i) batches[i] = GatherReplica(i, global);
   {
     absl::MutexLock lock(&mu_);
+    if (!update_status_.ok()) return update_status_;
     final_from_.assign(replicas_->size(), model_.num_parameters);
+    parameters_wait_seconds_.assign(replicas_->size(), 0);
+    running_step_ = step;
     comm_step_ = step;
     comm_pending_ = true;
     comm_done_ = false;
@@ -325,26 +397,47 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   }
   stats.compute_seconds = SecondsSince(start);
   absl::Status communicated;
+  absl::Status updated;
   {
+    // The comm thread finished the previous update before it took these gradients.
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&comm_done_));
     communicated = comm_status_;
+    updated = update_status_;
     stats.reduce_seconds = reduce_seconds_;
+    stats.push_wait_seconds = update_wait_seconds_;
+    for (double waited : parameters_wait_seconds_) {
+      stats.parameters_wait_seconds = std::max(stats.parameters_wait_seconds, waited);
+    }
   }
+  // The previous step's update is the root cause when it failed: this step ran on
+  // parameters that never arrived, and pushed nothing.
+  if (!updated.ok()) return updated;
   if (!computed.ok()) return computed;
   if (!communicated.ok()) return communicated;
   for (const engine::LossStats& loss : losses) stats.loss += loss;
 
-  // First partition first: the next forward needs the first layers first.
-  for (const v1::Partition& partition : plan_.partitions()) {
-    absl::Status applied = ApplyUpdate(step, partition, &stats.push_wait_seconds);
-    if (!applied.ok()) return applied;
+  {
+    absl::MutexLock lock(&mu_);
+    update_step_ = step;
+    update_queued_ = true;
+    update_done_ = false;
+    applied_until_ = 0;
+    update_wait_seconds_ = 0;
   }
   stats.step_seconds = SecondsSince(start);
   return stats;
 }
 
+absl::Status TrainingSession::FinishUpdate() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return update_done_ || stopping_; };
+  mu_.Await(absl::Condition(&done));
+  return update_status_;
+}
+
 absl::StatusOr<engine::LossStats> TrainingSession::Evaluate() {
+  if (absl::Status updated = FinishUpdate(); !updated.ok()) return updated;
   if (data_.test.size() == 0) {
     return absl::FailedPreconditionError("the dataset has no test split");
   }

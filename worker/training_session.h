@@ -2,11 +2,15 @@
 // group's reducer, and (on the node leader) its PS client. A step runs DESIGN.md's
 // data path: replicas compute forward/backward on their slice of the global batch;
 // as backward finishes each partition (last layer first) a communication thread
-// reduces it over the node group and the leader pushes it to its shard; then the
-// updated partitions are written into the parameter buffer and broadcast to every
-// replica of the node before the next forward.
+// reduces it over the node group and the leader pushes it to its shard. The step
+// returns once everything is pushed; the same thread then applies the PS's update
+// partition by partition, first partition first (leader: wait for it and copy it
+// into the parameter buffer; all: broadcast it over the node group), while the next
+// step's forward runs and waits, layer by layer, only for the partitions it reads.
 #ifndef TRIBUTARY_WORKER_TRAINING_SESSION_H_
 #define TRIBUTARY_WORKER_TRAINING_SESSION_H_
+
+#include <grpcpp/channel.h>
 
 #include <cstdint>
 #include <functional>
@@ -14,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/channel.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -44,16 +46,25 @@ struct SessionOptions {
   // Checked while waiting: returns a reason to give up the step (a new generation,
   // a stop), or an empty string to keep waiting.
   std::function<std::string()> interrupted;
+  // Called on a replica's thread when the forward pass of `step` is about to wait for
+  // parameters [offset, offset + length) that the previous step's update has not
+  // applied yet (tracing; the tests watch the overlap through it). May be empty.
+  std::function<void(uint64_t step, int64_t offset, int64_t length)> on_parameters_wait;
 };
 
 // What one step did, from this worker's point of view.
 struct StepStats {
   uint64_t step = 0;
-  engine::LossStats loss;         // Over this worker's replicas.
-  double compute_seconds = 0;     // Forward + backward of the replicas.
+  engine::LossStats loss;               // Over this worker's replicas.
+  double compute_seconds = 0;           // Forward + backward of the replicas.
   std::vector<double> replica_seconds;  // Forward + backward of each replica.
-  double reduce_seconds = 0;      // Intra-node reduction (overlapped with backward).
-  double push_wait_seconds = 0;   // Leader: waiting for the PS's updates.
+  double reduce_seconds = 0;            // Intra-node reduction (overlapped with backward).
+  // Leader: time the communication thread waited for the PS's updates of the
+  // previous step (overlapped with this step's forward).
+  double push_wait_seconds = 0;
+  // Longest time a replica's forward pass stood waiting for the previous step's
+  // updated partitions: the part of the update the overlap did not hide.
+  double parameters_wait_seconds = 0;
   double step_seconds = 0;
 };
 
@@ -62,9 +73,9 @@ class TrainingSession {
   // Builds the model, the replicas on the assignment's devices, the partition plan,
   // the reducer (threads / Gloo / NCCL) and, on the node leader, the PS client.
   // `data` must outlive the session.
-  static absl::StatusOr<std::unique_ptr<TrainingSession>> Create(
-      const v1::Assignment& assignment, const engine::Datasets& data,
-      const SessionOptions& options);
+  static absl::StatusOr<std::unique_ptr<TrainingSession>> Create(const v1::Assignment& assignment,
+                                                                 const engine::Datasets& data,
+                                                                 const SessionOptions& options);
   ~TrainingSession();
 
   // Installs the job on the PS shards (leader, idempotent), pulls the current
@@ -72,11 +83,20 @@ class TrainingSession {
   // resumes from, checked against the assignment's resume_step.
   absl::StatusOr<uint64_t> Prepare();
 
-  // Runs step `step` to the end: when it returns OK, every replica of this process
-  // holds the parameters for step + 1.
+  // Runs step `step`: forward/backward, reduction and (leader) push of every
+  // partition. When it returns OK the update of step - 1 is fully applied and the
+  // update of `step` is being applied in the background (FinishUpdate waits for it).
+  // An update that failed (update timeout, a refused push, an interruption, a peer
+  // gone) fails the next RunStep or FinishUpdate, which needed it; nothing is pushed
+  // after such a failure.
   absl::StatusOr<StepStats> RunStep(uint64_t step);
 
-  // Loss and accuracy of the current parameters on the test split.
+  // Waits until the update of the last step run is applied on every replica of this
+  // process (and broadcast over the node group); returns its error, if any. For
+  // evaluation, pauses and the end of training.
+  absl::Status FinishUpdate();
+
+  // Loss and accuracy of the current parameters on the test split (after FinishUpdate).
   absl::StatusOr<engine::LossStats> Evaluate();
 
   uint64_t total_steps() const { return total_steps_; }
@@ -85,6 +105,7 @@ class TrainingSession {
   const engine::ModelDef& model() const { return model_; }
   const v1::Assignment& assignment() const { return assignment_; }
   const v1::PartitionPlan& plan() const { return plan_; }
+  // The host parameters; fully current only after FinishUpdate returned OK.
   const std::vector<float>& parameters() const { return params_; }
   std::string reduce_backend() const { return reducer_->name(); }
   uint64_t bytes_pushed() const { return ps_ ? ps_->bytes_pushed() : 0; }
@@ -93,19 +114,25 @@ class TrainingSession {
   std::vector<uint64_t> replica_batch_sizes(uint64_t step);
 
  private:
-  TrainingSession(v1::Assignment assignment, const engine::Datasets& data,
-                  SessionOptions options, engine::ModelDef model, v1::PartitionPlan plan,
-                  uint64_t total_steps);
+  TrainingSession(v1::Assignment assignment, const engine::Datasets& data, SessionOptions options,
+                  engine::ModelDef model, v1::PartitionPlan plan, uint64_t total_steps);
 
   bool leader() const { return assignment_.node_leader(); }
   // Gathers replica i's slice of the step's global batch into its scratch.
   engine::Batch GatherReplica(int i, const std::vector<uint64_t>& global);
-  // The communication thread: reduces (and, on the leader, pushes) partitions from
-  // last to first as backward finishes them.
+  // The communication thread, the only one that issues the node group's collectives
+  // during training (so every process issues them in the same order): for each step,
+  // reduces (and, on the leader, pushes) partitions from last to first as backward
+  // finishes them, then applies the step's update from first to last.
   void CommLoop();
   absl::Status ReduceAndPush(uint64_t step);
+  // Applies step `step`'s update partition by partition, advancing applied_until_.
+  absl::Status ApplyUpdate(uint64_t step);
   // Waits for partition p's update (leader) and broadcasts it over the node group.
-  absl::Status ApplyUpdate(uint64_t step, const v1::Partition& partition, double* waited);
+  absl::Status ApplyPartition(uint64_t step, const v1::Partition& partition, double* waited);
+  // Replica i's parameters-needed hook: blocks until [offset, offset + length) holds
+  // the parameters of the step being computed (or the update failed).
+  void WaitForParameters(int replica, int64_t offset, int64_t length);
 
   const v1::Assignment assignment_;
   const engine::Datasets& data_;
@@ -115,9 +142,9 @@ class TrainingSession {
   const uint64_t total_steps_;
   engine::Sampler sampler_;
 
-  std::vector<float> params_;    // This process's host parameters (replicas read them).
-  std::vector<float> node_grad_; // Leader: the node's gradient sum; others: scratch.
-  std::vector<float> incoming_;  // Leader: partitions as the PS sends them.
+  std::vector<float> params_;     // This process's host parameters (replicas read them).
+  std::vector<float> node_grad_;  // Leader: the node's gradient sum; others: scratch.
+  std::vector<float> incoming_;   // Leader: partitions as the PS sends them.
   std::unique_ptr<engine::ReplicaGroup> replicas_;
   std::unique_ptr<RendezvousClient> rendezvous_;
   std::unique_ptr<IntraNodeReducer> reducer_;
@@ -136,10 +163,24 @@ class TrainingSession {
   uint64_t comm_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool comm_pending_ ABSL_GUARDED_BY(mu_) = false;  // A step for the comm thread to do.
   bool comm_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool comm_abort_ ABSL_GUARDED_BY(mu_) = false;    // The replicas failed: push nothing.
+  bool comm_abort_ ABSL_GUARDED_BY(mu_) = false;  // The replicas failed: push nothing.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status comm_status_ ABSL_GUARDED_BY(mu_);
   double reduce_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t running_step_ ABSL_GUARDED_BY(mu_) = 0;                    // The step RunStep computes.
+  std::vector<double> parameters_wait_seconds_ ABSL_GUARDED_BY(mu_);  // Per replica.
+
+  // The update being applied (at most one: step s's is applied before step s + 1's
+  // gradients are reduced, both on the communication thread).
+  uint64_t update_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool update_queued_ ABSL_GUARDED_BY(mu_) = false;  // For the comm thread to start.
+  bool update_done_ ABSL_GUARDED_BY(mu_) = true;     // Applied, or failed.
+  // [0, applied_until_) of the parameters hold the newest update (partitions are
+  // applied in buffer order).
+  int64_t applied_until_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first update that failed; sticky: the session cannot train on after it.
+  absl::Status update_status_ ABSL_GUARDED_BY(mu_);
+  double update_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // Leader: waiting for the PS.
   std::thread comm_thread_;
 };
 

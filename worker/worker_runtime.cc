@@ -1,11 +1,10 @@
 #include "worker/worker_runtime.h"
 
+#include <glog/logging.h>
+#include <grpcpp/client_context.h>
 #include <unistd.h>
 
 #include <algorithm>
-
-#include <glog/logging.h>
-#include <grpcpp/client_context.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -58,7 +57,9 @@ WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& regist
                         .Add({}, SecondsBuckets())),
       push_wait_seconds_(prometheus::BuildHistogram()
                              .Name("tributary_worker_push_wait_seconds")
-                             .Help("Per step: time the node leader waited for PS updates.")
+                             .Help("Per step: time the node leader waited for the PS's "
+                                   "updates of the previous step (overlapped with this "
+                                   "step's forward pass).")
                              .Register(registry)
                              .Add({}, SecondsBuckets())),
       reduce_seconds_(prometheus::BuildHistogram()
@@ -66,6 +67,13 @@ WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& regist
                           .Help("Per step: intra-node gradient reduction time.")
                           .Register(registry)
                           .Add({}, SecondsBuckets())),
+      parameters_wait_seconds_(
+          prometheus::BuildHistogram()
+              .Name("tributary_worker_parameters_wait_seconds")
+              .Help("Per step: longest time a replica's forward pass waited for the previous "
+                    "step's updated parameters (the part of the update not overlapped).")
+              .Register(registry)
+              .Add({}, SecondsBuckets())),
       bytes_pushed_counter_(prometheus::BuildCounter()
                                 .Name("tributary_worker_bytes_pushed_total")
                                 .Help("Gradient bytes this worker pushed to the PS.")
@@ -119,9 +127,9 @@ absl::Status WorkerRuntime::Register() {
       if (response.has_assignment() && response.assignment().generation() > 0) {
         pending_ = response.assignment();
       }
-      LOG(INFO) << "registered with the coordinator at " << options_.coordinator_address
-                << " as " << worker_id_ << " (node " << options_.node_name << ", "
-                << devices_.size() << " device(s))";
+      LOG(INFO) << "registered with the coordinator at " << options_.coordinator_address << " as "
+                << worker_id_ << " (node " << options_.node_name << ", " << devices_.size()
+                << " device(s))";
       return absl::OkStatus();
     }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -129,10 +137,10 @@ absl::Status WorkerRuntime::Register() {
       return FromGrpcStatus(status, "RegisterWorker");
     }
     if (absl::Now() > give_up || (shutdown_ != nullptr && shutdown_->requested())) {
-      return FromGrpcStatus(status, absl::StrCat("RegisterWorker: the coordinator at ",
-                                                 options_.coordinator_address,
-                                                 " did not answer within ",
-                                                 absl::FormatDuration(options_.register_timeout)));
+      return FromGrpcStatus(
+          status,
+          absl::StrCat("RegisterWorker: the coordinator at ", options_.coordinator_address,
+                       " did not answer within ", absl::FormatDuration(options_.register_timeout)));
     }
     LOG_EVERY_N(INFO, 20) << "waiting for the coordinator at " << options_.coordinator_address
                           << ": " << status.error_message();
@@ -160,8 +168,8 @@ void WorkerRuntime::SendHeartbeat() {
     request.set_steps_per_epoch(progress_.steps_per_epoch);
     request.set_total_steps(progress_.total_steps);
   }
-  request.set_bytes_pushed(bytes_pushed_);
-  request.set_bytes_pulled(bytes_pulled_);
+  request.set_bytes_pushed(bytes_pushed_.total());
+  request.set_bytes_pulled(bytes_pulled_.total());
   v1::HeartbeatResponse response;
   auto context = Deadline(absl::Seconds(10));
   const grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
@@ -184,8 +192,8 @@ void WorkerRuntime::SendHeartbeat() {
   }
   switch (response.action()) {
     case v1::ACTION_RENDEZVOUS:
-      if (response.assignment().generation() > std::max(current_.generation(),
-                                                         pending_.generation())) {
+      if (response.assignment().generation() >
+          std::max(current_.generation(), pending_.generation())) {
         LOG(INFO) << "new assignment: generation " << response.assignment().generation()
                   << (response.message().empty() ? "" : " (" + response.message() + ")");
         pending_ = response.assignment();
@@ -253,9 +261,9 @@ absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::Job
     if (!loaded.ok()) return loaded.status();
     datasets_ = std::make_unique<engine::Datasets>(*std::move(loaded));
     datasets_key_ = key;
-    LOG(INFO) << "loaded " << datasets_->train.size() << " training and "
-              << datasets_->test.size() << " test samples from " << datasets_->train.source
-              << " in " << absl::FormatDuration(absl::Now() - start);
+    LOG(INFO) << "loaded " << datasets_->train.size() << " training and " << datasets_->test.size()
+              << " test samples from " << datasets_->train.source << " in "
+              << absl::FormatDuration(absl::Now() - start);
   }
   return datasets_.get();
 }
@@ -286,6 +294,43 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session) {
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
 }
 
+bool WorkerRuntime::Paused() {
+  absl::MutexLock lock(&mu_);
+  return paused_;
+}
+
+void WorkerRuntime::AccountBytes(const TrainingSession& session) {
+  bytes_pushed_counter_.Increment(
+      static_cast<double>(bytes_pushed_.Update(session.bytes_pushed())));
+  bytes_pulled_counter_.Increment(
+      static_cast<double>(bytes_pulled_.Update(session.bytes_pulled())));
+}
+
+void WorkerRuntime::StepFailed(uint64_t step, const absl::Status& status) {
+  const std::string why = Interruption();
+  step_failures_.Add({{"reason", why.empty() ? "error" : "interrupted"}}).Increment();
+  if (!why.empty()) {
+    LOG(INFO) << "step " << step << " abandoned: " << why;
+    return;
+  }
+  // A peer or a shard failed: say so and wait for the coordinator's next generation.
+  LOG(WARNING) << "step " << step << " failed: " << status;
+  SetPhase(v1::WORKER_RENDEZVOUS, std::string(status.message()));
+}
+
+bool WorkerRuntime::FinishUpdate(TrainingSession& session, uint64_t steps_done) {
+  absl::Status updated = session.FinishUpdate();
+  AccountBytes(session);
+  if (!updated.ok()) {
+    StepFailed(steps_done == 0 ? 0 : steps_done - 1, updated);
+    return false;
+  }
+  steps_gauge_.Set(static_cast<double>(steps_done));
+  absl::MutexLock lock(&mu_);
+  progress_.step = std::max(progress_.step, steps_done);
+  return true;
+}
+
 void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
   const v1::Assignment& assignment = session.assignment();
   const uint64_t eval_interval = assignment.job().eval_interval_steps() > 0
@@ -294,23 +339,24 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
   const bool evaluates = assignment.global_rank() == 0;
   double throughput = 0;
   for (uint64_t step = first_step; step < session.total_steps(); ++step) {
+    // A paused worker holds its last step's parameters fully applied.
+    if (Paused() && !FinishUpdate(session, step)) return;
     WaitWhilePaused();
     if (std::string why = Interruption(); !why.empty()) {
       LOG(INFO) << "leaving generation " << assignment.generation() << " before step " << step
                 << ": " << why;
+      // Finish the last step's update when it comes (the node's other processes wait
+      // for its broadcast); an interrupted one gives up within a fraction of a second.
+      if (absl::Status updated = session.FinishUpdate(); !updated.ok()) {
+        LOG(INFO) << "the last update was not applied: " << updated;
+      }
+      AccountBytes(session);
       return;
     }
     absl::StatusOr<StepStats> stats = session.RunStep(step);
+    AccountBytes(session);
     if (!stats.ok()) {
-      const std::string why = Interruption();
-      step_failures_.Add({{"reason", why.empty() ? "error" : "interrupted"}}).Increment();
-      if (!why.empty()) {
-        LOG(INFO) << "step " << step << " abandoned: " << why;
-        return;
-      }
-      // A peer or a shard failed: say so and wait for the coordinator's next generation.
-      LOG(WARNING) << "step " << step << " failed: " << stats.status();
-      SetPhase(v1::WORKER_RENDEZVOUS, std::string(stats.status().message()));
+      StepFailed(step, stats.status());
       return;
     }
     const double samples_per_second =
@@ -319,16 +365,14 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     step_seconds_.Observe(stats->step_seconds);
     push_wait_seconds_.Observe(stats->push_wait_seconds);
     reduce_seconds_.Observe(stats->reduce_seconds);
-    steps_gauge_.Set(static_cast<double>(step + 1));
+    parameters_wait_seconds_.Observe(stats->parameters_wait_seconds);
+    // Step `step` is pushed and its update on the way; the steps before it are
+    // complete (its forward pass needed their updates).
+    steps_gauge_.Set(static_cast<double>(step));
     samples_per_second_gauge_.Set(throughput);
-    const uint64_t pushed = session.bytes_pushed(), pulled = session.bytes_pulled();
-    bytes_pushed_counter_.Increment(static_cast<double>(pushed - std::min(pushed, bytes_pushed_.load())));
-    bytes_pulled_counter_.Increment(static_cast<double>(pulled - std::min(pulled, bytes_pulled_.load())));
-    bytes_pushed_ = pushed;
-    bytes_pulled_ = pulled;
     {
       absl::MutexLock lock(&mu_);
-      progress_.step = step + 1;
+      progress_.step = step;
       progress_.epoch = static_cast<uint32_t>(session.EpochOf(step));
       progress_.loss = static_cast<float>(stats->loss.mean_loss());
       progress_.samples_per_second = throughput;
@@ -339,11 +383,15 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
       replica_seconds_ = stats->replica_seconds;
     }
     const bool last = step + 1 == session.total_steps();
-    if (evaluates && ((step + 1) % eval_interval == 0 || last)) EvaluateInto(session);
+    if (evaluates && ((step + 1) % eval_interval == 0 || last)) {
+      // Evaluation needs this step's update in place.
+      if (!FinishUpdate(session, step + 1)) return;
+      EvaluateInto(session);
+    }
   }
+  if (!FinishUpdate(session, session.total_steps())) return;
   SetPhase(v1::WORKER_FINISHED);
-  LOG(INFO) << "finished all " << session.total_steps() << " steps of job "
-            << assignment.job_id();
+  LOG(INFO) << "finished all " << session.total_steps() << " steps of job " << assignment.job_id();
 }
 
 void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
@@ -374,9 +422,8 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   SessionOptions session_options;
   session_options.coordinator = channel_;
   session_options.ps_channel = options_.channel;
-  session_options.ps_channel.max_receive_bytes =
-      std::max<int64_t>(options_.channel.max_receive_bytes,
-                        assignment.job().partition_bytes() + (1 << 20));
+  session_options.ps_channel.max_receive_bytes = std::max<int64_t>(
+      options_.channel.max_receive_bytes, assignment.job().partition_bytes() + (1 << 20));
   session_options.bind_host = options_.bind_host;
   session_options.collective_timeout = options_.collective_timeout;
   session_options.update_timeout = options_.update_timeout;
@@ -392,6 +439,8 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
              std::string(session.status().message()));
     return;
   }
+  bytes_pushed_.BeginSession();
+  bytes_pulled_.BeginSession();
   {
     absl::MutexLock lock(&mu_);
     reduce_backend_ = (*session)->reduce_backend();
@@ -400,6 +449,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     progress_.total_steps = (*session)->total_steps();
   }
   absl::StatusOr<uint64_t> first_step = (*session)->Prepare();
+  AccountBytes(**session);
   if (!first_step.ok()) {
     LOG(WARNING) << "generation " << assignment.generation()
                  << " could not start: " << first_step.status();
@@ -412,8 +462,8 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     progress_.phase = v1::WORKER_TRAINING;
     progress_.step = *first_step;
   }
-  LOG(INFO) << "generation " << assignment.generation() << ": training from step "
-            << *first_step << " of " << (*session)->total_steps();
+  LOG(INFO) << "generation " << assignment.generation() << ": training from step " << *first_step
+            << " of " << (*session)->total_steps();
   TrainSteps(**session, *first_step);
 }
 
@@ -497,8 +547,8 @@ v1::WorkerStatus WorkerRuntime::GetStatus() {
     }
     if (i < replica_seconds_.size()) replica->set_forward_backward_seconds(replica_seconds_[i]);
   }
-  status.set_bytes_pushed(bytes_pushed_);
-  status.set_bytes_pulled(bytes_pulled_);
+  status.set_bytes_pushed(bytes_pushed_.total());
+  status.set_bytes_pulled(bytes_pulled_.total());
   status.set_error(progress_.error);
   return status;
 }

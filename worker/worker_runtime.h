@@ -6,18 +6,18 @@
 #ifndef TRIBUTARY_WORKER_WORKER_RUNTIME_H_
 #define TRIBUTARY_WORKER_WORKER_RUNTIME_H_
 
+#include <grpcpp/channel.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/channel.h>
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
-#include <prometheus/registry.h>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -26,6 +26,7 @@
 #include "common/shutdown.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.pb.h"
+#include "worker/byte_totals.h"
 #include "worker/devices.h"
 #include "worker/engine/dataset.h"
 #include "worker/training_session.h"
@@ -106,6 +107,15 @@ class WorkerRuntime : public WorkerHandler {
   // job stopped or finished, or shutdown was asked for.
   void RunGeneration(const v1::Assignment& assignment);
   void TrainSteps(TrainingSession& session, uint64_t first_step);
+  // Waits for the update of the last step run (FinishUpdate); on success `steps_done`
+  // steps count as completed. On failure it reports the step as failed and returns
+  // false: the generation is over for this worker.
+  bool FinishUpdate(TrainingSession& session, uint64_t steps_done);
+  // What a failed step or update means: an interruption, or an error to report.
+  void StepFailed(uint64_t step, const absl::Status& status);
+  // Adds the session's new PS traffic to the totals and the counters.
+  void AccountBytes(const TrainingSession& session);
+  bool Paused();
   void EvaluateInto(TrainingSession& session);
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
@@ -132,8 +142,8 @@ class WorkerRuntime : public WorkerHandler {
   std::vector<std::string> replica_devices_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> replica_batches_ ABSL_GUARDED_BY(mu_);
   std::vector<double> replica_seconds_ ABSL_GUARDED_BY(mu_);
-  std::atomic<uint64_t> bytes_pushed_{0};
-  std::atomic<uint64_t> bytes_pulled_{0};
+  ByteTotals bytes_pushed_;  // Since the worker started, over every session.
+  ByteTotals bytes_pulled_;
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_thread_;
 
@@ -148,6 +158,7 @@ class WorkerRuntime : public WorkerHandler {
   prometheus::Histogram& step_seconds_;
   prometheus::Histogram& push_wait_seconds_;
   prometheus::Histogram& reduce_seconds_;
+  prometheus::Histogram& parameters_wait_seconds_;
   prometheus::Counter& bytes_pushed_counter_;
   prometheus::Counter& bytes_pulled_counter_;
   prometheus::Family<prometheus::Counter>& step_failures_;

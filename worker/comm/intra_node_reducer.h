@@ -17,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "worker/engine/replica_group.h"
 #include "worker/comm/rendezvous_client.h"
+#include "worker/engine/replica_group.h"
 
 namespace tributary::worker {
 
@@ -33,7 +33,10 @@ class IntraNodeReducer {
 
   // Makes params[offset, offset + length) of the leader's host buffer current on every
   // replica of the group (`params` is this process's host parameter buffer; on the
-  // other workers it receives the leader's values first).
+  // other workers it receives the leader's values first). It may run while the
+  // replicas' threads compute a forward pass that has not yet asked for this range
+  // (Replica::set_parameters_needed): it touches only the range, never through
+  // ReplicaGroup::RunOnAll.
   virtual absl::Status BroadcastParameters(float* params, int64_t offset, int64_t length) = 0;
 
   // "threads", "gloo" or "nccl".
@@ -55,14 +58,15 @@ struct GroupOptions {
 // Several CPU worker processes of one node: threads inside the process, Gloo between
 // processes. Builds the Gloo context through `rendezvous` (keys under "gloo/"); fails
 // with the peer and the timeout named when the group does not assemble.
-absl::StatusOr<std::unique_ptr<IntraNodeReducer>> MakeGlooReducer(
-    engine::ReplicaGroup& replicas, RendezvousClient& rendezvous, const GroupOptions& options);
+absl::StatusOr<std::unique_ptr<IntraNodeReducer>> MakeGlooReducer(engine::ReplicaGroup& replicas,
+                                                                  RendezvousClient& rendezvous,
+                                                                  const GroupOptions& options);
 
 // The NCCL clique of a node group: one NCCL rank per GPU replica of every worker of
 // the node, ranks in the order of the Assignment's replica indices.
 struct NcclGroupOptions {
-  int first_rank = 0;    // Assignment.first_replica - Assignment.node_first_replica.
-  int world_size = 1;    // Assignment.node_replicas.
+  int first_rank = 0;  // Assignment.first_replica - Assignment.node_first_replica.
+  int world_size = 1;  // Assignment.node_replicas.
   absl::Duration timeout = absl::Seconds(60);
 };
 
@@ -72,9 +76,9 @@ struct NcclGroupOptions {
 // "nccl/unique_id" in `rendezvous`; the others wait for it. A peer that stops answering
 // aborts the communicator after `timeout` and the call fails. UNAVAILABLE in a build
 // without --config=cuda, or when a replica is not a GPU replica.
-absl::StatusOr<std::unique_ptr<IntraNodeReducer>> MakeNcclReducer(
-    engine::ReplicaGroup& replicas, RendezvousClient& rendezvous,
-    const NcclGroupOptions& options);
+absl::StatusOr<std::unique_ptr<IntraNodeReducer>> MakeNcclReducer(engine::ReplicaGroup& replicas,
+                                                                  RendezvousClient& rendezvous,
+                                                                  const NcclGroupOptions& options);
 
 }  // namespace tributary::worker
 

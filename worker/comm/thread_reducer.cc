@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/comm/parallel_sum.h"
 #include "worker/comm/intra_node_reducer.h"
+#include "worker/comm/parallel_sum.h"
 
 namespace tributary::worker {
 namespace {
@@ -24,15 +24,21 @@ class ThreadReducer : public IntraNodeReducer {
     if (count == 1) return replicas_.replica(0).CopyGradients(offset, length, out);
     if (has_device_replicas_) return ReduceThroughHost(offset, length, out);
     sources_.clear();
-    for (int r = 0; r < count; ++r) sources_.push_back(replicas_.replica(r).host_gradients() + offset);
+    for (int r = 0; r < count; ++r)
+      sources_.push_back(replicas_.replica(r).host_gradients() + offset);
     sum_.Sum(sources_, length, out);
     return absl::OkStatus();
   }
 
+  // On the calling thread, not through ReplicaGroup::RunOnAll: the worker applies an
+  // update while the replicas' threads already run the next forward pass.
   absl::Status BroadcastParameters(float* params, int64_t offset, int64_t length) override {
-    return replicas_.RunOnAll([&](int r) {
-      return replicas_.replica(r).SetParameters(params, offset, length);
-    });
+    for (int r = 0; r < replicas_.size(); ++r) {
+      if (absl::Status s = replicas_.replica(r).SetParameters(params, offset, length); !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
   }
 
   std::string name() const override { return "threads"; }

@@ -13,7 +13,10 @@
 //    before weight): when it reports offset o, gradients [o, num_parameters) are final.
 //  - Dropout masks depend on (seed, step, dataset sample id, layer, element) only.
 //  - A replica is not thread-safe: one thread drives it. Different replicas may run
-//    concurrently; CPU replicas may share one read-only parameter buffer.
+//    concurrently; CPU replicas may share one read-only parameter buffer. One
+//    exception: SetParameters may be called from another thread while ForwardBackward
+//    runs, for a range the pass has not yet asked for through the parameters-needed
+//    hook (the worker applies an update while the next forward starts).
 //
 //   std::unique_ptr<Replica> r = CreateCpuReplica(model, params.data());
 //   LossStats s = *r->ForwardBackward(batch, {seed, step},

@@ -1,0 +1,339 @@
+// A TrainingSession (node 0: two CPU replicas, the node leader) against a real PS
+// shard served in-process, with the test playing node 1 by hand so that it can hold
+// back its push of one partition. This makes the overlap observable: step 0 returns
+// while the update of its last partition cannot have arrived, and the forward pass of
+// step 1 starts and reaches the last layer before that partition is in. Training
+// stays exact (the single-replica reference), and a missing or interrupted update
+// fails the step that needed it.
+#include "worker/training_session.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/batch_split.h"
+#include "common/job_spec.h"
+#include "worker/engine/cpu_replica.h"
+#include "worker/engine/model_registry.h"
+#include "worker/engine/trainer.h"
+#include "worker/testing/in_process_shard.h"
+
+namespace tributary::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::InProcessShard;
+
+constexpr uint32_t kTotalReplicas = 3;               // Node 0: replicas 0 and 1; node 1: replica 2.
+constexpr absl::Duration kHang = absl::Seconds(60);  // Only ever reached when broken.
+
+v1::JobSpec Spec() {
+  v1::JobSpec spec;
+  spec.set_name("overlap");
+  spec.mutable_model()->set_name("mlp");
+  for (uint32_t size : {32, 24, 16, 4}) spec.mutable_model()->add_layer_sizes(size);
+  v1::DatasetSpec& data = *spec.mutable_dataset();
+  data.set_format(v1::SYNTHETIC);
+  data.set_synthetic_train_samples(400);
+  data.set_synthetic_test_samples(100);
+  data.set_synthetic_features(32);
+  data.set_synthetic_classes(4);
+  spec.set_global_batch_size(30);
+  spec.set_max_steps(4);
+  spec.set_epochs(0);
+  spec.mutable_optimizer()->set_type(v1::MOMENTUM);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  spec.set_nodes_min(2);
+  spec.set_replicas_per_worker(2);
+  spec.set_partition_bytes(256);  // 20 partitions of the 1260 parameters.
+  spec.set_seed(5);
+  return WithDefaults(spec);
+}
+
+v1::Assignment NodeZero(const v1::JobSpec& spec, const InProcessShard& shard) {
+  v1::Assignment a;
+  a.set_job_id("job-1");
+  a.set_generation(1);
+  a.set_global_rank(0);
+  a.set_world_size(2);
+  a.set_node_rank(0);
+  a.set_num_nodes(2);
+  a.set_local_rank(0);
+  a.set_local_world_size(1);
+  a.set_node_leader(true);
+  for (int i = 0; i < 2; ++i) {
+    v1::Device* cpu = a.add_devices();
+    cpu->set_kind(v1::CPU);
+    cpu->set_index(-1);
+    cpu->set_name("cpu");
+  }
+  a.set_replicas(2);
+  *a.add_shards() = shard.info(0);
+  *a.mutable_job() = spec;
+  a.set_resume_step(0);
+  a.set_total_replicas(kTotalReplicas);
+  a.set_first_replica(0);
+  a.set_node_first_replica(0);
+  a.set_node_replicas(2);
+  return a;
+}
+
+// Node 1, by hand: one CPU replica and its own PS client, pushing when told to.
+class ManualNode {
+ public:
+  ManualNode(const v1::JobSpec& spec, const engine::Datasets& data, const v1::PartitionPlan& plan,
+             const InProcessShard& shard)
+      : spec_(spec),
+        data_(data),
+        plan_(plan),
+        model_(*engine::BuildModel(spec.model())),
+        params_(model_.num_parameters),
+        incoming_(model_.num_parameters),
+        grads_(model_.num_parameters),
+        replica_(model_, params_.data()),
+        sampler_(spec, data.train.size()),
+        ps_(PsIdentity{"job-1", 1, 1}, plan, {shard.info(0)}, ChannelOptions(), v1::SYNC,
+            v1::FLOAT32) {
+    engine::InitParameters(model_, spec.seed(), params_.data());
+  }
+
+  // Installs the job and begins generation 1 of two nodes (the coordinator's part).
+  void Install(InProcessShard& shard) {
+    ASSERT_TRUE(ps_.InitPartitions(spec_, spec_.max_steps(), params_.data()).ok());
+    v1::BeginGenerationRequest begin;
+    begin.set_job_id("job-1");
+    begin.set_generation(1);
+    begin.set_num_nodes(2);
+    begin.set_resume_step(0);
+    ASSERT_TRUE(shard.shard().BeginGeneration(begin).ok());
+    ASSERT_TRUE(ps_.Open(incoming_.data()).ok());
+  }
+
+  // Forward/backward of node 1's share of the step's global batch.
+  void Compute(uint64_t step) {
+    const std::vector<uint64_t> global = sampler_.GlobalBatch(step);
+    const SampleRange mine = PartsRange(global.size(), kTotalReplicas, 2, 1);
+    ids_.assign(global.begin() + mine.offset, global.begin() + mine.offset + mine.count);
+    features_.resize(mine.count * data_.train.feature_size());
+    labels_.resize(mine.count);
+    data_.train.Gather(ids_.data(), mine.count, features_.data(), labels_.data());
+    engine::Batch batch{features_.data(), labels_.data(), ids_.data(),
+                        static_cast<int64_t>(mine.count)};
+    ASSERT_TRUE(replica_.ForwardBackward(batch, {spec_.seed(), step}, nullptr).ok());
+    ASSERT_TRUE(replica_.CopyGradients(0, model_.num_parameters, grads_.data()).ok());
+    samples_ = mine.count;
+  }
+
+  void Push(uint64_t step, uint32_t partition) {
+    ASSERT_TRUE(
+        ps_.Push(step, partition, grads_.data() + plan_.partitions(partition).offset(), samples_)
+            .ok());
+  }
+
+  // Waits for every partition's update and takes it as the next step's parameters.
+  void Finish(uint64_t step) {
+    for (const v1::Partition& partition : plan_.partitions()) {
+      ASSERT_TRUE(ps_.WaitUpdated(partition.id(), step, kHang).ok());
+    }
+    params_ = incoming_;
+  }
+
+  const std::vector<float>& parameters() const { return params_; }
+
+ private:
+  const v1::JobSpec spec_;
+  const engine::Datasets& data_;
+  const v1::PartitionPlan plan_;
+  const engine::ModelDef model_;
+  std::vector<float> params_, incoming_, grads_;
+  engine::CpuReplica replica_;
+  engine::Sampler sampler_;
+  PsClient ps_;
+  std::vector<uint64_t> ids_;
+  std::vector<float> features_;
+  std::vector<int32_t> labels_;
+  uint64_t samples_ = 0;
+};
+
+class TrainingSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_ = Spec();
+    absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec_.dataset(), spec_.seed());
+    ASSERT_TRUE(data.ok()) << data.status();
+    data_ = *std::move(data);
+    ASSERT_TRUE(shard_.Start().ok());
+  }
+
+  // Creates node 0's session and node 1, installs the job, prepares the session.
+  void StartBoth(SessionOptions options) {
+    options.update_timeout =
+        options.update_timeout == absl::Seconds(120) ? kHang : options.update_timeout;
+    absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+        TrainingSession::Create(NodeZero(spec_, shard_), data_, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = *std::move(session);
+    plan_ = session_->plan();
+    ASSERT_GE(plan_.partitions_size(), 10);
+    node1_ = std::make_unique<ManualNode>(spec_, data_, plan_, shard_);
+    node1_->Install(shard_);
+    absl::StatusOr<uint64_t> first = session_->Prepare();
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_EQ(*first, 0u);
+  }
+
+  const v1::Partition& last() const { return plan_.partitions(plan_.partitions_size() - 1); }
+
+  // Runs the session's step on a thread of its own; the result is ready once `done`.
+  struct Running {
+    std::thread thread;
+    absl::Notification done;
+    absl::StatusOr<StepStats> result = absl::UnknownError("not run");
+  };
+  void RunStepAsync(uint64_t step, Running& running) {
+    running.thread = std::thread([this, step, &running] {
+      running.result = session_->RunStep(step);
+      running.done.Notify();
+    });
+  }
+
+  v1::JobSpec spec_;
+  engine::Datasets data_;
+  InProcessShard shard_;
+  std::unique_ptr<TrainingSession> session_;
+  v1::PartitionPlan plan_;
+  std::unique_ptr<ManualNode> node1_;
+};
+
+TEST_F(TrainingSessionTest, TheNextForwardStartsBeforeTheLastPartitionOfTheUpdateArrives) {
+  absl::Mutex mu;
+  // Per replica thread: the ranges step 1's forward waited for.
+  std::map<std::thread::id, std::vector<int64_t>> waits_of_step_1;
+  absl::Notification waiting_for_last;
+  SessionOptions options;
+  options.on_parameters_wait = [&](uint64_t step, int64_t offset, int64_t length) {
+    if (step != 1) return;
+    absl::MutexLock lock(&mu);
+    waits_of_step_1[std::this_thread::get_id()].push_back(offset);
+    if (offset + length > last().offset() && !waiting_for_last.HasBeenNotified()) {
+      waiting_for_last.Notify();
+    }
+  };
+  StartBoth(options);
+
+  // Node 1 pushes step 0 except its last partition: the PS cannot complete that one.
+  node1_->Compute(0);
+  for (uint32_t p = 0; p + 1 < static_cast<uint32_t>(plan_.partitions_size()); ++p) {
+    node1_->Push(0, p);
+  }
+  Running step0;
+  RunStepAsync(0, step0);
+  const bool step0_returned = step0.done.WaitForNotificationWithTimeout(kHang);
+  EXPECT_TRUE(step0_returned) << "RunStep(0) waited for an update the PS could not send yet";
+  if (!step0_returned) node1_->Push(0, last().id());  // Let it finish, then fail.
+  step0.thread.join();
+  ASSERT_TRUE(step0.result.ok()) << step0.result.status();
+  ASSERT_TRUE(step0_returned);
+
+  // Step 1's forward runs through the early layers and waits at the last one.
+  Running step1;
+  RunStepAsync(1, step1);
+  const bool reached_last = waiting_for_last.WaitForNotificationWithTimeout(kHang);
+  EXPECT_TRUE(reached_last) << "step 1's forward never waited for the last partition";
+  EXPECT_FALSE(step1.done.HasBeenNotified());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_FALSE(waits_of_step_1.empty());
+    // Each replica asks layer by layer, in buffer order.
+    for (const auto& [thread, offsets] : waits_of_step_1) {
+      for (size_t i = 1; i < offsets.size(); ++i) EXPECT_GT(offsets[i], offsets[i - 1]);
+    }
+  }
+  node1_->Push(0, last().id());
+  node1_->Finish(0);
+  step1.thread.join();
+  ASSERT_TRUE(step1.result.ok()) << step1.result.status();
+  EXPECT_GT(step1.result->parameters_wait_seconds, 0);
+
+  // Steps 2 and 3 in the ordinary way: node 1 pushes whatever it has, at once.
+  for (uint64_t step = 1; step < 4; ++step) {
+    node1_->Compute(step);
+    for (const v1::Partition& partition : plan_.partitions()) node1_->Push(step, partition.id());
+    if (step + 1 < 4) {
+      absl::StatusOr<StepStats> next = session_->RunStep(step + 1);
+      ASSERT_TRUE(next.ok()) << next.status();
+    }
+    node1_->Finish(step);
+  }
+  ASSERT_TRUE(session_->FinishUpdate().ok());
+
+  // Exactly one replica's training with the same global batch.
+  engine::TrainerOptions reference_options;
+  reference_options.replicas = 1;
+  auto reference = engine::LocalTrainer::Create(spec_, reference_options);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (int step = 0; step < 4; ++step) ASSERT_TRUE((*reference)->Step().ok());
+  const std::vector<float>& expected = (*reference)->parameters();
+  const std::vector<float>& got = session_->parameters();
+  ASSERT_EQ(got.size(), expected.size());
+  double largest = 0, worst = 0, moved = 0;
+  std::vector<float> initial(expected.size());
+  engine::InitParameters(*engine::BuildModel(spec_.model()), spec_.seed(), initial.data());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    largest = std::max(largest, std::abs(double{expected[i]}));
+    worst = std::max(worst, std::abs(double{got[i]} - expected[i]));
+    moved = std::max(moved, std::abs(double{got[i]} - initial[i]));
+  }
+  EXPECT_LE(worst, 1e-5 * largest);
+  EXPECT_GT(moved, 1e-3 * largest);      // Training did move them.
+  EXPECT_EQ(got, node1_->parameters());  // Both nodes hold the PS's values.
+}
+
+TEST_F(TrainingSessionTest, AnUpdateThatNeverComesFailsTheStepThatNeedsIt) {
+  SessionOptions options;
+  options.update_timeout = absl::Seconds(1);
+  StartBoth(options);
+  node1_->Compute(0);
+  for (uint32_t p = 0; p + 1 < static_cast<uint32_t>(plan_.partitions_size()); ++p) {
+    node1_->Push(0, p);
+  }
+  absl::StatusOr<StepStats> step0 = session_->RunStep(0);
+  ASSERT_TRUE(step0.ok()) << step0.status();
+  const uint64_t pushed = session_->bytes_pushed();
+
+  absl::StatusOr<StepStats> step1 = session_->RunStep(1);
+  ASSERT_FALSE(step1.ok());
+  EXPECT_EQ(step1.status().code(), absl::StatusCode::kDeadlineExceeded) << step1.status();
+  EXPECT_THAT(step1.status().message(),
+              HasSubstr(absl::StrCat("partition ", last().id(), " got no update")));
+  EXPECT_EQ(session_->bytes_pushed(), pushed) << "step 1 pushed gradients of stale parameters";
+  // Sticky: whatever needs the parameters next reports the same error.
+  EXPECT_EQ(session_->FinishUpdate().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(session_->Evaluate().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(session_->RunStep(2).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(TrainingSessionTest, AnInterruptionWhileTheUpdateIsPendingSurfacesFromTheDrain) {
+  std::atomic<bool> new_generation{false};
+  SessionOptions options;
+  options.interrupted = [&]() -> std::string { return new_generation ? "new generation 2" : ""; };
+  StartBoth(options);
+  node1_->Compute(0);
+  for (uint32_t p = 0; p + 1 < static_cast<uint32_t>(plan_.partitions_size()); ++p) {
+    node1_->Push(0, p);
+  }
+  ASSERT_TRUE(session_->RunStep(0).ok());
+  new_generation = true;
+  absl::Status drained = session_->FinishUpdate();
+  EXPECT_EQ(drained.code(), absl::StatusCode::kAborted) << drained;
+  EXPECT_THAT(drained.message(), HasSubstr("update of step 0 interrupted: new generation 2"));
+}
+
+}  // namespace
+}  // namespace tributary::worker
