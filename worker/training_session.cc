@@ -425,6 +425,9 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     applied_until_ = 0;
     update_wait_seconds_ = 0;
   }
+  if (!options_.overlap_updates) {
+    if (absl::Status updated = FinishUpdate(); !updated.ok()) return updated;
+  }
   stats.step_seconds = SecondsSince(start);
   return stats;
 }

@@ -46,6 +46,9 @@ struct SessionOptions {
   // Checked while waiting: returns a reason to give up the step (a new generation,
   // a stop), or an empty string to keep waiting.
   std::function<std::string()> interrupted;
+  // Apply a step's update while the next step's forward runs (true), or finish it
+  // before RunStep returns (false: the plain blocking path, for comparison).
+  bool overlap_updates = true;
   // Called on a replica's thread when the forward pass of `step` is about to wait for
   // parameters [offset, offset + length) that the previous step's update has not
   // applied yet (tracing; the tests watch the overlap through it). May be empty.

@@ -295,6 +295,22 @@ TEST_F(TrainingSessionTest, TheNextForwardStartsBeforeTheLastPartitionOfTheUpdat
   EXPECT_EQ(got, node1_->parameters());  // Both nodes hold the PS's values.
 }
 
+TEST_F(TrainingSessionTest, WithoutOverlapAStepReturnsWithItsUpdateApplied) {
+  SessionOptions options;
+  options.overlap_updates = false;
+  StartBoth(options);
+  for (uint64_t step = 0; step < 2; ++step) {
+    node1_->Compute(step);
+    for (const v1::Partition& partition : plan_.partitions()) node1_->Push(step, partition.id());
+    absl::StatusOr<StepStats> stats = session_->RunStep(step);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->parameters_wait_seconds, 0);  // Nothing left for the forward to wait for.
+    node1_->Finish(step);
+    // No FinishUpdate: the step's update is already in.
+    EXPECT_EQ(session_->parameters(), node1_->parameters()) << "after step " << step;
+  }
+}
+
 TEST_F(TrainingSessionTest, AnUpdateThatNeverComesFailsTheStepThatNeedsIt) {
   SessionOptions options;
   options.update_timeout = absl::Seconds(1);

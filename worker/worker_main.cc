@@ -1,10 +1,9 @@
 // A worker process: local replicas, intra-node reduction, push/pull to the PS.
+#include <glog/logging.h>
 #include <unistd.h>
 
 #include <string>
 #include <thread>
-
-#include <glog/logging.h>
 
 #include "absl/flags/flag.h"
 #include "common/channel.h"
@@ -51,6 +50,10 @@ ABSL_FLAG(double, register_timeout_seconds, 300,
 ABSL_FLAG(int, cpu_threads, 0,
           "Threads each CPU matrix product may use; 0 = the machine's cores divided by the "
           "replicas of this process (at least 1). Default: 0.");
+ABSL_FLAG(bool, overlap_updates, true,
+          "Apply each step's PS update partition by partition while the next step's forward "
+          "pass runs (it waits only for the layers it reaches); false finishes the update "
+          "before the next step starts. Default: true.");
 ABSL_FLAG(int64_t, eval_batch_size, 1000,
           "Samples per evaluation batch on the test split. Default: 1000.");
 
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   options.exit_after_job = absl::GetFlag(FLAGS_exit_after_job);
   options.eval_batch_size = absl::GetFlag(FLAGS_eval_batch_size);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.overlap_updates = absl::GetFlag(FLAGS_overlap_updates);
 
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 4 << 20));

@@ -366,13 +366,14 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     push_wait_seconds_.Observe(stats->push_wait_seconds);
     reduce_seconds_.Observe(stats->reduce_seconds);
     parameters_wait_seconds_.Observe(stats->parameters_wait_seconds);
-    // Step `step` is pushed and its update on the way; the steps before it are
-    // complete (its forward pass needed their updates).
-    steps_gauge_.Set(static_cast<double>(step));
+    // Step `step` is pushed and (overlapping) its update on the way; the steps before
+    // it are complete (its forward pass needed their updates).
+    const uint64_t completed = options_.overlap_updates ? step : step + 1;
+    steps_gauge_.Set(static_cast<double>(completed));
     samples_per_second_gauge_.Set(throughput);
     {
       absl::MutexLock lock(&mu_);
-      progress_.step = step;
+      progress_.step = completed;
       progress_.epoch = static_cast<uint32_t>(session.EpochOf(step));
       progress_.loss = static_cast<float>(stats->loss.mean_loss());
       progress_.samples_per_second = throughput;
@@ -429,6 +430,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.update_timeout = options_.update_timeout;
   session_options.eval_batch_size = options_.eval_batch_size;
   session_options.interrupted = [this] { return Interruption(); };
+  session_options.overlap_updates = options_.overlap_updates;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::Create(assignment, **data, session_options);
   if (!session.ok()) {

@@ -62,6 +62,8 @@ struct WorkerOptions {
   int64_t eval_batch_size = 1000;
   // Threads per CPU matrix product; 0 = cores / (replicas x processes of the node).
   int cpu_threads = 0;
+  // Apply each step's PS update while the next step's forward runs.
+  bool overlap_updates = true;
 };
 
 class WorkerRuntime : public WorkerHandler {
