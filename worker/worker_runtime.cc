@@ -167,6 +167,13 @@ void WorkerRuntime::SendHeartbeat() {
     request.set_error(progress_.error);
     request.set_steps_per_epoch(progress_.steps_per_epoch);
     request.set_total_steps(progress_.total_steps);
+    request.set_holding_at_step(progress_.holding_at_step);
+    if (paused_ && progress_.phase == v1::WORKER_TRAINING) {
+      // Asked to pause while a step runs: it will hold at the boundary after it at the
+      // earliest, which the coordinator needs to know to name the common boundary.
+      request.set_phase(v1::WORKER_PAUSING);
+      request.set_holding_at_step(progress_.next_boundary);
+    }
   }
   request.set_bytes_pushed(bytes_pushed_.total());
   request.set_bytes_pulled(bytes_pulled_.total());
@@ -200,14 +207,20 @@ void WorkerRuntime::SendHeartbeat() {
         job_stopped_ = false;
       }
       paused_ = false;
+      pause_at_.reset();
       break;
     case v1::ACTION_PAUSE:
-      if (!paused_) LOG(INFO) << "pausing at the next step boundary: " << response.message();
+      if (!paused_) LOG(INFO) << "pausing: " << response.message();
       paused_ = true;
+      if (response.has_pause_at_step() && pause_at_ != response.pause_at_step()) {
+        LOG(INFO) << "every worker pauses before step " << response.pause_at_step();
+        pause_at_ = response.pause_at_step();
+      }
       break;
     case v1::ACTION_CONTINUE:
       if (paused_) LOG(INFO) << "resuming";
       paused_ = false;
+      pause_at_.reset();
       break;
     case v1::ACTION_STOP:
       if (!job_stopped_ && current_.generation() > 0) {
@@ -215,6 +228,7 @@ void WorkerRuntime::SendHeartbeat() {
       }
       job_stopped_ = true;
       paused_ = false;
+      pause_at_.reset();
       break;
     default:
       break;
@@ -268,18 +282,47 @@ absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::Job
   return datasets_.get();
 }
 
-void WorkerRuntime::WaitWhilePaused() {
+void WorkerRuntime::HoldAt(v1::WorkerPhase phase, uint64_t step) {
   absl::MutexLock lock(&mu_);
   if (!paused_) return;
   const v1::WorkerPhase previous = progress_.phase;
-  progress_.phase = v1::WORKER_PAUSED;
-  auto resume = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !paused_ || job_stopped_ || pending_.generation() > current_.generation() ||
+  progress_.phase = phase;
+  progress_.holding_at_step = step;
+  progress_.next_boundary = step;
+  auto release = [this, phase]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !paused_ || (phase == v1::WORKER_PAUSING && pause_at_.has_value()) || job_stopped_ ||
+           pending_.generation() > current_.generation() ||
            (shutdown_ != nullptr && shutdown_->requested());
   };
-  while (!mu_.AwaitWithTimeout(absl::Condition(&resume), absl::Milliseconds(200))) {
+  // The timeout only notices a shutdown request, which does not signal mu_.
+  while (!mu_.AwaitWithTimeout(absl::Condition(&release), absl::Milliseconds(200))) {
   }
   progress_.phase = previous;
+  progress_.holding_at_step = 0;
+}
+
+bool WorkerRuntime::HoldIfPaused(TrainingSession& session, uint64_t step) {
+  // ASYNC nodes never wait for each other's pushes: each pauses where it is.
+  const bool independent = session.assignment().job().mode() == v1::ASYNC;
+  while (true) {
+    std::optional<uint64_t> boundary;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!paused_) return true;
+      boundary = pause_at_;
+    }
+    if (!Interruption().empty()) return true;  // The caller leaves the generation.
+    if (!independent && !boundary.has_value()) {
+      // Hold here with the last step's update still on its way: another node may not
+      // have pushed that step yet, and it will not before the common boundary is known.
+      HoldAt(v1::WORKER_PAUSING, step);
+      continue;
+    }
+    if (!independent && step < *boundary) return true;  // Run on to the common boundary.
+    if (!FinishUpdate(session, step)) return false;
+    HoldAt(v1::WORKER_PAUSED, step);
+    return true;
+  }
 }
 
 void WorkerRuntime::EvaluateInto(TrainingSession& session) {
@@ -292,11 +335,6 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session) {
   absl::MutexLock lock(&mu_);
   progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
-}
-
-bool WorkerRuntime::Paused() {
-  absl::MutexLock lock(&mu_);
-  return paused_;
 }
 
 void WorkerRuntime::AccountBytes(const TrainingSession& session) {
@@ -340,8 +378,11 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
   double throughput = 0;
   for (uint64_t step = first_step; step < session.total_steps(); ++step) {
     // A paused worker holds its last step's parameters fully applied.
-    if (Paused() && !FinishUpdate(session, step)) return;
-    WaitWhilePaused();
+    if (!HoldIfPaused(session, step)) return;
+    {
+      absl::MutexLock lock(&mu_);
+      progress_.next_boundary = step + 1;
+    }
     if (std::string why = Interruption(); !why.empty()) {
       LOG(INFO) << "leaving generation " << assignment.generation() << " before step " << step
                 << ": " << why;
@@ -463,6 +504,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     absl::MutexLock lock(&mu_);
     progress_.phase = v1::WORKER_TRAINING;
     progress_.step = *first_step;
+    progress_.next_boundary = *first_step;
   }
   LOG(INFO) << "generation " << assignment.generation() << ": training from step " << *first_step
             << " of " << (*session)->total_steps();

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -99,6 +100,10 @@ class WorkerRuntime : public WorkerHandler {
     double reduce_seconds = 0;
     uint64_t steps_per_epoch = 0;
     uint64_t total_steps = 0;
+    uint64_t holding_at_step = 0;  // WORKER_PAUSING / WORKER_PAUSED: the boundary.
+    // The first step boundary it can still hold at: the one it holds at, or, while a
+    // step runs (it cannot stop inside one), the boundary after that step.
+    uint64_t next_boundary = 0;
     std::string error;
   };
 
@@ -117,13 +122,19 @@ class WorkerRuntime : public WorkerHandler {
   void StepFailed(uint64_t step, const absl::Status& status);
   // Adds the session's new PS traffic to the totals and the counters.
   void AccountBytes(const TrainingSession& session);
-  bool Paused();
+  // At the boundary before `step`: holds while the job is paused (the pause protocol of
+  // proto/coordinator.proto: WORKER_PAUSING until the coordinator names the common
+  // boundary, running on to it, then WORKER_PAUSED with the update applied). False
+  // when the pending update failed: the generation is over for this worker.
+  bool HoldIfPaused(TrainingSession& session, uint64_t step);
   void EvaluateInto(TrainingSession& session);
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
   std::string Interruption();
   void SetPhase(v1::WorkerPhase phase, const std::string& error = "");
-  void WaitWhilePaused();
+  // Reports `phase` holding at `step` until the pause is lifted (or the boundary
+  // becomes known, for WORKER_PAUSING), the job stops, a new generation or shutdown.
+  void HoldAt(v1::WorkerPhase phase, uint64_t step);
 
   WorkerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -138,6 +149,8 @@ class WorkerRuntime : public WorkerHandler {
   v1::Assignment current_ ABSL_GUARDED_BY(mu_);
   v1::Assignment pending_ ABSL_GUARDED_BY(mu_);  // Newest assignment not yet taken.
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  // The step boundary every worker pauses at, once the coordinator names it.
+  std::optional<uint64_t> pause_at_ ABSL_GUARDED_BY(mu_);
   bool job_stopped_ ABSL_GUARDED_BY(mu_) = false;  // ACTION_STOP for the current job.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::string reduce_backend_ ABSL_GUARDED_BY(mu_) = "none";

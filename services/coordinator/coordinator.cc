@@ -666,7 +666,7 @@ void Coordinator::UpdateProgressLocked(absl::Time now) {
     step = std::min(step, std::max(report.step(), generation_.resume_step));
     min_epoch = std::min(min_epoch, report.epoch());
     if (report.phase() != v1::WORKER_TRAINING && report.phase() != v1::WORKER_PAUSED &&
-        report.phase() != v1::WORKER_FINISHED) {
+        report.phase() != v1::WORKER_PAUSING && report.phase() != v1::WORKER_FINISHED) {
       all_training = false;
     }
     if (report.phase() != v1::WORKER_FINISHED) all_finished = false;
@@ -710,6 +710,31 @@ void Coordinator::UpdateProgressLocked(absl::Time now) {
                      generation_.number, " are training from step ", generation_.resume_step));
   }
   if (all_finished) CompleteJobLocked(*job);
+}
+
+std::optional<uint64_t> Coordinator::PauseBoundaryLocked() {
+  if (generation_.pause_at_step.has_value()) return generation_.pause_at_step;
+  // Known once every worker of the generation holds somewhere: the highest of their
+  // boundaries (SYNC nodes stand at most one step apart, bounded-staleness ones at most
+  // `staleness`), so that none holds before a step whose push another one waits for.
+  uint64_t boundary = 0;
+  for (const auto& [id, assignment] : generation_.assignments) {
+    auto found = workers_.find(id);
+    if (found == workers_.end() || !found->second.reported ||
+        found->second.report_number <= generation_.pause_asked_after) {
+      return std::nullopt;
+    }
+    const v1::HeartbeatRequest& report = found->second.report;
+    if (report.generation() != generation_.number ||
+        (report.phase() != v1::WORKER_PAUSING && report.phase() != v1::WORKER_PAUSED)) {
+      return std::nullopt;
+    }
+    boundary = std::max(boundary, report.holding_at_step());
+  }
+  generation_.pause_at_step = boundary;
+  LOG(INFO) << "job paused: every worker of generation " << generation_.number
+            << " holds; they pause before step " << boundary;
+  return boundary;
 }
 
 void Coordinator::ExpireSilentWorkersLocked(absl::Time now) {
@@ -848,6 +873,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request,
   const absl::Time now = clock_->Now();
   worker.last_heartbeat = now;
   worker.report = request;
+  worker.report_number = ++heartbeats_received_;
   worker.reported = true;
   worker.phase = request.phase();
   const std::string id = worker.id;
@@ -905,6 +931,11 @@ void Coordinator::AnswerHeartbeatLocked(const WorkerRecord& worker, uint64_t rep
     } else if (job != nullptr && job->state() == v1::PAUSED) {
       reply->set_action(v1::ACTION_PAUSE);
       reply->set_message(absl::StrCat("job ", job->job_id(), " paused: ", job->state_reason()));
+      if (job->spec().mode() != v1::ASYNC) {
+        if (std::optional<uint64_t> boundary = PauseBoundaryLocked()) {
+          reply->set_pause_at_step(*boundary);
+        }
+      }
     } else {
       reply->set_action(v1::ACTION_CONTINUE);
     }
@@ -1255,6 +1286,8 @@ absl::Status Coordinator::PauseJob(const v1::JobControlRequest& request, v1::Job
     TransitionLocked(
         **job, v1::PAUSED,
         absl::StrCat("paused: ", request.reason().empty() ? "PauseJob" : request.reason()));
+    generation_.pause_at_step.reset();
+    generation_.pause_asked_after = heartbeats_received_;
     *reply = **job;
     RequestWorkLocked();
   }
@@ -1280,6 +1313,7 @@ absl::Status Coordinator::ResumeJob(const v1::JobControlRequest& request, v1::Jo
                                                         ": only a PAUSED job can be resumed"));
     }
     const bool running = generation_.active && generation_.job_id == (*job)->job_id();
+    generation_.pause_at_step.reset();
     const std::string why = request.reason().empty() ? "ResumeJob" : request.reason();
     TransitionLocked(**job, running ? v1::RUNNING : v1::RENDEZVOUS,
                      running ? absl::StrCat("resumed: ", why)

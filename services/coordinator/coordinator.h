@@ -140,6 +140,7 @@ class Coordinator : public CoordinatorHandler {
     absl::Time registered;
     absl::Time last_heartbeat;
     v1::HeartbeatRequest report;  // The latest heartbeat.
+    uint64_t report_number = 0;   // heartbeats_received_ when it arrived.
     bool reported = false;
     v1::WorkerPhase phase = v1::WORKER_IDLE;
     std::string failed_job;  // Job in which it reported WORKER_FAILED (ineligible).
@@ -167,6 +168,12 @@ class Coordinator : public CoordinatorHandler {
     std::map<std::string, std::string> failures;        // Worker id -> error it reported.
     std::string end_reason;
     bool ended_by_worker_error = false;
+    // While the job is paused: the step boundary every worker pauses at, once all of
+    // them reported where they hold (empty = not known yet). Cleared on resume.
+    std::optional<uint64_t> pause_at_step;
+    // heartbeats_received_ when the pause was asked for: only later reports say where
+    // a worker holds for this pause (an earlier WORKER_PAUSED is of a previous one).
+    uint64_t pause_asked_after = 0;
   };
   struct FormationAttempt {
     std::string job_id;
@@ -240,6 +247,8 @@ class Coordinator : public CoordinatorHandler {
                            const std::string& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProgressLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireSilentWorkersLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pause boundary of the current generation, once every worker holds.
+  std::optional<uint64_t> PauseBoundaryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerHeartbeatLocked(const WorkerRecord& worker, uint64_t reported_generation,
                              v1::HeartbeatResponse* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -277,6 +286,7 @@ class Coordinator : public CoordinatorHandler {
   std::optional<absl::Time> scale_up_since_ ABSL_GUARDED_BY(mu_);
   absl::Time retry_formation_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string formation_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t heartbeats_received_ ABSL_GUARDED_BY(mu_) = 0;
   std::string waiting_reason_ ABSL_GUARDED_BY(mu_) = "no active job: submit one with SubmitJob";
   std::set<std::string> jobs_to_end_ ABSL_GUARDED_BY(mu_);  // EndJob still owed to shards.
   std::vector<std::function<void()>> after_tick_ ABSL_GUARDED_BY(mu_);

@@ -739,6 +739,66 @@ TEST_F(CoordinatorTest, PauseResumeStopWithReasons) {
   EXPECT_EQ(Beat(a, 1).action(), v1::ACTION_RENDEZVOUS);
 }
 
+TEST_F(CoordinatorTest, PauseNamesTheBoundaryEveryWorkerHoldsAtOnceAllReportedWhereTheyCan) {
+  RegisterShards();
+  Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  BeatAll({a, b}, 1, v1::WORKER_TRAINING, 5);
+  auto pausing = [&](const std::string& worker, uint64_t holding,
+                     v1::WorkerPhase phase = v1::WORKER_PAUSING) {
+    v1::HeartbeatRequest request;
+    request.set_worker_id(worker);
+    request.set_generation(1);
+    request.set_phase(phase);
+    request.set_step(5);
+    request.set_holding_at_step(holding);
+    v1::HeartbeatResponse reply;
+    Reply r;
+    coordinator_->HandleHeartbeat(request, &reply, Done(r));
+    EXPECT_TRUE(r.called && r.status.ok()) << r.status;
+    return reply;
+  };
+  ASSERT_TRUE(Control("pause").ok());
+  // a holds before step 6; b is still inside step 6 (it can hold before 7 at the
+  // earliest). Until both said so nobody is told where to pause.
+  v1::HeartbeatResponse reply = pausing(a, 6);
+  EXPECT_EQ(reply.action(), v1::ACTION_PAUSE);
+  EXPECT_FALSE(reply.has_pause_at_step());
+  EXPECT_FALSE(Beat(b, 1, v1::WORKER_TRAINING, 5).has_pause_at_step());
+  reply = pausing(b, 7);
+  ASSERT_TRUE(reply.has_pause_at_step());
+  EXPECT_EQ(reply.pause_at_step(), 7u) << "the highest boundary: a runs on to it";
+  // The boundary stands while paused, whatever the workers report next.
+  EXPECT_EQ(pausing(a, 7, v1::WORKER_PAUSED).pause_at_step(), 7u);
+  EXPECT_EQ(pausing(b, 7, v1::WORKER_PAUSED).pause_at_step(), 7u);
+  EXPECT_EQ(GetJob().state(), v1::PAUSED);
+
+  // Resumed and paused again: a new boundary, from new reports.
+  ASSERT_TRUE(Control("resume").ok());
+  EXPECT_EQ(Beat(a, 1, v1::WORKER_TRAINING, 9).action(), v1::ACTION_CONTINUE);
+  ASSERT_TRUE(Control("pause").ok());
+  EXPECT_FALSE(pausing(a, 12).has_pause_at_step());
+  EXPECT_EQ(pausing(b, 11).pause_at_step(), 12u);
+}
+
+TEST_F(CoordinatorTest, AsyncWorkersPauseWhereTheyAreWithoutABoundary) {
+  RegisterShards();
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_mode(v1::ASYNC);
+  Submit(spec);
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  Beat(a, 1, v1::WORKER_TRAINING, 3);
+  ASSERT_TRUE(Control("pause").ok());
+  const v1::HeartbeatResponse reply = Beat(a, 1, v1::WORKER_PAUSED, 3);
+  EXPECT_EQ(reply.action(), v1::ACTION_PAUSE);
+  EXPECT_FALSE(reply.has_pause_at_step());
+}
+
 TEST_F(CoordinatorTest, PausedJobDoesNotFormAndResumeReforms) {
   RegisterShards();
   Submit(Spec(1, 1));
