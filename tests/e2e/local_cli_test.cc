@@ -121,7 +121,7 @@ double Number(const google::protobuf::Struct& json, const std::string& key) {
 // The pids the cluster's children wrote into their port files.
 std::vector<pid_t> ChildPids(const std::string& cluster_dir) {
   std::vector<pid_t> pids;
-  for (const std::string& name :
+  for (const char* name :
        {"coordinator", "ps-0", "ps-1", "worker-0", "worker-1", "worker-2", "worker-3"}) {
     const std::string path = cluster_dir + "/" + name + ".ports.json";
     if (access(path.c_str(), R_OK) != 0) continue;
