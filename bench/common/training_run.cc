@@ -135,4 +135,17 @@ std::string TrainingRunJson(const TrainingRun& run, double target) {
   return json;
 }
 
+std::string AccuracyCurve(const TrainingRun& run) {
+  std::vector<std::string> points;
+  for (const Evaluation& e : run.evaluations) {
+    points.push_back(absl::StrFormat("%.4f@%.1fs", e.accuracy, e.seconds));
+  }
+  return points.empty() ? std::string("none") : absl::StrJoin(points, "  ");
+}
+
+std::string RatioJson(double numerator, double denominator, int digits) {
+  return numerator > 0 && denominator > 0 ? absl::StrFormat("%.*f", digits, numerator / denominator)
+                                          : std::string("null");
+}
+
 }  // namespace tributary::bench

@@ -62,6 +62,13 @@ struct TrainingRun {
 // the first run.
 std::string SideBySide(const std::vector<const TrainingRun*>& runs, double target);
 
+// The run's evaluations as "accuracy@seconds" points ("none" without any).
+std::string AccuracyCurve(const TrainingRun& run);
+
+// numerator / denominator with `digits` decimals for a JSON line, or null when either
+// is not positive (a side that measured nothing).
+std::string RatioJson(double numerator, double denominator, int digits = 4);
+
 // The run as a JSON object (target > 0 adds seconds_to_target).
 std::string TrainingRunJson(const TrainingRun& run, double target);
 

@@ -51,10 +51,6 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-std::string Ratio(double value, double base) {
-  return value > 0 && base > 0 ? absl::StrFormat("%.3f", value / base) : std::string("null");
-}
-
 int Run(const char* argv0) {
   std::vector<int> counts;
   for (const std::string& text : absl::GetFlag(FLAGS_worker_counts)) {
@@ -116,19 +112,20 @@ int Run(const char* argv0) {
     const TrainingRun& run = runs[i];
     const StepTimes& t = run.step_times;
     const unsigned replicas = counts[i] * spec->replicas_per_worker();
-    std::printf("%7d %8u %12.0f %7s %12.0f %7s %10.4f %7.1f%% %7.1f%% %9.4f %10.1f\n", counts[i],
-                replicas, run.SamplesPerSecond(),
-                Ratio(run.SamplesPerSecond(), base.SamplesPerSecond()).c_str(),
-                run.reported_samples_per_second,
-                Ratio(run.reported_samples_per_second, base.reported_samples_per_second).c_str(),
-                t.MeanStepSeconds(), 100 * t.PushWaitShare(), 100 * t.ReduceShare(),
-                run.test_accuracy, run.training_seconds);
-    json_runs.push_back(
-        absl::StrFormat("{\"workers\": %d, \"replicas\": %u, \"ratio_samples_per_second\": %s, "
-                        "\"ratio_reported_samples_per_second\": %s, \"run\": %s}",
-                        counts[i], replicas, Ratio(run.SamplesPerSecond(), base.SamplesPerSecond()),
-                        Ratio(run.reported_samples_per_second, base.reported_samples_per_second),
-                        TrainingRunJson(run, 0)));
+    std::printf(
+        "%7d %8u %12.0f %7s %12.0f %7s %10.4f %7.1f%% %7.1f%% %9.4f %10.1f\n", counts[i], replicas,
+        run.SamplesPerSecond(),
+        RatioJson(run.SamplesPerSecond(), base.SamplesPerSecond(), 3).c_str(),
+        run.reported_samples_per_second,
+        RatioJson(run.reported_samples_per_second, base.reported_samples_per_second, 3).c_str(),
+        t.MeanStepSeconds(), 100 * t.PushWaitShare(), 100 * t.ReduceShare(), run.test_accuracy,
+        run.training_seconds);
+    json_runs.push_back(absl::StrFormat(
+        "{\"workers\": %d, \"replicas\": %u, \"ratio_samples_per_second\": %s, "
+        "\"ratio_reported_samples_per_second\": %s, \"run\": %s}",
+        counts[i], replicas, RatioJson(run.SamplesPerSecond(), base.SamplesPerSecond(), 3),
+        RatioJson(run.reported_samples_per_second, base.reported_samples_per_second, 3),
+        TrainingRunJson(run, 0)));
   }
   std::printf(
       "\nsamples/s: steps x batch over the training wall time (first step to completion, "

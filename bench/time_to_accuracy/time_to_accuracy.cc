@@ -64,19 +64,6 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-std::string Curve(const TrainingRun& run) {
-  std::vector<std::string> points;
-  for (const Evaluation& e : run.evaluations) {
-    points.push_back(absl::StrFormat("%.4f@%.1fs", e.accuracy, e.seconds));
-  }
-  return points.empty() ? std::string("none") : absl::StrJoin(points, "  ");
-}
-
-std::string Ratio(double numerator, double denominator) {
-  return numerator > 0 && denominator > 0 ? absl::StrFormat("%.4f", numerator / denominator)
-                                          : std::string("null");
-}
-
 int Run(const char* argv0) {
   absl::StatusOr<BenchRunfiles> runfiles = BenchRunfiles::Create(argv0);
   if (!runfiles.ok()) return Fail(runfiles.status());
@@ -132,7 +119,8 @@ int Run(const char* argv0) {
   std::printf(
       "\naccuracy curve (test accuracy @ seconds since the first step):\n  %-16s %s\n"
       "  %-16s %s\n",
-      cluster->name.c_str(), Curve(*cluster).c_str(), local->name.c_str(), Curve(*local).c_str());
+      cluster->name.c_str(), AccuracyCurve(*cluster).c_str(), local->name.c_str(),
+      AccuracyCurve(*local).c_str());
   const StepTimes& times = cluster->step_times;
   if (times.workers > 0) {
     std::printf(
@@ -156,9 +144,10 @@ int Run(const char* argv0) {
       after.load_average[2], JobSpecJson(*spec).c_str(), cluster_options.workers,
       cluster_options.ps_shards, target, TrainingRunJson(*cluster, target).c_str(),
       TrainingRunJson(*local, target).c_str(),
-      Ratio(cluster->SamplesPerSecond(), local->SamplesPerSecond()).c_str(),
-      Ratio(cluster->training_seconds, local->training_seconds).c_str(),
-      target > 0 ? Ratio(cluster->SecondsTo(target), local->SecondsTo(target)).c_str() : "null");
+      RatioJson(cluster->SamplesPerSecond(), local->SamplesPerSecond()).c_str(),
+      RatioJson(cluster->training_seconds, local->training_seconds).c_str(),
+      target > 0 ? RatioJson(cluster->SecondsTo(target), local->SecondsTo(target)).c_str()
+                 : "null");
   return 0;
 }
 

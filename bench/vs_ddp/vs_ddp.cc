@@ -156,19 +156,6 @@ absl::StatusOr<DdpRun> ParseDdp(const std::string& log_path, double process_seco
   return ddp;
 }
 
-std::string Curve(const TrainingRun& run) {
-  std::vector<std::string> points;
-  for (const Evaluation& e : run.evaluations) {
-    points.push_back(absl::StrFormat("%.4f@%.1fs", e.accuracy, e.seconds));
-  }
-  return points.empty() ? std::string("none") : absl::StrJoin(points, "  ");
-}
-
-std::string Ratio(double numerator, double denominator) {
-  return numerator > 0 && denominator > 0 ? absl::StrFormat("%.4f", numerator / denominator)
-                                          : std::string("null");
-}
-
 int Run(const char* argv0) {
   const MachineInfo machine = DescribeMachine();
   absl::StatusOr<std::string> work_dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "vs_ddp");
@@ -268,8 +255,8 @@ int Run(const char* argv0) {
   std::printf(
       "\naccuracy curve (test accuracy @ seconds since the first step):\n  %-18s %s\n"
       "  %-18s %s\n",
-      cluster->name.c_str(), Curve(*cluster).c_str(), ddp->run.name.c_str(),
-      Curve(ddp->run).c_str());
+      cluster->name.c_str(), AccuracyCurve(*cluster).c_str(), ddp->run.name.c_str(),
+      AccuracyCurve(ddp->run).c_str());
   std::printf(
       "\nPyTorch %s, %d threads per process, BLAS: %s (%.1f GFLOP/s sgemm per process).\n"
       "setup s: the cluster's from launch to every worker training (processes, data, "
@@ -288,9 +275,9 @@ int Run(const char* argv0) {
       after.load_average[2], JobSpecJson(*spec), workers, cluster_options.ps_shards, processes,
       threads, JsonQuote(ddp->torch_version), JsonQuote(ddp->blas), ddp->sgemm_gflops, target,
       TrainingRunJson(*cluster, target), TrainingRunJson(ddp->run, target),
-      Ratio(cluster->SamplesPerSecond(), ddp->run.SamplesPerSecond()),
-      Ratio(cluster->training_seconds, ddp->run.training_seconds),
-      target > 0 ? Ratio(cluster->SecondsTo(target), ddp->run.SecondsTo(target))
+      RatioJson(cluster->SamplesPerSecond(), ddp->run.SamplesPerSecond()),
+      RatioJson(cluster->training_seconds, ddp->run.training_seconds),
+      target > 0 ? RatioJson(cluster->SecondsTo(target), ddp->run.SecondsTo(target))
                  : std::string("null"));
   return 0;
 }
