@@ -60,4 +60,15 @@ std::string MachineJsonMembers(const MachineInfo& machine) {
       machine.load_average[1], machine.load_average[2]);
 }
 
+std::string MachineJsonMembers(const MachineInfo& machine, const MachineInfo& after) {
+  return absl::StrFormat("%s, \"load_average_after\": [%.2f, %.2f, %.2f]",
+                         MachineJsonMembers(machine), after.load_average[0], after.load_average[1],
+                         after.load_average[2]);
+}
+
+std::string LoadAverageAfterLine(const MachineInfo& after) {
+  return absl::StrFormat("load average after the runs: %.2f %.2f %.2f", after.load_average[0],
+                         after.load_average[1], after.load_average[2]);
+}
+
 }  // namespace tributary::bench

@@ -22,6 +22,11 @@ std::string MachineLine(const MachineInfo& machine);
 // JSON members (no braces): "cpu_cores": 2, "cpu_model": "...", "memory_gib": 23.4,
 // "load_average": [1.2, 0.67, 0.69].
 std::string MachineJsonMembers(const MachineInfo& machine);
+// The same, then "load_average_after": [...] from `after` (taken when the runs ended).
+std::string MachineJsonMembers(const MachineInfo& machine, const MachineInfo& after);
+
+// "load average after the runs: 1.20 0.67 0.69".
+std::string LoadAverageAfterLine(const MachineInfo& after);
 
 }  // namespace tributary::bench
 

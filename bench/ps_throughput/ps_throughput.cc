@@ -166,13 +166,13 @@ int Run() {
   }
   const MachineInfo after = DescribeMachine();
   absl::PrintF(
-      "{\"bench\": \"ps_throughput\", %s, \"load_average_after\": [%.2f, %.2f, %.2f], "
+      "{\"bench\": \"ps_throughput\", %s, "
       "\"memcpy_GBps\": %.4f, \"sum_GBps\": %.4f, \"model_bytes\": %d, \"partition_bytes\": %d, "
       "\"steps\": %d, \"warmup_steps\": %d, \"summation_threads\": %d, \"wire_dtype\": \"%s\", "
       "\"runs\": [%s]}\n",
-      MachineJsonMembers(machine), after.load_average[0], after.load_average[1],
-      after.load_average[2], memcpy_gbps, sum_gbps, base.model_bytes, base.partition_bytes,
-      base.steps, base.warmup_steps, base.summation_threads, dtype, absl::StrJoin(runs, ", "));
+      MachineJsonMembers(machine, after), memcpy_gbps, sum_gbps, base.model_bytes,
+      base.partition_bytes, base.steps, base.warmup_steps, base.summation_threads, dtype,
+      absl::StrJoin(runs, ", "));
   return 0;
 }
 

@@ -141,13 +141,11 @@ int Run(const char* argv0) {
         "system costs, not how it scales on more cores.\n",
         most, machine.cpu_cores);
   }
-  std::printf("load average after the runs: %.2f %.2f %.2f\n", after.load_average[0],
-              after.load_average[1], after.load_average[2]);
+  std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   absl::PrintF(
-      "{\"bench\": \"scaling\", %s, \"load_average_after\": [%.2f, %.2f, %.2f], \"job\": %s, "
+      "{\"bench\": \"scaling\", %s, \"job\": %s, "
       "\"ps_shards\": %d, \"runs\": [%s]}\n",
-      MachineJsonMembers(machine), after.load_average[0], after.load_average[1],
-      after.load_average[2], JobSpecJson(*spec), absl::GetFlag(FLAGS_ps_shards),
+      MachineJsonMembers(machine, after), JobSpecJson(*spec), absl::GetFlag(FLAGS_ps_shards),
       absl::StrJoin(json_runs, ", "));
   return 0;
 }

@@ -133,17 +133,15 @@ int Run(const char* argv0) {
   } else {
     std::printf("\ncluster step time: no worker /metrics could be read\n");
   }
-  std::printf("load average after the runs: %.2f %.2f %.2f\n", after.load_average[0],
-              after.load_average[1], after.load_average[2]);
+  std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   std::printf(
-      "{\"bench\": \"time_to_accuracy\", %s, \"load_average_after\": [%.2f, %.2f, %.2f], "
+      "{\"bench\": \"time_to_accuracy\", %s, "
       "\"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"target_accuracy\": %.4f, "
       "\"cluster\": %s, \"single\": %s, \"ratios\": {\"samples_per_second\": %s, "
       "\"training_seconds\": %s, \"seconds_to_target\": %s}}\n",
-      MachineJsonMembers(machine).c_str(), after.load_average[0], after.load_average[1],
-      after.load_average[2], JobSpecJson(*spec).c_str(), cluster_options.workers,
-      cluster_options.ps_shards, target, TrainingRunJson(*cluster, target).c_str(),
-      TrainingRunJson(*local, target).c_str(),
+      MachineJsonMembers(machine, after).c_str(), JobSpecJson(*spec).c_str(),
+      cluster_options.workers, cluster_options.ps_shards, target,
+      TrainingRunJson(*cluster, target).c_str(), TrainingRunJson(*local, target).c_str(),
       RatioJson(cluster->SamplesPerSecond(), local->SamplesPerSecond()).c_str(),
       RatioJson(cluster->training_seconds, local->training_seconds).c_str(),
       target > 0 ? RatioJson(cluster->SecondsTo(target), local->SecondsTo(target)).c_str()

@@ -262,19 +262,17 @@ int Run(const char* argv0) {
       "setup s: the cluster's from launch to every worker training (processes, data, "
       "rendezvous); DDP's from the script's start (torch import, data, spawn, rendezvous).\n",
       ddp->torch_version.c_str(), threads, ddp->blas.c_str(), ddp->sgemm_gflops);
-  std::printf("load average after the runs: %.2f %.2f %.2f\n", after.load_average[0],
-              after.load_average[1], after.load_average[2]);
+  std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   absl::PrintF(
-      "{\"bench\": \"vs_ddp\", \"skipped\": false, %s, \"load_average_after\": [%.2f, %.2f, "
-      "%.2f], \"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"ddp_processes\": %d, "
+      "{\"bench\": \"vs_ddp\", \"skipped\": false, %s, "
+      "\"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"ddp_processes\": %d, "
       "\"ddp_threads\": %d, \"torch_version\": %s, \"blas\": %s, "
       "\"ddp_sgemm_gflops_per_process\": %.2f, \"target_accuracy\": %.4f, \"tributary\": %s, "
       "\"ddp\": %s, \"ratios\": {\"samples_per_second\": %s, \"training_seconds\": %s, "
       "\"seconds_to_target\": %s}}\n",
-      MachineJsonMembers(machine), after.load_average[0], after.load_average[1],
-      after.load_average[2], JobSpecJson(*spec), workers, cluster_options.ps_shards, processes,
-      threads, JsonQuote(ddp->torch_version), JsonQuote(ddp->blas), ddp->sgemm_gflops, target,
-      TrainingRunJson(*cluster, target), TrainingRunJson(ddp->run, target),
+      MachineJsonMembers(machine, after), JobSpecJson(*spec), workers, cluster_options.ps_shards,
+      processes, threads, JsonQuote(ddp->torch_version), JsonQuote(ddp->blas), ddp->sgemm_gflops,
+      target, TrainingRunJson(*cluster, target), TrainingRunJson(ddp->run, target),
       RatioJson(cluster->SamplesPerSecond(), ddp->run.SamplesPerSecond()),
       RatioJson(cluster->training_seconds, ddp->run.training_seconds),
       target > 0 ? RatioJson(cluster->SecondsTo(target), ddp->run.SecondsTo(target))
