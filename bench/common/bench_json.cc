@@ -64,6 +64,16 @@ absl::StatusOr<double> JsonNumber(const google::protobuf::Struct& object, const 
   return (*value)->number_value();
 }
 
+absl::Status JsonNumbers(const google::protobuf::Struct& object,
+                         std::initializer_list<JsonField> fields, const std::string& what) {
+  for (const JsonField& field : fields) {
+    absl::StatusOr<double> value = JsonNumber(object, field.path, what);
+    if (!value.ok()) return value.status();
+    *field.into = *value;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> JsonString(const google::protobuf::Struct& object,
                                        const std::string& path, const std::string& what) {
   absl::StatusOr<const google::protobuf::Value*> value = Lookup(object, path, what);

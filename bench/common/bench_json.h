@@ -6,6 +6,7 @@
 
 #include <google/protobuf/struct.pb.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,14 @@ absl::StatusOr<std::string> LastJsonLine(const std::string& text, const std::str
 // path and `what` when a key is missing, INVALID_ARGUMENT when it is not a number.
 absl::StatusOr<double> JsonNumber(const google::protobuf::Struct& object, const std::string& path,
                                   const std::string& what);
+// A number to read: its dotted path and where it goes.
+struct JsonField {
+  const char* path;
+  double* into;
+};
+// Reads every field's number (JsonNumber); the first error stops it.
+absl::Status JsonNumbers(const google::protobuf::Struct& object,
+                         std::initializer_list<JsonField> fields, const std::string& what);
 // The same for a string.
 absl::StatusOr<std::string> JsonString(const google::protobuf::Struct& object,
                                        const std::string& path, const std::string& what);

@@ -62,17 +62,13 @@ absl::StatusOr<TrainingRun> RunTrainLocal(const TrainLocalOptions& options) {
   absl::StatusOr<google::protobuf::Struct> summary = ParseJsonObject(*json, what);
   if (!summary.ok()) return summary.status();
   double accuracy = 0, loss = 0, steps = 0, reported = 0, wall = 0, batch = 0;
-  struct Field {
-    const char* path;
-    double* into;
-  };
-  for (const Field& field : {Field{"test_accuracy", &accuracy}, Field{"final_loss", &loss},
-                             Field{"steps", &steps}, Field{"train_samples_per_second", &reported},
-                             Field{"wall_seconds", &wall}, Field{"batch", &batch}}) {
-    absl::StatusOr<double> value = JsonNumber(*summary, field.path, what);
-    if (!value.ok()) return value.status();
-    *field.into = *value;
-  }
+  const absl::Status read =
+      JsonNumbers(*summary,
+                  {JsonField{"test_accuracy", &accuracy}, JsonField{"final_loss", &loss},
+                   JsonField{"steps", &steps}, JsonField{"train_samples_per_second", &reported},
+                   JsonField{"wall_seconds", &wall}, JsonField{"batch", &batch}},
+                  what);
+  if (!read.ok()) return read;
   run.test_accuracy = accuracy;
   run.final_loss = loss;
   run.steps = static_cast<uint64_t>(steps);

@@ -224,19 +224,15 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   absl::StatusOr<std::string> state = JsonString(*summary, "state", what);
   if (!state.ok()) return state.status();
   if (*state != "COMPLETED") return failed(absl::StrCat("the job ended ", *state));
-  struct Field {
-    const char* path;
-    double* into;
-  };
   double accuracy = 0, loss = 0, steps = 0, reported = 0, pushed = 0, pulled = 0, batch = 0;
-  for (const Field& field :
-       {Field{"test_accuracy", &accuracy}, Field{"final_loss", &loss}, Field{"steps", &steps},
-        Field{"samples_per_second", &reported}, Field{"bytes_pushed", &pushed},
-        Field{"bytes_pulled", &pulled}, Field{"job_spec.global_batch_size", &batch}}) {
-    absl::StatusOr<double> value = JsonNumber(*summary, field.path, what);
-    if (!value.ok()) return value.status();
-    *field.into = *value;
-  }
+  const absl::Status read =
+      JsonNumbers(*summary,
+                  {JsonField{"test_accuracy", &accuracy}, JsonField{"final_loss", &loss},
+                   JsonField{"steps", &steps}, JsonField{"samples_per_second", &reported},
+                   JsonField{"bytes_pushed", &pushed}, JsonField{"bytes_pulled", &pulled},
+                   JsonField{"job_spec.global_batch_size", &batch}},
+                  what);
+  if (!read.ok()) return read;
   run.test_accuracy = accuracy;
   run.final_loss = loss;
   run.steps = static_cast<uint64_t>(steps);

@@ -113,21 +113,16 @@ absl::StatusOr<DdpRun> ParseDdp(const std::string& log_path, double process_seco
   run.log_path = log_path;
   run.process_seconds = process_seconds;
   double steps = 0, samples = 0;
-  struct Field {
-    const char* path;
-    double* into;
-  };
-  for (const Field& field :
-       {Field{"test_accuracy", &run.test_accuracy}, Field{"final_loss", &run.final_loss},
-        Field{"steps", &steps}, Field{"samples", &samples},
-        Field{"reported_samples_per_second", &run.reported_samples_per_second},
-        Field{"training_seconds", &run.training_seconds},
-        Field{"setup_seconds", &run.setup_seconds},
-        Field{"sgemm_gflops_per_process", &ddp.sgemm_gflops}}) {
-    absl::StatusOr<double> value = JsonNumber(*json, field.path, what);
-    if (!value.ok()) return value.status();
-    *field.into = *value;
-  }
+  const absl::Status read = JsonNumbers(
+      *json,
+      {JsonField{"test_accuracy", &run.test_accuracy}, JsonField{"final_loss", &run.final_loss},
+       JsonField{"steps", &steps}, JsonField{"samples", &samples},
+       JsonField{"reported_samples_per_second", &run.reported_samples_per_second},
+       JsonField{"training_seconds", &run.training_seconds},
+       JsonField{"setup_seconds", &run.setup_seconds},
+       JsonField{"sgemm_gflops_per_process", &ddp.sgemm_gflops}},
+      what);
+  if (!read.ok()) return read;
   run.steps = static_cast<uint64_t>(steps);
   run.samples = static_cast<uint64_t>(samples);
   absl::StatusOr<std::string> blas = JsonString(*json, "blas", what);
@@ -144,12 +139,12 @@ absl::StatusOr<DdpRun> ParseDdp(const std::string& log_path, double process_seco
     if (!value.has_struct_value()) continue;
     Evaluation evaluation;
     double step = 0;
-    for (const Field& field : {Field{"step", &step}, Field{"accuracy", &evaluation.accuracy},
-                               Field{"seconds", &evaluation.seconds}}) {
-      absl::StatusOr<double> number = JsonNumber(value.struct_value(), field.path, what);
-      if (!number.ok()) return number.status();
-      *field.into = *number;
-    }
+    const absl::Status read_evaluation =
+        JsonNumbers(value.struct_value(),
+                    {JsonField{"step", &step}, JsonField{"accuracy", &evaluation.accuracy},
+                     JsonField{"seconds", &evaluation.seconds}},
+                    what);
+    if (!read_evaluation.ok()) return read_evaluation;
     evaluation.step = static_cast<uint64_t>(step);
     run.evaluations.push_back(evaluation);
   }
