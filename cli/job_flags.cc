@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/sha256.h"
 #include "common/tls.h"
+#include "worker/engine/torchscript.h"
 
 // --- The job as a whole ---
 ABSL_FLAG(std::string, job_json, "",
@@ -30,14 +32,25 @@ ABSL_FLAG(std::string, conv_channels, "", "cnn: channels of its two conv layers.
 ABSL_FLAG(std::string, input_shape, "",
           "cnn: input as channels,height,width. Default: 1,28,28 (Fashion-MNIST).");
 ABSL_FLAG(double, dropout, 0, "Dropout probability after each hidden layer. Default: 0.");
+ABSL_FLAG(std::string, model_file, "",
+          "Train this TorchScript file (torch.jit.script(model).save(path)) instead of a "
+          "built-in model: it is checked here, uploaded to the coordinator and fetched by "
+          "the workers (model torchscript; --layers, --conv_channels, --input_shape and "
+          "--dropout do not apply). Default: empty (a built-in model).");
 
 // --- Data ---
 ABSL_FLAG(std::string, dataset, "idx",
-          "Dataset format: idx (MNIST/Fashion-MNIST files), csv or synthetic. Default: idx.");
+          "Dataset format: idx (MNIST/Fashion-MNIST files), csv, npy (NumPy files) or "
+          "synthetic. Default: idx.");
 ABSL_FLAG(std::string, data_dir, tributary::kDefaultIdxDirectory,
           "idx: directory of the IDX files. Default: /usr/share/datasets/fashion-mnist.");
 ABSL_FLAG(std::string, train_csv, "", "csv: training file.");
 ABSL_FLAG(std::string, test_csv, "", "csv: test file (optional).");
+ABSL_FLAG(std::string, train_npy, "",
+          "npy: training features (.npy, float32/float64/uint8, [samples, ...]).");
+ABSL_FLAG(std::string, train_labels_npy, "", "npy: training labels (.npy, integers, [samples]).");
+ABSL_FLAG(std::string, test_npy, "", "npy: test features (optional).");
+ABSL_FLAG(std::string, test_labels_npy, "", "npy: test labels (with --test_npy).");
 ABSL_FLAG(int, label_column, 0, "csv: 0-based label column. Default: 0.");
 ABSL_FLAG(bool, csv_header, false, "csv: skip the first line. Default: false.");
 ABSL_FLAG(uint64_t, train_limit, 0, "Use only the first N training samples; 0 = all.");
@@ -149,7 +162,7 @@ void RememberGivenFlags(int argc, char** argv) {
 
 bool FlagGiven(const std::string& name) { return GivenFlags().count(name) > 0; }
 
-absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>* model_file) {
   v1::JobSpec spec;
   const std::string json_path = absl::GetFlag(FLAGS_job_json);
   const bool from_json = !json_path.empty();
@@ -194,20 +207,70 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
     for (uint32_t size : *shape) model.add_input_shape(size);
   }
   if (use("dropout")) model.set_dropout(static_cast<float>(absl::GetFlag(FLAGS_dropout)));
+  const std::string model_path = absl::GetFlag(FLAGS_model_file);
+  if (!model_path.empty()) {
+    if (FlagGiven("model") && model.name() != kTorchScriptModel) {
+      return BadFlag("model", absl::GetFlag(FLAGS_model),
+                     "torchscript (or no --model) with --model_file");
+    }
+    for (const char* native : {"layers", "conv_channels", "input_shape", "dropout"}) {
+      if (FlagGiven(native)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", native, ": does not apply with --model_file (the module defines its layers "
+            "and the data its input shape)"));
+      }
+    }
+    absl::StatusOr<std::shared_ptr<const std::string>> bytes =
+        engine::ReadModelFile(model_path, engine::kDefaultMaxModelBytes);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model_file=", model_path, ": ", bytes.status().message()));
+    }
+    model.Clear();
+    model.set_name(kTorchScriptModel);
+    std::string base = model_path.substr(model_path.find_last_of('/') + 1);
+    model.mutable_torchscript()->set_file_name(base);
+    model.mutable_torchscript()->set_sha256(Sha256Hex(**bytes));
+    if (model_file != nullptr) *model_file = *bytes;
+  } else if (IsTorchScript(model) && model_file != nullptr) {
+    return absl::InvalidArgumentError(
+        "model torchscript needs --model_file=PATH (the file to upload)");
+  }
 
   v1::DatasetSpec& dataset = *spec.mutable_dataset();
   if (use("dataset")) {
     absl::StatusOr<v1::DatasetFormat> format = ParseChoice<v1::DatasetFormat>(
         "dataset", absl::GetFlag(FLAGS_dataset),
-        {{"idx", v1::IDX}, {"csv", v1::CSV}, {"synthetic", v1::SYNTHETIC}});
+        {{"idx", v1::IDX}, {"csv", v1::CSV}, {"npy", v1::NPY}, {"synthetic", v1::SYNTHETIC}});
     if (!format.ok()) return format.status();
     dataset.set_format(*format);
   }
   if (use("data_dir") && dataset.format() == v1::IDX) {
     dataset.set_directory(absl::GetFlag(FLAGS_data_dir));
   }
-  if (use("train_csv")) dataset.set_train_path(absl::GetFlag(FLAGS_train_csv));
-  if (use("test_csv")) dataset.set_test_path(absl::GetFlag(FLAGS_test_csv));
+  if (dataset.format() == v1::NPY) {
+    for (const char* csv : {"train_csv", "test_csv"}) {
+      if (FlagGiven(csv)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", csv, ": is for --dataset=csv; npy takes --train_npy, "
+                         "--train_labels_npy, --test_npy and --test_labels_npy"));
+      }
+    }
+    if (use("train_npy")) dataset.set_train_path(absl::GetFlag(FLAGS_train_npy));
+    if (use("train_labels_npy")) {
+      dataset.set_train_labels_path(absl::GetFlag(FLAGS_train_labels_npy));
+    }
+    if (use("test_npy")) dataset.set_test_path(absl::GetFlag(FLAGS_test_npy));
+    if (use("test_labels_npy")) dataset.set_test_labels_path(absl::GetFlag(FLAGS_test_labels_npy));
+  } else {
+    for (const char* npy : {"train_npy", "train_labels_npy", "test_npy", "test_labels_npy"}) {
+      if (FlagGiven(npy)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", npy, ": needs --dataset=npy"));
+      }
+    }
+    if (use("train_csv")) dataset.set_train_path(absl::GetFlag(FLAGS_train_csv));
+    if (use("test_csv")) dataset.set_test_path(absl::GetFlag(FLAGS_test_csv));
+  }
   if (use("label_column")) {
     if (absl::GetFlag(FLAGS_label_column) < 0) {
       return BadFlag("label_column", std::to_string(absl::GetFlag(FLAGS_label_column)),

@@ -4,6 +4,7 @@
 #ifndef TRIBUTARY_CLI_JOB_FLAGS_H_
 #define TRIBUTARY_CLI_JOB_FLAGS_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,8 +23,11 @@ bool FlagGiven(const std::string& name);
 
 // The spec the flags describe, validated, with defaults filled in. INVALID_ARGUMENT
 // naming the flag for a bad value (an unknown --optimizer, a malformed --layers, an
-// unreadable --job_json, a spec ValidateJobSpec refuses).
-absl::StatusOr<v1::JobSpec> JobSpecFromFlags();
+// unreadable --job_json, a spec ValidateJobSpec refuses). With --model_file the model
+// is torchscript, named by the file's SHA-256 and base name; *model_file (when given)
+// receives the file's bytes for the upload.
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags(
+    std::shared_ptr<const std::string>* model_file = nullptr);
 
 }  // namespace tributary::cli
 

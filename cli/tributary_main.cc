@@ -1,6 +1,7 @@
 // tributary: the command-line front end.
 //   tributary local  [job flags]  a whole cluster on loopback, trains, prints a summary
 //   tributary submit [job flags]  submits a job to a running coordinator
+//   tributary export --out=FILE   the trained model as a TorchScript file
 //   tributary status | pause | resume | stop | pull   conveniences over the gRPC API
 #include <unistd.h>
 
@@ -22,12 +23,15 @@
 #include "absl/time/clock.h"
 #include "cli/job_flags.h"
 #include "cli/local_cluster.h"
+#include "cli/model_files.h"
 #include "cli/parameters.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/process.h"
 #include "common/shutdown.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/engine/dataset.h"
+#include "worker/engine/torchscript.h"
 
 // --- Where the cluster is ---
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
@@ -37,9 +41,13 @@ ABSL_FLAG(std::string, token_file, "",
           "File holding the coordinator's control token (sent as 'authorization: Bearer "
           "<token>' on submit/pause/resume/stop). Default: empty (none).");
 ABSL_FLAG(std::string, reason, "", "pause/resume/stop: reason kept in the job's event log.");
-ABSL_FLAG(std::string, job_id, "", "pause/resume/stop/status: job id; empty = the active job.");
+ABSL_FLAG(std::string, job_id, "",
+          "pause/resume/stop/status/export: job id; empty = the active job (export: the "
+          "active or else the latest one).");
 ABSL_FLAG(bool, json, false, "status: print ClusterStatus as JSON instead of a summary.");
-ABSL_FLAG(std::string, out, "", "pull: write the flat float32 parameters to this file.");
+ABSL_FLAG(std::string, out, "",
+          "pull: write the flat float32 parameters to this file. export: write the trained "
+          "model to this TorchScript file (torch.jit.load reads it).");
 
 // --- tributary local ---
 ABSL_FLAG(int, ps_shards, 2, "local: parameter server shards to start. Default: 2.");
@@ -61,6 +69,9 @@ ABSL_FLAG(std::string, summary_json, "",
 ABSL_FLAG(std::string, params_out, "",
           "local: pull the final parameters from the PS into this file (flat float32) "
           "before stopping. Default: empty.");
+ABSL_FLAG(std::string, export, "",
+          "local: when the job completes, write the trained model (parameters and buffers) "
+          "to this TorchScript file, as `tributary export` does. Default: empty.");
 ABSL_FLAG(double, progress_interval, 0.5,
           "local: seconds between progress updates. Default: 0.5.");
 ABSL_FLAG(std::vector<std::string>, coordinator_arg, {},
@@ -80,6 +91,7 @@ constexpr char kUsage[] =
     "  tributary status [--json]      the cluster and its job\n"
     "  tributary pause|resume|stop    control the active job (--reason)\n"
     "  tributary pull --out=FILE      the current parameters from the PS shards\n"
+    "  tributary export --out=FILE    the trained model as TorchScript (--job_id)\n"
     "Job flags: --model, --layers, --dataset, --batch, --epochs, --optimizer, --lr, --mode,\n"
     "--replicas, ... (tributary --helpfull lists them all with their defaults).";
 
@@ -189,10 +201,40 @@ absl::StatusOr<v1::Job> Submit(v1::Coordinator::Stub& stub, const v1::JobSpec& s
   return job;
 }
 
+// Checks (where LibTorch is built in) and uploads the job's TorchScript file.
+absl::Status UploadModel(v1::Coordinator::Stub& stub, const v1::JobSpec& spec,
+                         const std::shared_ptr<const std::string>& bytes,
+                         const engine::Dataset* train) {
+  const v1::TorchScriptFile& file = spec.model().torchscript();
+  if (engine::BuiltWithTorch()) {
+    if (absl::Status checked = CheckModelFile(file, bytes, train); !checked.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model_file: ", checked.message()));
+    }
+  } else {
+    std::cerr << "tributary: " << engine::TorchDescription() << ": " << file.file_name()
+              << " is not checked here; the workers will check it\n";
+  }
+  absl::StatusOr<v1::UploadModelResponse> uploaded =
+      UploadModelFile(stub, file, *bytes, [](grpc::ClientContext& c) { Authorize(c); });
+  if (!uploaded.ok()) return uploaded.status();
+  std::cout << "model " << file.file_name() << ": " << uploaded->size_bytes() << " bytes, sha256 "
+            << uploaded->sha256().substr(0, 12) << "..."
+            << (uploaded->already_stored() ? " (already on the coordinator)" : " uploaded")
+            << std::endl;
+  return absl::OkStatus();
+}
+
 int RunSubmit() {
-  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  std::shared_ptr<const std::string> model_file;
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(&model_file);
   if (!spec.ok()) return Fail(spec.status());
   auto stub = Connect(absl::GetFlag(FLAGS_coordinator));
+  if (model_file != nullptr) {
+    if (absl::Status uploaded = UploadModel(*stub, *spec, model_file, nullptr); !uploaded.ok()) {
+      return Fail(uploaded);
+    }
+  }
   absl::StatusOr<v1::Job> job = Submit(*stub, *spec);
   if (!job.ok()) return Fail(job.status());
   std::cout << "submitted " << job->job_id() << " (" << v1::JobState_Name(job->state())
@@ -269,6 +311,28 @@ int RunPull() {
   return 0;
 }
 
+int RunExport() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail(absl::InvalidArgumentError("export needs --out=FILE.pt"));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags());
+  if (!channel.ok()) return Fail(channel.status());
+  absl::StatusOr<ExportResult> exported =
+      ExportModel(*channel, ChannelOptionsFromFlags(), absl::GetFlag(FLAGS_job_id), out);
+  if (!exported.ok()) return Fail(exported.status());
+  std::cout << "exported " << exported->model << " of job " << exported->job_id << " (step "
+            << exported->step << ", " << exported->parameters << " values) to " << out << "\n";
+  return 0;
+}
+
+// Paths the workers open must not depend on the directory they run in.
+std::string Absolute(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
 // --- tributary local ---
 
 struct Summary {
@@ -306,8 +370,32 @@ std::string SummaryJson(const Summary& summary) {
 }
 
 int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
-  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  std::shared_ptr<const std::string> model_file;
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(&model_file);
   if (!spec.ok()) return Fail(spec.status());
+  v1::DatasetSpec& dataset = *spec->mutable_dataset();
+  dataset.set_directory(Absolute(dataset.directory()));
+  dataset.set_train_path(Absolute(dataset.train_path()));
+  dataset.set_test_path(Absolute(dataset.test_path()));
+  dataset.set_train_labels_path(Absolute(dataset.train_labels_path()));
+  dataset.set_test_labels_path(Absolute(dataset.test_labels_path()));
+  if (model_file != nullptr && !engine::BuiltWithTorch()) {
+    return Fail(absl::UnavailableError(absl::StrCat(
+        "--model_file: this build has ", engine::TorchDescription(),
+        ", so its workers cannot run TorchScript models")));
+  }
+  // The model must fit the data: found out now, before any process starts.
+  std::unique_ptr<engine::Datasets> local_data;
+  if (model_file != nullptr) {
+    absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(dataset, spec->seed());
+    if (!data.ok()) return Fail(data.status());
+    local_data = std::make_unique<engine::Datasets>(*std::move(data));
+    if (absl::Status checked =
+            CheckModelFile(spec->model().torchscript(), model_file, &local_data->train);
+        !checked.ok()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--model_file: ", checked.message())));
+    }
+  }
   LocalClusterOptions options;
   if (absl::Status found = LocateBinaries(argv0, absl::GetFlag(FLAGS_bin_dir), options);
       !found.ok()) {
@@ -352,6 +440,15 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
             << cluster.coordinator_address() << " list)" << std::endl;
 
   auto stub = v1::Coordinator::NewStub(cluster.coordinator_channel());
+  if (model_file != nullptr) {
+    // Checked above already; UploadModel checks again only what it must.
+    absl::Status uploaded = UploadModel(*stub, *spec, model_file, &local_data->train);
+    local_data.reset();
+    if (!uploaded.ok()) {
+      cluster.Stop();
+      return Fail(uploaded);
+    }
+  }
   absl::StatusOr<v1::Job> submitted = Submit(*stub, *spec);
   if (!submitted.ok()) {
     cluster.Stop();
@@ -430,6 +527,23 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
       exit_code = 1;
     }
   }
+  const std::string export_path = absl::GetFlag(FLAGS_export);
+  if (!export_path.empty()) {
+    if (job.state() == v1::COMPLETED) {
+      absl::StatusOr<ExportResult> exported =
+          ExportModel(cluster.coordinator_channel(), ChannelOptions(), job.job_id(), export_path);
+      if (exported.ok()) {
+        std::cout << "exported " << exported->model << " (step " << exported->step << ") to "
+                  << export_path << std::endl;
+      } else {
+        std::cerr << "tributary local: --export: " << exported.status() << std::endl;
+        exit_code = 1;
+      }
+    } else {
+      std::cerr << "tributary local: --export: not written, the job is "
+                << v1::JobState_Name(job.state()) << std::endl;
+    }
+  }
   cluster.Stop();
 
   if (job.state() == v1::COMPLETED) {
@@ -474,6 +588,7 @@ int main(int argc, char** argv) {
   if (command == "submit") return tributary::cli::RunSubmit();
   if (command == "status") return tributary::cli::RunStatus();
   if (command == "pull") return tributary::cli::RunPull();
+  if (command == "export") return tributary::cli::RunExport();
   if (command == "pause" || command == "resume" || command == "stop") {
     return tributary::cli::RunControl(command);
   }

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/optimizer.h"
+#include "common/sha256.h"
 
 namespace tributary {
 namespace {
@@ -28,6 +30,10 @@ bool AllPositive(const google::protobuf::RepeatedField<uint32_t>& sizes) {
 
 void ModelDefaults(v1::ModelSpec& model) {
   if (model.name().empty()) model.set_name("mlp");
+  if (model.name() == kTorchScriptModel && model.torchscript().file_name().empty() &&
+      model.torchscript().sha256().size() >= 12) {
+    model.mutable_torchscript()->set_file_name(model.torchscript().sha256().substr(0, 12) + ".pt");
+  }
   if (model.name() == "mlp" && model.layer_sizes().empty()) {
     for (uint32_t size : {784, 256, 128, 10}) model.add_layer_sizes(size);
   }
@@ -77,10 +83,52 @@ void OptimizerDefaults(v1::OptimizerSpec& optimizer) {
   if (schedule.kind() == v1::STEP && schedule.gamma() == 0) schedule.set_gamma(0.1f);
 }
 
+bool PrintableFileName(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (c < 0x20 || c > 0x7e || c == '/' || c == '\\') return false;
+  }
+  return true;
+}
+
+absl::Status ValidateTorchScript(const v1::ModelSpec& model) {
+  const v1::TorchScriptFile& file = model.torchscript();
+  if (!IsSha256Hex(file.sha256())) {
+    return Bad("model.torchscript.sha256", "'" + file.sha256() + "'",
+               "must be the 64 lowercase hex digits UploadModel answered");
+  }
+  if (!PrintableFileName(file.file_name())) {
+    return Bad("model.torchscript.file_name", "'" + absl::CHexEscape(file.file_name()) + "'",
+               "must be 1-255 printable ASCII characters without '/'");
+  }
+  if (!model.layer_sizes().empty()) {
+    return Bad("model.layer_sizes", Sizes(model.layer_sizes()),
+               "must be unset for torchscript (the module defines its layers)");
+  }
+  if (!model.conv_channels().empty()) {
+    return Bad("model.conv_channels", Sizes(model.conv_channels()),
+               "must be unset for torchscript (the module defines its layers)");
+  }
+  if (!model.input_shape().empty()) {
+    return Bad("model.input_shape", Sizes(model.input_shape()),
+               "must be unset for torchscript (the input shape comes from the data)");
+  }
+  if (model.dropout() != 0) {
+    return Bad("model.dropout", model.dropout(),
+               "must be 0 for torchscript (the module has its own dropout layers)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateModel(const v1::ModelSpec& model) {
   const std::string& name = model.name();
+  if (name == kTorchScriptModel) return ValidateTorchScript(model);
+  if (model.has_torchscript()) {
+    return Bad("model.torchscript.sha256", "'" + model.torchscript().sha256() + "'",
+               absl::StrCat("is only for model.name 'torchscript', not '", name, "'"));
+  }
   if (name != "mlp" && name != "logreg" && name != "cnn") {
-    return Bad("model.name", "'" + name + "'", "must be one of logreg, mlp, cnn");
+    return Bad("model.name", "'" + name + "'", "must be one of logreg, mlp, cnn, torchscript");
   }
   const auto& sizes = model.layer_sizes();
   if (!AllPositive(sizes)) return Bad("model.layer_sizes", Sizes(sizes), "sizes must be > 0");
@@ -130,8 +178,24 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
         return Bad("dataset.synthetic_classes", dataset.synthetic_classes(), "must be >= 2");
       }
       break;
+    case v1::NPY:
+      if (dataset.train_path().empty()) {
+        return Bad("dataset.train_path", "''", "NPY needs a training features file");
+      }
+      if (dataset.train_labels_path().empty()) {
+        return Bad("dataset.train_labels_path", "''", "NPY needs a training labels file");
+      }
+      if (!dataset.test_path().empty() && dataset.test_labels_path().empty()) {
+        return Bad("dataset.test_labels_path", "''",
+                   "NPY needs a test labels file when test_path is set");
+      }
+      if (dataset.test_path().empty() && !dataset.test_labels_path().empty()) {
+        return Bad("dataset.test_path", "''",
+                   "NPY needs a test features file when test_labels_path is set");
+      }
+      break;
     default:
-      return Bad("dataset.format", dataset.format(), "must be IDX, CSV or SYNTHETIC");
+      return Bad("dataset.format", dataset.format(), "must be IDX, CSV, SYNTHETIC or NPY");
   }
   return absl::OkStatus();
 }
@@ -185,6 +249,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   }
   if (!v1::DeviceKind_IsValid(spec.devices()) || spec.devices() == v1::DEVICE_KIND_UNSPECIFIED) {
     return Bad("devices", spec.devices(), "must be AUTO, CPU or GPU");
+  }
+  if (spec.devices() == v1::GPU && IsTorchScript(spec.model())) {
+    return Bad("devices", "GPU",
+               "torchscript models run on CPU only (Debian's LibTorch has no CUDA); use CPU or "
+               "AUTO");
   }
   if (spec.partition_bytes() < kMinPartitionBytes ||
       spec.partition_bytes() > kMaxPartitionBytes || spec.partition_bytes() % 4 != 0) {

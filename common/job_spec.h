@@ -15,6 +15,10 @@ inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
 inline constexpr int64_t kMinPartitionBytes = 256;
 inline constexpr int64_t kMaxPartitionBytes = 256 << 20;
 inline constexpr char kDefaultIdxDirectory[] = "/usr/share/datasets/fashion-mnist";
+// ModelSpec.name of the user's own TorchScript module.
+inline constexpr char kTorchScriptModel[] = "torchscript";
+
+inline bool IsTorchScript(const v1::ModelSpec& model) { return model.name() == kTorchScriptModel; }
 
 // Every unset field gets the default its comment in proto/job.proto gives. Values that
 // are set are kept as they are, even when invalid (ValidateJobSpec reports them).

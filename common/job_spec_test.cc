@@ -70,6 +70,55 @@ TEST(JobSpecTest, InvalidFieldsAreNamedOneByOne) {
   }
 }
 
+std::string ErrorOf(const v1::JobSpec& spec) {
+  const absl::Status status = ValidateJobSpec(WithDefaults(spec));
+  return status.ok() ? "ok" : std::string(status.message());
+}
+
+TEST(JobSpecTest, TorchScriptModelsNeedAnUploadedDigestAndNoNativeKnobs) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name(kTorchScriptModel);
+  EXPECT_NE(ErrorOf(spec).find("model.torchscript.sha256: must be the 64 lowercase hex digits"),
+            std::string::npos)
+      << ErrorOf(spec);
+  const std::string digest(64, 'a');
+  spec.mutable_model()->mutable_torchscript()->set_sha256(digest);
+  EXPECT_EQ(ErrorOf(spec), "ok");
+  EXPECT_EQ(WithDefaults(spec).model().torchscript().file_name(), "aaaaaaaaaaaa.pt");
+  EXPECT_TRUE(WithDefaults(spec).model().layer_sizes().empty());
+  spec.mutable_model()->mutable_torchscript()->set_file_name("../etc/passwd");
+  EXPECT_NE(ErrorOf(spec).find("model.torchscript.file_name"), std::string::npos);
+  spec.mutable_model()->mutable_torchscript()->set_file_name("net.pt");
+  spec.mutable_model()->add_layer_sizes(10);
+  EXPECT_NE(ErrorOf(spec).find("model.layer_sizes: must be unset for torchscript"),
+            std::string::npos);
+  spec.mutable_model()->clear_layer_sizes();
+  spec.mutable_model()->set_dropout(0.5f);
+  EXPECT_NE(ErrorOf(spec).find("model.dropout: must be 0 for torchscript"), std::string::npos);
+  spec.mutable_model()->set_dropout(0);
+  spec.set_devices(v1::GPU);
+  EXPECT_NE(ErrorOf(spec).find("devices: torchscript models run on CPU only"), std::string::npos);
+  v1::JobSpec native;
+  native.mutable_model()->mutable_torchscript()->set_sha256(digest);
+  EXPECT_NE(ErrorOf(native).find("is only for model.name 'torchscript', not 'mlp'"),
+            std::string::npos);
+}
+
+TEST(JobSpecTest, NpyDatasetsNeedFeaturesAndLabelsInPairs) {
+  v1::JobSpec spec;
+  spec.mutable_dataset()->set_format(v1::NPY);
+  EXPECT_NE(ErrorOf(spec).find("dataset.train_path: NPY needs a training features file"),
+            std::string::npos);
+  spec.mutable_dataset()->set_train_path("x.npy");
+  EXPECT_NE(ErrorOf(spec).find("dataset.train_labels_path"), std::string::npos);
+  spec.mutable_dataset()->set_train_labels_path("y.npy");
+  EXPECT_EQ(ErrorOf(spec), "ok");
+  spec.mutable_dataset()->set_test_path("tx.npy");
+  EXPECT_NE(ErrorOf(spec).find("dataset.test_labels_path"), std::string::npos);
+  spec.mutable_dataset()->set_test_labels_path("ty.npy");
+  EXPECT_EQ(ErrorOf(spec), "ok");
+}
+
 TEST(JobSpecTest, StepsAndTheShortLastBatch) {
   v1::JobSpec spec = WithDefaults(v1::JobSpec());
   spec.set_global_batch_size(64);

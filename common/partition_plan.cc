@@ -52,6 +52,9 @@ std::string Fingerprint(const v1::ParameterLayout& layout, const v1::PartitionPl
     hasher.Integer(static_cast<uint64_t>(partition.offset()));
     hasher.Integer(static_cast<uint64_t>(partition.length()));
     hasher.Integer(partition.shard());
+    // Only layouts with buffers mark them, so plans without buffers keep the
+    // fingerprints they always had (and their checkpoints stay valid).
+    if (partition.buffers()) hasher.String("buffers");
   }
   hasher.Integer(static_cast<uint64_t>(layout.tensors_size()));
   for (const v1::TensorView& tensor : layout.tensors()) {
@@ -60,6 +63,7 @@ std::string Fingerprint(const v1::ParameterLayout& layout, const v1::PartitionPl
     for (int64_t dim : tensor.shape()) hasher.Integer(static_cast<uint64_t>(dim));
     hasher.Integer(static_cast<uint64_t>(tensor.offset()));
     hasher.Integer(static_cast<uint64_t>(tensor.length()));
+    if (tensor.buffer()) hasher.String("buffer");
   }
   return hasher.Hex();
 }
@@ -80,11 +84,19 @@ absl::Status ValidateParameterLayout(const v1::ParameterLayout& layout) {
   }
   std::set<std::string> names;
   int64_t next_offset = 0;
+  bool in_buffers = false;
   for (int i = 0; i < layout.tensors_size(); ++i) {
     const v1::TensorView& tensor = layout.tensors(i);
     const std::string what =
         absl::StrCat("parameter layout: tensor ", i, " '", tensor.name(), "'");
     if (tensor.name().empty()) return absl::InvalidArgumentError(what + ": empty name");
+    if (i == 0 && tensor.buffer()) {
+      return absl::InvalidArgumentError(what + ": a layout must start with a trained tensor");
+    }
+    if (in_buffers && !tensor.buffer()) {
+      return absl::InvalidArgumentError(what + ": trained tensors must come before buffers");
+    }
+    in_buffers = tensor.buffer();
     if (!names.insert(tensor.name()).second) {
       return absl::InvalidArgumentError(what + ": name used twice");
     }
@@ -130,14 +142,24 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
   if (num_shards == 0) return absl::InvalidArgumentError("num_shards must be > 0, got 0");
 
   const int64_t total = layout.total_elements();
+  int64_t trained = total;  // Elements before the first buffer.
+  for (const v1::TensorView& tensor : layout.tensors()) {
+    if (tensor.buffer()) {
+      trained = tensor.offset();
+      break;
+    }
+  }
   const int64_t max_elements = partition_bytes / 4;
-  int64_t count = (total + max_elements - 1) / max_elements;
-  count = std::max(count, std::min<int64_t>(num_shards, total));
+  // Parameters: at least one partition per shard when there are enough elements.
+  int64_t count = (trained + max_elements - 1) / max_elements;
+  count = std::max(count, std::min<int64_t>(num_shards, trained));
+  // Buffers: the fewest partitions that fit, never mixed with parameters.
+  const int64_t buffer_count = (total - trained + max_elements - 1) / max_elements;
   // More partitions than ids can name cannot be pushed; refuse rather than wrap.
-  if (count > static_cast<int64_t>(UINT32_MAX)) {
+  if (count + buffer_count > static_cast<int64_t>(UINT32_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "partition_bytes ", partition_bytes, " cuts ", total, " elements into ", count,
-        " partitions, more than a uint32 id can name"));
+        "partition_bytes ", partition_bytes, " cuts ", total, " elements into ",
+        count + buffer_count, " partitions, more than a uint32 id can name"));
   }
 
   v1::PartitionPlan plan;
@@ -145,21 +167,27 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
   plan.set_partition_bytes(partition_bytes);
   plan.set_total_elements(total);
   std::vector<int64_t> shard_bytes(num_shards, 0);
-  const int64_t base = total / count;
-  const int64_t longer = total % count;  // The first `longer` partitions get one more.
   int64_t offset = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t length = base + (i < longer ? 1 : 0);
-    const uint32_t shard = static_cast<uint32_t>(
-        std::min_element(shard_bytes.begin(), shard_bytes.end()) - shard_bytes.begin());
-    shard_bytes[shard] += length * 4;
-    v1::Partition* partition = plan.add_partitions();
-    partition->set_id(static_cast<uint32_t>(i));
-    partition->set_offset(offset);
-    partition->set_length(length);
-    partition->set_shard(shard);
-    offset += length;
-  }
+  // Cuts [offset, offset + elements) into `parts` nearly equal partitions.
+  auto cut = [&](int64_t elements, int64_t parts, bool buffers) {
+    const int64_t base = elements / parts;
+    const int64_t longer = elements % parts;  // The first `longer` partitions get one more.
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t length = base + (i < longer ? 1 : 0);
+      const uint32_t shard = static_cast<uint32_t>(
+          std::min_element(shard_bytes.begin(), shard_bytes.end()) - shard_bytes.begin());
+      shard_bytes[shard] += length * 4;
+      v1::Partition* partition = plan.add_partitions();
+      partition->set_id(static_cast<uint32_t>(plan.partitions_size() - 1));
+      partition->set_offset(offset);
+      partition->set_length(length);
+      partition->set_shard(shard);
+      if (buffers) partition->set_buffers(true);
+      offset += length;
+    }
+  };
+  cut(trained, count, false);
+  if (buffer_count > 0) cut(total - trained, buffer_count, true);
   plan.set_fingerprint(Fingerprint(layout, plan));
   return plan;
 }
@@ -174,9 +202,15 @@ absl::Status ValidatePartitionPlan(const v1::PartitionPlan& plan) {
   if (plan.partitions_size() == 0) return absl::InvalidArgumentError("plan: no partitions");
   const int64_t max_elements = plan.partition_bytes() / 4;
   int64_t next_offset = 0;
+  bool in_buffers = false;
   for (int i = 0; i < plan.partitions_size(); ++i) {
     const v1::Partition& partition = plan.partitions(i);
     const std::string what = absl::StrCat("plan: partition ", i);
+    if ((i == 0 && partition.buffers()) || (in_buffers && !partition.buffers())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": buffer partitions must follow every parameter partition"));
+    }
+    in_buffers = partition.buffers();
     if (partition.id() != static_cast<uint32_t>(i)) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": id must be ", i, ", got ", partition.id()));

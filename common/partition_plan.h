@@ -15,7 +15,8 @@ namespace tributary {
 
 // OK, or INVALID_ARGUMENT naming the first tensor that breaks the layout rules:
 // non-empty unique names, lengths > 0 equal to the product of the shape, offsets
-// contiguous from 0 in buffer order, total_elements equal to the sum.
+// contiguous from 0 in buffer order, total_elements equal to the sum, buffers (if
+// any) after every trained tensor and never first.
 absl::Status ValidateParameterLayout(const v1::ParameterLayout& layout);
 
 // Cuts the flat buffer into N contiguous partitions of nearly equal length (lengths
@@ -23,8 +24,10 @@ absl::Status ValidateParameterLayout(const v1::ParameterLayout& layout);
 // fewest partitions of at most partition_bytes each, raised to num_shards when the
 // model has that many elements so that every shard holds something. Partitions are
 // placed in buffer order on the shard with the fewest bytes so far (ties: lowest
-// index), which balances bytes across shards. The fingerprint covers the plan and
-// the layout's names, shapes and offsets.
+// index), which balances bytes across shards. The buffer region of a layout (its
+// TensorView.buffer tensors, at the end) is cut the same way into its own buffer
+// partitions (the fewest that fit), after the parameter partitions. The fingerprint
+// covers the plan and the layout's names, shapes, offsets and buffer flags.
 // INVALID_ARGUMENT for a bad layout, partition_bytes not a positive multiple of 4,
 // or num_shards == 0.
 absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& layout,

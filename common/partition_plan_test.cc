@@ -164,5 +164,55 @@ TEST(PartitionPlanTest, ValidatePlanNamesTheBadPartition) {
   EXPECT_FALSE(ValidatePartitionPlan(unnamed).ok());
 }
 
+
+v1::ParameterLayout WithBuffers(const std::vector<int64_t>& lengths, size_t first_buffer) {
+  v1::ParameterLayout layout = Layout(lengths);
+  for (size_t i = first_buffer; i < lengths.size(); ++i) layout.mutable_tensors(i)->set_buffer(true);
+  return layout;
+}
+
+TEST(PartitionPlanTest, BuffersGetPartitionsOfTheirOwnAfterTheParameters) {
+  // 1000 trained elements, then buffers of 5 + 3: 16 parameter partitions, one buffer
+  // partition holding exactly the 8 buffer elements.
+  const v1::PartitionPlan plan = MustPlan(WithBuffers({300, 10, 690, 5, 3}, 3), 256, 2);
+  ASSERT_EQ(plan.partitions_size(), 17);
+  for (int i = 0; i < 16; ++i) EXPECT_FALSE(plan.partitions(i).buffers()) << i;
+  const v1::Partition& buffers = plan.partitions(16);
+  EXPECT_TRUE(buffers.buffers());
+  EXPECT_EQ(buffers.offset(), 1000);
+  EXPECT_EQ(buffers.length(), 8);
+  EXPECT_EQ(plan.total_elements(), 1008);
+  EXPECT_TRUE(ValidatePartitionPlan(plan).ok());
+  // A large buffer region is cut by partition_bytes like the parameters.
+  const v1::PartitionPlan big = MustPlan(WithBuffers({100, 200}, 1), 256, 1);
+  ASSERT_EQ(big.partitions_size(), 2 + 4);  // 100 -> 2 of 50; 200 -> 4 of 50.
+  EXPECT_FALSE(big.partitions(1).buffers());
+  EXPECT_TRUE(big.partitions(2).buffers());
+  EXPECT_EQ(big.partitions(2).offset(), 100);
+}
+
+TEST(PartitionPlanTest, BufferFlagsEnterTheFingerprintOnlyWhenPresent) {
+  const v1::PartitionPlan plain = MustPlan(Layout({300, 8}), 256, 1);
+  const v1::PartitionPlan buffered = MustPlan(WithBuffers({300, 8}, 1), 256, 1);
+  EXPECT_NE(plain.fingerprint(), buffered.fingerprint());
+  // Plans without buffers keep the fingerprint they had before buffers existed.
+  // (This digest was computed before TensorView.buffer existed.)
+  EXPECT_EQ(MustPlan(Layout({300, 10, 690}), 256, 1).fingerprint(), "73c713a4cf05fde74e79e66e5d4db5f8");
+}
+
+TEST(PartitionPlanTest, RefusesBuffersBeforeParametersOrFirst) {
+  v1::ParameterLayout first = WithBuffers({4, 4}, 0);
+  EXPECT_THAT(ValidateParameterLayout(first).message(), HasSubstr("must start with a trained"));
+  v1::ParameterLayout mixed = Layout({4, 4, 4});
+  mixed.mutable_tensors(1)->set_buffer(true);
+  EXPECT_THAT(ValidateParameterLayout(mixed).message(),
+              HasSubstr("tensor 2 't2': trained tensors must come before buffers"));
+  v1::PartitionPlan plan = MustPlan(WithBuffers({300, 8}, 1), 256, 1);
+  plan.mutable_partitions(0)->set_buffers(true);
+  plan.mutable_partitions(1)->set_buffers(false);
+  EXPECT_THAT(ValidatePartitionPlan(plan).message(),
+              HasSubstr("buffer partitions must follow every parameter partition"));
+}
+
 }  // namespace
 }  // namespace tributary

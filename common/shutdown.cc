@@ -6,8 +6,17 @@
 
 #include <glog/logging.h>
 
+#include <atomic>
+
 namespace tributary {
 namespace {
+
+// A signal delivered to a thread that does not block it: one that a library started
+// before main() blocked the shutdown signals (OpenBLAS, under LibTorch, starts its
+// threads when it is loaded). The handler only records it; the watcher acts.
+std::atomic<int> pending_signal{0};
+
+void RecordSignal(int signal_number) { pending_signal.store(signal_number); }
 
 sigset_t ShutdownSignals() {
   sigset_t set;
@@ -22,6 +31,11 @@ sigset_t ShutdownSignals() {
 ShutdownSignal::ShutdownSignal() {
   sigset_t set = ShutdownSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  struct sigaction action = {};
+  action.sa_handler = RecordSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   // A peer that vanishes mid-write must give an error, not kill the process.
   signal(SIGPIPE, SIG_IGN);
   watcher_ = std::thread([this] { WatchSignals(); });
@@ -36,8 +50,9 @@ void ShutdownSignal::WatchSignals() {
   sigset_t set = ShutdownSignals();
   const timespec tick{0, 200 * 1000 * 1000};
   while (!stop_watching_) {
-    const int signal_number = sigtimedwait(&set, nullptr, &tick);
-    if (signal_number < 0) continue;
+    int signal_number = sigtimedwait(&set, nullptr, &tick);
+    if (signal_number < 0) signal_number = pending_signal.exchange(0);
+    if (signal_number <= 0) continue;
     const std::string name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
     if (requested()) {
       // A second signal while draining: the operator wants out now.

@@ -319,6 +319,8 @@ TEST(ApiJsonTest, ServicesAndMethodsAreTheContract) {
       {"Coordinator/StopJob", "JobControlRequest -> Job"},
       {"Coordinator/ListWorkers", "ListWorkersRequest -> ListWorkersResponse"},
       {"Coordinator/GetClusterStatus", "GetClusterStatusRequest -> ClusterStatus"},
+      {"Coordinator/UploadModel", "stream UploadModelRequest -> UploadModelResponse"},
+      {"Coordinator/FetchModel", "FetchModelRequest -> stream ModelChunk"},
       {"ParameterServer/InitPartitions", "stream InitPartitionsRequest -> InitPartitionsResponse"},
       {"ParameterServer/PushPull", "stream GradientPush -> stream PartitionValues"},
       {"ParameterServer/Pull", "PullRequest -> stream PartitionValues"},

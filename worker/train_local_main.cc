@@ -20,7 +20,9 @@
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/process.h"
+#include "common/sha256.h"
 #include "proto/job.pb.h"
+#include "worker/engine/torchscript.h"
 #include "worker/engine/trainer.h"
 
 // --- The job (flags override the fields of --job_json that they name) ---
@@ -33,10 +35,18 @@ ABSL_FLAG(std::string, layer_sizes, "",
           "Default: the model's (mlp 784,256,128,10).");
 ABSL_FLAG(std::string, conv_channels, "", "cnn: channels of its two convolutions, e.g. 32,64.");
 ABSL_FLAG(double, dropout, 0, "Dropout probability after hidden layers, in [0, 1). Default: 0.");
-ABSL_FLAG(std::string, dataset, "idx", "Dataset format: idx, csv or synthetic. Default: idx.");
+ABSL_FLAG(std::string, model_file, "",
+          "Train this TorchScript file (model torchscript) instead of a built-in model. "
+          "Default: empty.");
+ABSL_FLAG(std::string, dataset, "idx",
+          "Dataset format: idx, csv, npy or synthetic. Default: idx.");
 ABSL_FLAG(std::string, data_dir, "", "IDX directory. Default: /usr/share/datasets/fashion-mnist.");
 ABSL_FLAG(std::string, train_csv, "", "CSV training file.");
 ABSL_FLAG(std::string, test_csv, "", "CSV test file (optional).");
+ABSL_FLAG(std::string, train_npy, "", "npy: training features file.");
+ABSL_FLAG(std::string, train_labels_npy, "", "npy: training labels file.");
+ABSL_FLAG(std::string, test_npy, "", "npy: test features file (optional).");
+ABSL_FLAG(std::string, test_labels_npy, "", "npy: test labels file (with --test_npy).");
 ABSL_FLAG(uint64_t, train_limit, 0, "Use the first N training samples; 0 = all. Default: 0.");
 ABSL_FLAG(uint64_t, test_limit, 0, "Use the first N test samples; 0 = all. Default: 0.");
 ABSL_FLAG(bool, normalize, false, "Standardise features with the training set's statistics.");
@@ -62,6 +72,9 @@ ABSL_FLAG(int, threads, 0, "CPU cores for matrix products in all; 0 = all. Defau
 ABSL_FLAG(uint64_t, log_interval, 100, "Print training progress every N steps. Default: 100.");
 ABSL_FLAG(std::string, save_params, "",
           "Write the final parameters here as raw little-endian float32. Default: none.");
+ABSL_FLAG(std::string, export, "",
+          "Write the trained model here as a TorchScript file (torch.jit.load reads it). "
+          "Default: none.");
 
 namespace {
 
@@ -143,6 +156,12 @@ absl::StatusOr<JobSpec> SpecFromFlags() {
     }
   }
   if (use("dropout")) model.set_dropout(static_cast<float>(absl::GetFlag(FLAGS_dropout)));
+  if (Specified("model_file")) {
+    // The digest is filled in by main() once the file is read.
+    model.set_name(tributary::kTorchScriptModel);
+    const std::string path = absl::GetFlag(FLAGS_model_file);
+    model.mutable_torchscript()->set_file_name(path.substr(path.find_last_of('/') + 1));
+  }
 
   tributary::v1::DatasetSpec& dataset = *spec.mutable_dataset();
   if (use("dataset")) {
@@ -153,10 +172,20 @@ absl::StatusOr<JobSpec> SpecFromFlags() {
       dataset.set_format(tributary::v1::CSV);
     } else if (format == "synthetic") {
       dataset.set_format(tributary::v1::SYNTHETIC);
+    } else if (format == "npy") {
+      dataset.set_format(tributary::v1::NPY);
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("--dataset: must be idx, csv or synthetic, got '", format, "'"));
+          absl::StrCat("--dataset: must be idx, csv, npy or synthetic, got '", format, "'"));
     }
+  }
+  if (Specified("train_npy")) dataset.set_train_path(absl::GetFlag(FLAGS_train_npy));
+  if (Specified("train_labels_npy")) {
+    dataset.set_train_labels_path(absl::GetFlag(FLAGS_train_labels_npy));
+  }
+  if (Specified("test_npy")) dataset.set_test_path(absl::GetFlag(FLAGS_test_npy));
+  if (Specified("test_labels_npy")) {
+    dataset.set_test_labels_path(absl::GetFlag(FLAGS_test_labels_npy));
   }
   if (Specified("data_dir")) dataset.set_directory(absl::GetFlag(FLAGS_data_dir));
   if (Specified("train_csv")) dataset.set_train_path(absl::GetFlag(FLAGS_train_csv));
@@ -233,6 +262,17 @@ int main(int argc, char** argv) {
   if (!submitted.ok()) return Fail(submitted.status());
 
   tributary::engine::TrainerOptions options;
+  if (tributary::IsTorchScript(submitted->model())) {
+    const std::string path = absl::GetFlag(FLAGS_model_file);
+    if (path.empty()) {
+      return Fail(absl::InvalidArgumentError("model torchscript needs --model_file=PATH"));
+    }
+    absl::StatusOr<std::shared_ptr<const std::string>> bytes =
+        tributary::engine::ReadModelFile(path, tributary::engine::kDefaultMaxModelBytes);
+    if (!bytes.ok()) return Fail(bytes.status());
+    submitted->mutable_model()->mutable_torchscript()->set_sha256(tributary::Sha256Hex(**bytes));
+    options.torchscript_bytes = *bytes;
+  }
   options.replicas = absl::GetFlag(FLAGS_replicas);
   if (!Specified("replicas") && submitted->replicas_per_worker() > 0) {
     options.replicas = submitted->replicas_per_worker();
@@ -337,6 +377,15 @@ int main(int argc, char** argv) {
     const std::vector<float>& params = trainer.parameters();
     out.write(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(float));
     if (!out) return Fail(absl::InternalError(absl::StrCat("--save_params: cannot write ", save)));
+  }
+  const std::string export_path = absl::GetFlag(FLAGS_export);
+  if (!export_path.empty()) {
+    if (absl::Status s = tributary::engine::ExportTorchScript(
+            trainer.model(), trainer.parameters().data(), export_path);
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("exported %s to %s\n", trainer.model().name.c_str(), export_path.c_str());
   }
   const double wall = seconds_since(start);
   std::printf(

@@ -10,7 +10,7 @@
 #include "common/batch_split.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
-#include "worker/engine/model_registry.h"
+#include "worker/engine/job_model.h"
 #include "worker/engine/replica_factory.h"
 #include "worker/engine/trainer.h"
 
@@ -24,11 +24,9 @@ double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now()
 absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     const v1::Assignment& assignment, const engine::Datasets& data, const SessionOptions& options) {
   const v1::JobSpec& spec = assignment.job();
-  absl::StatusOr<engine::ModelDef> model = engine::BuildModel(spec.model());
+  absl::StatusOr<engine::ModelDef> model =
+      engine::BuildJobModel(spec.model(), options.torchscript_bytes, data.train);
   if (!model.ok()) return model.status();
-  if (absl::Status fits = engine::CheckModelFitsData(*model, data.train); !fits.ok()) {
-    return fits;
-  }
   if (assignment.shards_size() == 0) {
     return absl::FailedPreconditionError("the assignment has no PS shards");
   }
@@ -59,6 +57,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     if (!replica.ok()) return replica.status();
     replicas.push_back(*std::move(replica));
   }
+  // Buffers (TorchScript models): replica 0 of the node's leading process hands its
+  // buffers on through the node's sum; the PS keeps node 0's (DDP's rank 0).
+  if (assignment.local_rank() == 0) replicas[0]->set_buffer_source(true);
   session->replicas_ = std::make_unique<engine::ReplicaGroup>(std::move(replicas));
   session->scratch_.resize(assignment.replicas());
   {

@@ -53,6 +53,8 @@ struct SessionOptions {
   // parameters [offset, offset + length) that the previous step's update has not
   // applied yet (tracing; the tests watch the overlap through it). May be empty.
   std::function<void(uint64_t step, int64_t offset, int64_t length)> on_parameters_wait;
+  // The job's TorchScript file (fetched and checked) when its model is torchscript.
+  std::shared_ptr<const std::string> torchscript_bytes;
 };
 
 // What one step did, from this worker's point of view.

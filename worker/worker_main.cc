@@ -45,6 +45,9 @@ ABSL_FLAG(double, update_timeout_seconds, 120,
           "Seconds a step may wait for one partition's update from the PS. Default: 120.");
 ABSL_FLAG(double, register_timeout_seconds, 300,
           "Seconds to keep trying to reach the coordinator at start-up. Default: 300.");
+ABSL_FLAG(double, model_fetch_timeout_seconds, 300,
+          "Seconds fetching a job's TorchScript file from the coordinator may take. "
+          "Default: 300.");
 
 // --- Compute ---
 ABSL_FLAG(int, cpu_threads, 0,
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   options.update_timeout = absl::Seconds(absl::GetFlag(FLAGS_update_timeout_seconds));
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_seconds));
+  options.model_fetch_timeout = absl::Seconds(absl::GetFlag(FLAGS_model_fetch_timeout_seconds));
   options.exit_after_job = absl::GetFlag(FLAGS_exit_after_job);
   options.eval_batch_size = absl::GetFlag(FLAGS_eval_batch_size);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);

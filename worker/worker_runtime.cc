@@ -12,6 +12,8 @@
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "worker/engine/cpu_executor.h"
+#include "worker/engine/torchscript.h"
+#include "worker/model_fetch.h"
 
 namespace tributary::worker {
 namespace {
@@ -267,6 +269,29 @@ std::string WorkerRuntime::Interruption() {
   return "";
 }
 
+absl::StatusOr<std::shared_ptr<const std::string>> WorkerRuntime::ModelFileFor(
+    const v1::JobSpec& spec) {
+  if (!IsTorchScript(spec.model())) return std::shared_ptr<const std::string>();
+  const v1::TorchScriptFile& file = spec.model().torchscript();
+  if (!engine::BuiltWithTorch()) {
+    return absl::UnavailableError(absl::StrCat(
+        "model file ", file.file_name(), ": worker ", options_.node_name,
+        " was built without LibTorch and cannot run TorchScript models (", engine::TorchDescription(),
+        ")"));
+  }
+  if (model_file_ != nullptr && model_sha256_ == file.sha256()) return model_file_;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<const std::string>> fetched =
+      FetchModelFile(*stub_, file, options_.model_fetch_timeout);
+  if (!fetched.ok()) return fetched.status();
+  model_file_ = *fetched;
+  model_sha256_ = file.sha256();
+  LOG(INFO) << "fetched model file " << file.file_name() << " (" << model_file_->size()
+            << " bytes, SHA-256 " << model_sha256_.substr(0, 12) << "...) in "
+            << absl::FormatDuration(absl::Now() - start);
+  return model_file_;
+}
+
 absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::JobSpec& spec) {
   const std::string key = absl::StrCat(spec.dataset().SerializeAsString(), "/", spec.seed());
   if (datasets_ == nullptr || datasets_key_ != key) {
@@ -453,13 +478,26 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     SetPhase(v1::WORKER_FAILED, std::string(data.status().message()));
     return;
   }
+  absl::StatusOr<std::shared_ptr<const std::string>> model_file = ModelFileFor(assignment.job());
+  if (!model_file.ok()) {
+    LOG(ERROR) << "cannot get the job's model file: " << model_file.status();
+    step_failures_.Add({{"reason", "model"}}).Increment();
+    // A worker without LibTorch will never run it; a fetch may succeed next time.
+    const bool fatal = model_file.status().code() == absl::StatusCode::kUnavailable &&
+                       !engine::BuiltWithTorch();
+    SetPhase(fatal ? v1::WORKER_FAILED : v1::WORKER_RENDEZVOUS,
+             std::string(model_file.status().message()));
+    return;
+  }
   if (assignment.devices_size() > 0 && assignment.devices(0).kind() == v1::CPU) {
     // The node's replicas share the machine's cores.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int sharing = static_cast<int>(std::max(1u, assignment.replicas())) *
                         static_cast<int>(std::max(1u, assignment.local_world_size()));
-    engine::SetCpuMatmulThreads(options_.cpu_threads > 0 ? options_.cpu_threads
-                                                         : std::max(1, cores / sharing));
+    const int threads =
+        options_.cpu_threads > 0 ? options_.cpu_threads : std::max(1, cores / sharing);
+    engine::SetCpuMatmulThreads(threads);
+    if (*model_file != nullptr) engine::SetTorchThreads(threads);
   }
   SessionOptions session_options;
   session_options.coordinator = channel_;
@@ -472,6 +510,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.eval_batch_size = options_.eval_batch_size;
   session_options.interrupted = [this] { return Interruption(); };
   session_options.overlap_updates = options_.overlap_updates;
+  session_options.torchscript_bytes = *model_file;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::Create(assignment, **data, session_options);
   if (!session.ok()) {

@@ -65,6 +65,8 @@ struct WorkerOptions {
   int cpu_threads = 0;
   // Apply each step's PS update while the next step's forward runs.
   bool overlap_updates = true;
+  // How long fetching a job's TorchScript file from the coordinator may take.
+  absl::Duration model_fetch_timeout = absl::Minutes(5);
 };
 
 class WorkerRuntime : public WorkerHandler {
@@ -129,6 +131,8 @@ class WorkerRuntime : public WorkerHandler {
   bool HoldIfPaused(TrainingSession& session, uint64_t step);
   void EvaluateInto(TrainingSession& session);
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
+  // The job's TorchScript file (null for native models), fetched once per file.
+  absl::StatusOr<std::shared_ptr<const std::string>> ModelFileFor(const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
   std::string Interruption();
   void SetPhase(v1::WorkerPhase phase, const std::string& error = "");
@@ -165,6 +169,9 @@ class WorkerRuntime : public WorkerHandler {
   // Datasets stay loaded across generations of the same job.
   std::string datasets_key_;
   std::unique_ptr<engine::Datasets> datasets_;
+  // The last model file fetched, kept across generations and jobs of the same file.
+  std::string model_sha256_;
+  std::shared_ptr<const std::string> model_file_;
 
   prometheus::Gauge& steps_gauge_;
   prometheus::Gauge& generation_gauge_;

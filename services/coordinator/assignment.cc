@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -138,8 +139,10 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candida
     std::map<const Candidate*, std::vector<v1::Device>> chosen;
     for (const Candidate* worker : choosing) {
       const v1::RegisterWorkerRequest& registration = worker->registration;
-      const bool gpu =
-          spec.devices() == v1::GPU || (spec.devices() == v1::AUTO && HasGpu(registration));
+      // TorchScript models run on LibTorch's CPU engine only.
+      const bool gpu = spec.devices() == v1::GPU ||
+                       (spec.devices() == v1::AUTO && HasGpu(registration) &&
+                        !IsTorchScript(spec.model()));
       if (!gpu) {
         chosen[worker] = CpuDevices(registration, replicas);
         continue;

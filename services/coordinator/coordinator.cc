@@ -1186,9 +1186,25 @@ void Coordinator::HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* 
 }
 
 absl::Status Coordinator::SubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply) {
-  const v1::JobSpec spec = WithDefaults(request.spec());
+  v1::JobSpec spec = WithDefaults(request.spec());
   if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", valid.message()));
+  }
+  if (IsTorchScript(spec.model())) {
+    // The workers fetch the file from here: it must be stored before the job exists.
+    v1::TorchScriptFile& file = *spec.mutable_model()->mutable_torchscript();
+    if (!options_.model_size) {
+      return absl::FailedPreconditionError(
+          "spec.model: this coordinator stores no model files, so it cannot run torchscript "
+          "jobs");
+    }
+    absl::StatusOr<uint64_t> size = options_.model_size(file.sha256());
+    if (!size.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "spec.model.torchscript.sha256: model file ", file.file_name(), ": ",
+          size.status().message()));
+    }
+    file.set_size_bytes(*size);
   }
   {
     absl::MutexLock lock(&mu_);

@@ -56,6 +56,10 @@ struct CoordinatorOptions {
   absl::Duration shard_poll_interval = absl::Seconds(2);
   absl::Duration formation_retry = absl::Seconds(1);  // After a failed formation.
   std::string version;                                // Shown on the dashboard.
+  // The size of the stored model file with this SHA-256 (ModelStore::Size), or
+  // NOT_FOUND. SubmitJob checks a torchscript job's file with it. Unset: no model
+  // files are stored, and torchscript jobs are refused.
+  std::function<absl::StatusOr<uint64_t>(const std::string& sha256)> model_size;
 };
 
 class Coordinator : public CoordinatorHandler {

@@ -23,6 +23,7 @@
 #include "services/coordinator/dashboard.h"
 #include "services/coordinator/grpc_service.h"
 #include "services/coordinator/grpc_shard_client.h"
+#include "services/coordinator/model_store.h"
 
 // --- Network ---
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -81,6 +82,13 @@ ABSL_FLAG(int, progress_history, 1000,
 ABSL_FLAG(int, max_job_events, 1000,
           "Events kept per job (the oldest go first). Count. Default: 1000.");
 
+// --- Model files ---
+ABSL_FLAG(int64_t, max_model_bytes, int64_t{256} << 20,
+          "Largest TorchScript file UploadModel accepts. Bytes. Default: 268435456 (256 MiB).");
+ABSL_FLAG(int64_t, max_stored_model_bytes, int64_t{4} << 30,
+          "Model files kept in all (under --state_dir/models, or in memory without a state "
+          "dir); an upload beyond it is refused. Bytes. Default: 4294967296 (4 GiB).");
+
 // --- Security ---
 ABSL_FLAG(std::string, control_token_file, "",
           "File holding the operator token. When set, SubmitJob/PauseJob/ResumeJob/StopJob "
@@ -117,6 +125,12 @@ std::string BadFlags() {
     return "--max_generation_failures must be >= 0";
   }
   if (!(absl::GetFlag(FLAGS_straggler_factor) > 1)) return "--straggler_factor must be > 1";
+  if (absl::GetFlag(FLAGS_max_model_bytes) < 1 ||
+      absl::GetFlag(FLAGS_max_stored_model_bytes) < absl::GetFlag(FLAGS_max_model_bytes)) {
+    return absl::StrCat("--max_model_bytes (", absl::GetFlag(FLAGS_max_model_bytes),
+                        ") must be >= 1 and <= --max_stored_model_bytes (",
+                        absl::GetFlag(FLAGS_max_stored_model_bytes), ")");
+  }
   if (absl::GetFlag(FLAGS_shard_poll_interval) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_shard_rpc_timeout) <= absl::ZeroDuration()) {
     return "--shard_poll_interval and --shard_rpc_timeout must be > 0";
@@ -166,6 +180,13 @@ int main(int argc, char** argv) {
   options.shard_poll_interval = absl::GetFlag(FLAGS_shard_poll_interval);
   options.version = tributary::kVersion;
 
+  coord::ModelStoreOptions model_options;
+  if (!options.state_dir.empty()) model_options.directory = options.state_dir + "/models";
+  model_options.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  model_options.max_stored_bytes = absl::GetFlag(FLAGS_max_stored_model_bytes);
+  coord::ModelStore models(model_options);  // Opened once Start() made the state dir.
+  options.model_size = [&models](const std::string& sha256) { return models.Size(sha256); };
+
   coord::RealClock clock;
   coord::GrpcShardClient shard_client(tributary::ChannelOptionsFromFlags(),
                                       absl::GetFlag(FLAGS_shard_rpc_timeout));
@@ -174,11 +195,15 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "cannot start the coordinator: " << started.message();
     return 1;
   }
+  if (absl::Status opened = models.Open(); !opened.ok()) {
+    LOG(ERROR) << "cannot open the model store: " << opened.message();
+    return 1;
+  }
 
-  coord::CoordinatorGrpcService service(&coordinator, control_token);
-  // Room for the largest rendezvous value plus the rest of the message.
-  const int64_t max_receive =
-      std::max<int64_t>(4 << 20, absl::GetFlag(FLAGS_rendezvous_max_value_bytes) + (64 << 10));
+  coord::CoordinatorGrpcService service(&coordinator, control_token, &models);
+  // Room for the largest rendezvous value or model chunk plus the rest of the message.
+  const int64_t max_receive = std::max<int64_t>(
+      (4 << 20) + (64 << 10), absl::GetFlag(FLAGS_rendezvous_max_value_bytes) + (64 << 10));
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "coordinator", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), max_receive));
   host.AddService(&service, tributary::v1::Coordinator::service_full_name());

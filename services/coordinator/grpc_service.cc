@@ -1,5 +1,8 @@
 #include "services/coordinator/grpc_service.h"
 
+#include <algorithm>
+#include <memory>
+
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "services/coordinator/control_token.h"
@@ -47,25 +50,146 @@ class WaitReactor : public grpc::ServerUnaryReactor {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// UploadModel: reads the header and the chunks into a ModelStore upload, one message
+// at a time, and answers once the client half-closes.
+class UploadReactor : public grpc::ServerReadReactor<v1::UploadModelRequest> {
+ public:
+  UploadReactor(std::unique_ptr<ModelStore::Upload> upload, v1::UploadModelResponse* response)
+      : upload_(std::move(upload)), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // The client half-closed: the file is complete (or cut short).
+      absl::StatusOr<v1::UploadModelResponse> finished = upload_->Finish();
+      if (finished.ok()) *response_ = *std::move(finished);
+      Finish(ToGrpcStatus(finished.status()));
+      return;
+    }
+    absl::Status taken;
+    if (request_.has_header()) {
+      taken = upload_->Header(request_.header());
+    } else if (request_.payload_case() == v1::UploadModelRequest::kChunk) {
+      taken = upload_->Chunk(request_.chunk());
+    } else {
+      taken = absl::InvalidArgumentError("UploadModel: a message with neither header nor chunk");
+    }
+    if (!taken.ok()) {
+      Finish(ToGrpcStatus(taken));
+      return;
+    }
+    request_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  std::unique_ptr<ModelStore::Upload> upload_;
+  v1::UploadModelResponse* response_;
+  v1::UploadModelRequest request_;
+};
+
+// FetchModel: writes a stored file in 1 MiB chunks, one write in flight at a time.
+class FetchReactor : public grpc::ServerWriteReactor<v1::ModelChunk> {
+ public:
+  explicit FetchReactor(std::shared_ptr<const std::string> bytes) : bytes_(std::move(bytes)) {
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "FetchModel: the client went away"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  static constexpr size_t kChunkBytes = 1 << 20;
+
+  void WriteNext() {
+    if (offset_ >= bytes_->size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const size_t n = std::min(kChunkBytes, bytes_->size() - offset_);
+    chunk_.set_offset(offset_);
+    chunk_.set_size_bytes(bytes_->size());
+    chunk_.set_data(bytes_->data() + offset_, n);
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+
+  std::shared_ptr<const std::string> bytes_;
+  size_t offset_ = 0;
+  v1::ModelChunk chunk_;
+};
+
+// A streaming call refused before it starts.
+template <typename Reactor>
+class RefusedReactor : public Reactor {
+ public:
+  explicit RefusedReactor(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 CoordinatorGrpcService::CoordinatorGrpcService(CoordinatorHandler* handler,
-                                               std::optional<std::string> control_token)
-    : handler_(handler), control_token_(std::move(control_token)) {}
+                                               std::optional<std::string> control_token,
+                                               ModelStore* models)
+    : handler_(handler), control_token_(std::move(control_token)), models_(models) {}
 
-bool CoordinatorGrpcService::Authorized(grpc::CallbackServerContext* context,
-                                        grpc::ServerUnaryReactor* reactor, const std::string& rpc) {
-  if (!control_token_.has_value()) return true;
+absl::Status CoordinatorGrpcService::CheckToken(grpc::CallbackServerContext* context,
+                                                const std::string& rpc) const {
+  if (!control_token_.has_value()) return absl::OkStatus();
   std::optional<std::string> authorization;
   const auto& metadata = context->client_metadata();
   auto found = metadata.find("authorization");
   if (found != metadata.end()) authorization.emplace(found->second.data(), found->second.size());
-  const absl::Status allowed = CheckBearerToken(authorization, *control_token_, rpc);
+  return CheckBearerToken(authorization, *control_token_, rpc);
+}
+
+bool CoordinatorGrpcService::Authorized(grpc::CallbackServerContext* context,
+                                        grpc::ServerUnaryReactor* reactor, const std::string& rpc) {
+  const absl::Status allowed = CheckToken(context, rpc);
   if (!allowed.ok()) {
     reactor->Finish(ToGrpcStatus(allowed));
     return false;
   }
   return true;
+}
+
+grpc::ServerReadReactor<v1::UploadModelRequest>* CoordinatorGrpcService::UploadModel(
+    grpc::CallbackServerContext* context, v1::UploadModelResponse* response) {
+  using Refused = RefusedReactor<grpc::ServerReadReactor<v1::UploadModelRequest>>;
+  if (models_ == nullptr) {
+    return new Refused(absl::UnimplementedError("this coordinator stores no model files"));
+  }
+  if (absl::Status allowed = CheckToken(context, "UploadModel"); !allowed.ok()) {
+    return new Refused(allowed);
+  }
+  absl::StatusOr<std::unique_ptr<ModelStore::Upload>> upload = models_->StartUpload();
+  if (!upload.ok()) return new Refused(upload.status());
+  return new UploadReactor(*std::move(upload), response);
+}
+
+grpc::ServerWriteReactor<v1::ModelChunk>* CoordinatorGrpcService::FetchModel(
+    grpc::CallbackServerContext* context, const v1::FetchModelRequest* request) {
+  using Refused = RefusedReactor<grpc::ServerWriteReactor<v1::ModelChunk>>;
+  if (models_ == nullptr) {
+    return new Refused(absl::UnimplementedError("this coordinator stores no model files"));
+  }
+  if (!IsSha256Hex(request->sha256())) {
+    return new Refused(absl::InvalidArgumentError(
+        "FetchModel: sha256 must be 64 lowercase hex digits"));
+  }
+  absl::StatusOr<std::shared_ptr<const std::string>> bytes = models_->Read(request->sha256());
+  if (!bytes.ok()) return new Refused(bytes.status());
+  return new FetchReactor(*std::move(bytes));
 }
 
 grpc::ServerUnaryReactor* CoordinatorGrpcService::RegisterWorker(

@@ -10,14 +10,17 @@
 
 #include "proto/coordinator.grpc.pb.h"
 #include "services/coordinator/coordinator_handler.h"
+#include "services/coordinator/model_store.h"
 
 namespace tributary::coordinator {
 
 class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
  public:
-  // `handler` is not owned. With a `control_token`, SubmitJob, PauseJob, ResumeJob and
-  // StopJob need "authorization: Bearer <token>".
-  CoordinatorGrpcService(CoordinatorHandler* handler, std::optional<std::string> control_token);
+  // `handler` and `models` are not owned; `models` may be null (UploadModel and
+  // FetchModel then answer UNIMPLEMENTED). With a `control_token`, SubmitJob,
+  // UploadModel, PauseJob, ResumeJob and StopJob need "authorization: Bearer <token>".
+  CoordinatorGrpcService(CoordinatorHandler* handler, std::optional<std::string> control_token,
+                         ModelStore* models = nullptr);
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -60,14 +63,21 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const v1::GetClusterStatusRequest* request,
                                              v1::ClusterStatus* response) override;
+  grpc::ServerReadReactor<v1::UploadModelRequest>* UploadModel(
+      grpc::CallbackServerContext* context, v1::UploadModelResponse* response) override;
+  grpc::ServerWriteReactor<v1::ModelChunk>* FetchModel(
+      grpc::CallbackServerContext* context, const v1::FetchModelRequest* request) override;
 
  private:
   // False after finishing the call with UNAUTHENTICATED.
   bool Authorized(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
                   const std::string& rpc);
+  // OK, or UNAUTHENTICATED naming the RPC (for streaming calls).
+  absl::Status CheckToken(grpc::CallbackServerContext* context, const std::string& rpc) const;
 
   CoordinatorHandler* handler_;
   const std::optional<std::string> control_token_;
+  ModelStore* models_;
 };
 
 }  // namespace tributary::coordinator

@@ -27,6 +27,8 @@
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/dashboard.h"
 #include "services/coordinator/grpc_shard_client.h"
+#include "services/coordinator/model_store.h"
+#include "common/sha256.h"
 #include "services/coordinator/testing/fake_parameter_server.h"
 
 namespace tributary::coordinator {
@@ -63,8 +65,9 @@ class Cluster {
       : ps_(0),
         ps_host_(Loopback("ps", -1)),
         shard_client_(ChannelOptions(), absl::Seconds(5)),
-        coordinator_(Options(max_value_bytes), &clock_, &shard_client_),
-        service_(&coordinator_, std::move(token)),
+        models_(ModelOptions()),
+        coordinator_(Options(max_value_bytes, &models_), &clock_, &shard_client_),
+        service_(&coordinator_, std::move(token), &models_),
         host_(Loopback("coordinator", 0)),
         metrics_(*host_.registry()),
         driver_(&coordinator_, [this] {
@@ -93,8 +96,15 @@ class Cluster {
     ps_host_.Shutdown(absl::Seconds(1));
   }
 
-  static CoordinatorOptions Options(int64_t max_value_bytes) {
+  static ModelStoreOptions ModelOptions() {
+    ModelStoreOptions options;  // In memory.
+    options.max_model_bytes = 10 << 20;
+    return options;
+  }
+
+  static CoordinatorOptions Options(int64_t max_value_bytes, ModelStore* models) {
     CoordinatorOptions options;
+    options.model_size = [models](const std::string& sha256) { return models->Size(sha256); };
     options.ps_shards = 1;
     options.heartbeat_interval = absl::Milliseconds(100);
     options.heartbeat_timeout = absl::Minutes(5);
@@ -116,6 +126,7 @@ class Cluster {
   testing::FakeParameterServer ps_;
   ServiceHost ps_host_;
   GrpcShardClient shard_client_;
+  ModelStore models_;
   Coordinator coordinator_;
   CoordinatorGrpcService service_;
   ServiceHost host_;
@@ -316,6 +327,111 @@ v1::HeartbeatResponse Beat(Cluster& cluster, const std::string& worker, uint64_t
   const grpc::Status status = cluster.stub().Heartbeat(Context().get(), beat, &reply);
   EXPECT_TRUE(status.ok()) << status.error_message();
   return reply;
+}
+
+// Uploads `bytes` in chunks of `chunk` bytes, with the header `header` (defaults: the
+// real name, size and digest).
+grpc::Status Upload(v1::Coordinator::Stub& stub, const std::string& bytes,
+                    v1::UploadModelResponse* response, const std::string& token = "",
+                    size_t chunk = 100000, std::optional<v1::ModelFileHeader> header = {}) {
+  grpc::ClientContext context;
+  if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  std::unique_ptr<grpc::ClientWriter<v1::UploadModelRequest>> writer =
+      stub.UploadModel(&context, response);
+  v1::UploadModelRequest request;
+  if (header.has_value()) {
+    *request.mutable_header() = *header;
+  } else {
+    request.mutable_header()->set_file_name("net.pt");
+    request.mutable_header()->set_size_bytes(bytes.size());
+    request.mutable_header()->set_sha256(Sha256Hex(bytes));
+  }
+  writer->Write(request);
+  for (size_t at = 0; at < bytes.size(); at += chunk) {
+    request.set_chunk(bytes.substr(at, chunk));
+    if (!writer->Write(request)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+TEST(CoordinatorServiceTest, ModelFilesTravelUpAndDownAndTorchScriptJobsNeedThem) {
+  Cluster cluster(kToken);
+  // 2.5 MB: several chunks each way.
+  std::string bytes = std::string("PK\x03\x04", 4) + "net/data.pkl net/version ";
+  for (int i = 0; bytes.size() < 2500000; ++i) bytes.push_back(static_cast<char>(i * 7 + i / 300));
+  v1::UploadModelResponse uploaded;
+  grpc::Status anonymous = Upload(cluster.stub(), bytes, &uploaded);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(Upload(cluster.stub(), bytes, &uploaded, kToken).ok());
+  EXPECT_EQ(uploaded.sha256(), Sha256Hex(bytes));
+  EXPECT_EQ(uploaded.size_bytes(), bytes.size());
+
+  // A refused upload keeps nothing.
+  v1::ModelFileHeader lie;
+  lie.set_file_name("lie.pt");
+  lie.set_size_bytes(bytes.size());
+  lie.set_sha256(std::string(64, 'e'));
+  v1::UploadModelResponse refused;
+  grpc::Status mismatch = Upload(cluster.stub(), bytes, &refused, kToken, 100000, lie);
+  EXPECT_EQ(mismatch.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(mismatch.error_message(), HasSubstr("model file lie.pt: its bytes have SHA-256"));
+  lie.set_size_bytes(20 << 20);
+  grpc::Status big = Upload(cluster.stub(), bytes, &refused, kToken, 100000, lie);
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // Workers fetch it in order, whole.
+  {
+    grpc::ClientContext context;
+    v1::FetchModelRequest request;
+    request.set_sha256(uploaded.sha256());
+    auto reader = cluster.stub().FetchModel(&context, request);
+    std::string fetched;
+    v1::ModelChunk chunk;
+    int chunks = 0;
+    while (reader->Read(&chunk)) {
+      EXPECT_EQ(chunk.offset(), fetched.size());
+      EXPECT_EQ(chunk.size_bytes(), bytes.size());
+      fetched += chunk.data();
+      ++chunks;
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(fetched, bytes);
+    EXPECT_EQ(chunks, 3);
+  }
+  {
+    grpc::ClientContext context;
+    v1::FetchModelRequest request;
+    request.set_sha256(std::string(64, 'e'));
+    auto reader = cluster.stub().FetchModel(&context, request);
+    v1::ModelChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
+  auto submit = [&](const std::string& sha256, v1::Job* job) {
+    v1::SubmitJobRequest request;
+    request.mutable_spec()->mutable_model()->set_name("torchscript");
+    request.mutable_spec()->mutable_model()->mutable_torchscript()->set_sha256(sha256);
+    request.mutable_spec()->mutable_model()->mutable_torchscript()->set_file_name("net.pt");
+    request.mutable_spec()->mutable_dataset()->set_format(v1::SYNTHETIC);
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
+    return cluster.stub().SubmitJob(&context, request, job);
+  };
+  v1::Job job;
+  grpc::Status unknown = submit(std::string(64, 'e'), &job);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(unknown.error_message(),
+              HasSubstr("spec.model.torchscript.sha256: model file net.pt: no stored model file"));
+  {
+    grpc::ClientContext context;
+    v1::ListJobsResponse jobs;
+    ASSERT_TRUE(cluster.stub().ListJobs(&context, v1::ListJobsRequest(), &jobs).ok());
+    EXPECT_EQ(jobs.jobs_size(), 0);  // The refused submission left nothing behind.
+  }
+  ASSERT_TRUE(submit(uploaded.sha256(), &job).ok());
+  EXPECT_EQ(job.spec().model().torchscript().size_bytes(), bytes.size());
 }
 
 TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {

@@ -22,7 +22,10 @@ namespace tributary::ps {
 // serialized by it (and in the service by running on one executor thread).
 struct ParameterShard::Partition {
   Partition(const v1::Partition& spec, uint32_t num_nodes)
-      : id(spec.id()), offset(spec.offset()), length(static_cast<size_t>(spec.length())) {
+      : id(spec.id()),
+        offset(spec.offset()),
+        length(static_cast<size_t>(spec.length())),
+        buffers(spec.buffers()) {
     sum.resize(length);
     ResetNodes(num_nodes);
     // Values each node's stream may still hold, plus current and previous ones.
@@ -51,6 +54,9 @@ struct ParameterShard::Partition {
   const uint32_t id;
   const int64_t offset;
   const size_t length;
+  // Model buffers (BatchNorm statistics): node 0's pushed values become the new
+  // values as they are, in FLOAT32; no division, no optimizer (tensor.proto).
+  const bool buffers;
 
   // Current values (FLOAT32; their step and version inside). Shared, never modified
   // once published: streams may still be sending them.
@@ -456,23 +462,29 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
                       " partitions in ", PlanName(job.plan), ")")));
   }
   Partition& p = *found->second;
-  if (push.dtype() != job.wire_dtype) {
-    return Reject(
-        RejectReason::kWrongDtype,
-        absl::InvalidArgumentError(absl::StrCat(
-            "partition ", p.id, " of step ", push.step(), ": dtype ", v1::DType_Name(push.dtype()),
-            " but the job's wire dtype is ", v1::DType_Name(job.wire_dtype))));
+  // Buffer partitions always travel as FLOAT32 (a running count must stay exact).
+  const v1::DType dtype = p.buffers ? v1::FLOAT32 : job.wire_dtype;
+  const size_t element_bytes = p.buffers ? 4 : job.wire_bytes;
+  if (push.dtype() != dtype) {
+    return Reject(RejectReason::kWrongDtype,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "partition ", p.id, " of step ", push.step(), ": dtype ",
+                      v1::DType_Name(push.dtype()), " but ",
+                      p.buffers ? "buffer partitions travel as " : "the job's wire dtype is ",
+                      v1::DType_Name(dtype))));
   }
-  if (push.data().size() != p.length * job.wire_bytes) {
+  if (push.data().size() != p.length * element_bytes) {
     return Reject(RejectReason::kWrongLength,
                   absl::InvalidArgumentError(absl::StrCat(
                       "partition ", p.id, " of step ", push.step(), ": expected ", p.length,
-                      " elements (", p.length * job.wire_bytes, " bytes of ",
-                      v1::DType_Name(job.wire_dtype), "), got ", push.data().size(), " bytes")));
+                      " elements (", p.length * element_bytes, " bytes of ",
+                      v1::DType_Name(dtype), "), got ", push.data().size(), " bytes")));
   }
   // A node whose share of a short last batch is empty still pushes (SYNC waits for
-  // every node), with zero samples and a zero gradient.
-  if (push.sample_count() == 0 && !AllZero(job.wire_dtype, push.data().data(), p.length)) {
+  // every node), with zero samples and a zero gradient. Buffers are values, not
+  // gradients: node 0 sends them whatever its samples.
+  if (!p.buffers && push.sample_count() == 0 &&
+      !AllZero(job.wire_dtype, push.data().data(), p.length)) {
     return Reject(RejectReason::kZeroSamples,
                   absl::InvalidArgumentError(
                       absl::StrCat("partition ", p.id, " of step ", push.step(), " from node ",
@@ -495,9 +507,12 @@ absl::StatusOr<PushResult> ParameterShard::PushSync(const Job& job, Partition& p
       return PushResult::kDuplicate;  // Its values come with the step's completion.
     }
     const char* data = push.data().data();
-    bool finite;
-    if (p.pushed_count == 0) {
-      p.first_push = absl::Now();
+    if (p.pushed_count == 0) p.first_push = absl::Now();
+    bool finite = true;
+    if (p.buffers) {
+      // Only node 0's buffers count; the other nodes' pushes just complete the step.
+      if (node == 0) finite = WidenInto(v1::FLOAT32, data, p.length, p.sum.data());
+    } else if (p.pushed_count == 0) {
       finite = WidenInto(job.wire_dtype, data, p.length, p.sum.data());
     } else {
       finite = AccumulateInto(job.wire_dtype, data, p.length, p.sum.data());
@@ -557,14 +572,18 @@ std::shared_ptr<v1::PartitionValues> ParameterShard::NextValues(Partition& p) {
 void ParameterShard::CompleteSyncStep(const Job& job, Partition& p) {
   const absl::Time now = absl::Now();
   float* grad = p.sum.data();
-  DivideInPlace(grad, p.length, static_cast<float>(p.samples));
+  if (!p.buffers) DivideInPlace(grad, p.length, static_cast<float>(p.samples));
   const bool finite = p.non_finite_nodes.empty() && AllFinite(grad, p.length);
   std::shared_ptr<v1::PartitionValues> next = NextValues(p);
   p.prev_state = p.state;  // Same size every step: copies without allocating.
   if (finite) {
     float* params = reinterpret_cast<float*>(next->mutable_data()->data());
     const absl::Time start = absl::Now();
-    job.optimizer.Apply(p.step, params, grad, p.state.data(), p.length);
+    if (p.buffers) {
+      std::memcpy(params, grad, p.length * sizeof(float));  // Node 0's buffers.
+    } else {
+      job.optimizer.Apply(p.step, params, grad, p.state.data(), p.length);
+    }
     metrics_.optimizer_apply_seconds.Observe(Seconds(absl::Now() - start));
     next->set_version(next->version() + 1);
     metrics_.updates_applied.Increment();
@@ -607,14 +626,19 @@ void ParameterShard::CompleteSyncStep(const Job& job, Partition& p) {
 void ParameterShard::ApplyAsyncPush(const Job& job, Partition& p, const v1::GradientPush& push) {
   const uint64_t step = push.step();
   const uint32_t node = push.node_rank();
-  const bool finite_input = WidenInto(job.wire_dtype, push.data().data(), p.length, p.sum.data());
+  const bool finite_input = WidenInto(p.buffers ? v1::FLOAT32 : job.wire_dtype,
+                                      push.data().data(), p.length, p.sum.data());
   float* grad = p.sum.data();
-  DivideInPlace(grad, p.length, static_cast<float>(push.sample_count()));
+  if (!p.buffers) DivideInPlace(grad, p.length, static_cast<float>(push.sample_count()));
   std::shared_ptr<v1::PartitionValues> next = NextValues(p);
   if (finite_input && AllFinite(grad, p.length)) {
     float* params = reinterpret_cast<float*>(next->mutable_data()->data());
     const absl::Time start = absl::Now();
-    job.optimizer.Apply(p.values->version(), params, grad, p.state.data(), p.length);
+    if (p.buffers) {
+      std::memcpy(params, grad, p.length * sizeof(float));  // Node 0's buffers.
+    } else {
+      job.optimizer.Apply(p.values->version(), params, grad, p.state.data(), p.length);
+    }
     metrics_.optimizer_apply_seconds.Observe(Seconds(absl::Now() - start));
     next->set_version(next->version() + 1);
     metrics_.updates_applied.Increment();
@@ -674,7 +698,8 @@ absl::StatusOr<PushResult> ParameterShard::PushAsync(const Job& job, Partition& 
     }
   }
   // A node without samples this step only advances; there is nothing to apply.
-  if (push.sample_count() > 0) ApplyAsyncPush(job, p, push);
+  // Buffers: node 0's values are taken; the other nodes' leave them as they are.
+  if (p.buffers ? node == 0 : push.sample_count() > 0) ApplyAsyncPush(job, p, push);
   metrics_.pushes_accepted.Increment();
   metrics_.bytes_in.Increment(static_cast<double>(push.data().size()));
   pushes_accepted_.fetch_add(1, std::memory_order_relaxed);
@@ -798,6 +823,28 @@ uint64_t ParameterShard::ShardStepLocked() const {
 
 absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> ParameterShard::Pull(
     const v1::PullRequest& request) const {
+  std::string checkpoint_dir;
+  uint32_t shard_index = 0;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const Job* held = job_ != nullptr ? job_.get() : ended_job_.get();
+    const bool holds = (job_ != nullptr && job_->job_id == request.job_id()) ||
+                       (job_ == nullptr && ended_job_ != nullptr &&
+                        ended_job_->job_id == request.job_id());
+    if (!holds && shard_index_ >= 0 && ValidJobId(request.job_id())) {
+      // Not the job in memory: its newest checkpoint here, if any (export of a job
+      // that ended before another was installed, or before this shard restarted).
+      checkpoint_dir = held != nullptr && !held->spec.checkpoint_dir().empty()
+                           ? held->spec.checkpoint_dir()
+                           : options_.checkpoint_dir;
+      shard_index = static_cast<uint32_t>(shard_index_);
+    }
+  }
+  if (!checkpoint_dir.empty()) {
+    absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> saved =
+        PullFromCheckpoint(request, checkpoint_dir, shard_index);
+    if (saved.ok() || saved.status().code() != absl::StatusCode::kNotFound) return saved;
+  }
   absl::ReaderMutexLock lock(&mu_);
   const Job* job = job_.get();
   if (job == nullptr && ended_job_ != nullptr && ended_job_->job_id == request.job_id()) {
@@ -833,6 +880,38 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Paramete
     values.push_back(partition->values);
   }
   return values;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>>
+ParameterShard::PullFromCheckpoint(const v1::PullRequest& request, const std::string& dir,
+                                   uint32_t shard_index) const {
+  const std::string shard_dir = ShardDirectory(dir, shard_index);
+  for (const std::string& path : ListCheckpoints(shard_dir)) {
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadCheckpoint(path);
+    if (!checkpoint.ok() || checkpoint->meta.job_id() != request.job_id()) continue;
+    std::vector<std::shared_ptr<const v1::PartitionValues>> values;
+    for (uint32_t id : request.partition_ids()) {
+      bool found = false;
+      for (const PartitionData& data : checkpoint->partitions) {
+        if (data.values->partition_id() == id) {
+          values.push_back(data.values);
+          found = true;
+        }
+      }
+      if (!found) {
+        return absl::InvalidArgumentError(absl::StrCat("Pull: partition ", id,
+                                                       " is not in shard ", shard_index,
+                                                       "'s checkpoint ", path));
+      }
+    }
+    if (request.partition_ids().empty()) {
+      for (const PartitionData& data : checkpoint->partitions) values.push_back(data.values);
+    }
+    LOG(INFO) << "Pull for job '" << request.job_id() << "' served from checkpoint " << path;
+    return values;
+  }
+  return absl::NotFoundError(absl::StrCat("no checkpoint of job '", request.job_id(), "' in ",
+                                          shard_dir));
 }
 
 absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(

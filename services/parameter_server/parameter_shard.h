@@ -15,6 +15,9 @@
 //     update number `version`; the new values go to the pusher.
 //   BOUNDED_STALENESS(k): like ASYNC, but a push for step s waits while s is more than
 //     k steps ahead of the slowest node of the generation on that partition.
+// Buffer partitions (tensor.proto: BatchNorm statistics and other model buffers) take
+// node 0's pushed FLOAT32 values as their new values, with no division and no
+// optimizer; in SYNC the other nodes' pushes only complete the step.
 // A non-finite mean gradient skips the update (values unchanged, step still advances
 // in SYNC) and is counted. The shard never applies a push twice: an exact duplicate
 // (node, generation, step, partition) is answered OK and the values are re-sent when
@@ -137,6 +140,10 @@ class ParameterShard {
   void Detach(NodeSink* sink);
 
   // --- Control ---
+  // The current values of the installed job (or of the job EndJob ended last); for
+  // any other job, the values of its newest checkpoint in this shard's checkpoint
+  // directory (the held job's checkpoint_dir, else --checkpoint_dir), so a finished
+  // job can be exported after another was installed or the shard restarted.
   absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Pull(
       const v1::PullRequest& request) const;
   absl::StatusOr<v1::BeginGenerationResponse> BeginGeneration(
@@ -210,6 +217,10 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status InstallJob(InitSession& session, v1::InitPartitionsResponse* response);
+  // Pull of a job this shard no longer holds, from its newest checkpoint under dir;
+  // NOT_FOUND when there is none.
+  absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> PullFromCheckpoint(
+      const v1::PullRequest& request, const std::string& dir, uint32_t shard_index) const;
   // SYNC: replaces every partition's values and optimizer state with this shard's own
   // checkpoint of `step` (the same job and plan); the number of partitions rewound, or
   // NOT_FOUND naming the directory searched.

@@ -586,6 +586,51 @@ TEST(ParameterShardSyncTest, ANodeWithoutSamplesPushesZerosAndTheStepCompletes) 
   for (float value : FloatsOf(*sink.Last(0))) EXPECT_FLOAT_EQ(value, 1.0f);
 }
 
+// Buffer partitions (BatchNorm statistics) take node 0's values as they are: no
+// division, no optimizer, FLOAT32 whatever the wire dtype, in SYNC and ASYNC alike.
+TEST(ParameterShardBufferTest, BufferPartitionsTakeNodeZerosValues) {
+  for (v1::TrainingMode mode : {v1::SYNC, v1::ASYNC}) {
+    SCOPED_TRACE(v1::TrainingMode_Name(mode));
+    v1::OptimizerSpec adam;
+    adam.set_type(v1::ADAM);
+    v1::JobSpec spec = MakeSpec(mode, adam, 2);
+    spec.set_wire_dtype(v1::FLOAT16);
+    ParameterShard shard(ShardOptions{}, nullptr);
+    const v1::InitHeader header = testing::MakeHeaderWithBuffers(spec, 64, 64, 1, 0);
+    ASSERT_EQ(header.plan().partitions_size(), 2);
+    ASSERT_TRUE(header.plan().partitions(1).buffers());
+    ASSERT_TRUE(shard.Init(header, InitialValues(header, Filled(128, 1.0f))).ok());
+    // Node 0's running statistics, and node 1's (which must be ignored).
+    std::vector<float> node0(128, 0.0f), node1(128, 0.0f);
+    for (int i = 64; i < 128; ++i) {
+      node0[i] = 0.25f * static_cast<float>(i) + 1000.0f;  // Beyond fp16's exact integers.
+      node1[i] = -7.0f;
+    }
+    RecordingSink sink0, sink1;
+    // Node 1 first, with zero samples and non-zero values: accepted for buffers.
+    ExpectOk(shard.Push(MakePush(header, 0, 0, 1, 1, node1, 0, v1::FLOAT32), &sink1),
+             PushResult::kAccepted);
+    // The job's wire dtype is refused for a buffer partition.
+    absl::StatusOr<PushResult> narrow =
+        shard.Push(MakePush(header, 0, 0, 0, 1, node0, 3, v1::FLOAT16), &sink0);
+    ASSERT_FALSE(narrow.ok());
+    EXPECT_THAT(narrow.status().message(), HasSubstr("buffer partitions travel as FLOAT32"));
+    ExpectOk(shard.Push(MakePush(header, 0, 0, 0, 1, node0, 3, v1::FLOAT32), &sink0),
+             PushResult::kAccepted);
+    v1::PullRequest pull;
+    pull.set_job_id("job-1");
+    pull.add_partition_ids(1);
+    const std::vector<float> values = FloatsOf(*(*shard.Pull(pull))[0]);
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(values[i], node0[64 + i]) << i;
+    if (mode == v1::ASYNC) {
+      // Another node's later push leaves node 0's values in place.
+      ExpectOk(shard.Push(MakePush(header, 0, 1, 1, 1, node1, 2, v1::FLOAT32), &sink1),
+               PushResult::kAccepted);
+      EXPECT_EQ(FloatsOf(*(*shard.Pull(pull))[0])[0], node0[64]);
+    }
+  }
+}
+
 TEST(ParameterShardInitTest, IsIdempotentAndRefusesAnotherJobOrPlan) {
   const v1::JobSpec spec = MakeSpec(v1::SYNC, Sgd(1.0f), 1);
   Fixture f(spec, Filled(kElements, 2.0f));

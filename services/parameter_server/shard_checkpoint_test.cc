@@ -282,17 +282,29 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
     // The ended job is still shown (its final parameters can be pulled), marked ended.
     EXPECT_EQ(shard.Status().job_id(), "job-1");
     EXPECT_TRUE(shard.Status().job_ended());
+    const std::vector<std::string> final_values = AllValues(shard, "job-1");
     // The shard is free for the next job.
     const v1::InitHeader next = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), 64, 1, 0, "job-2");
     auto init = shard.Init(next, InitialValues(next, std::vector<float>(64, 1)));
     ASSERT_TRUE(init.ok()) << init.status();
     EXPECT_TRUE(init->created());
+    // The ended job's final parameters still come out (from its final checkpoint).
+    EXPECT_EQ(AllValues(shard, "job-1"), final_values);
   }
   ParameterShard restarted(Options(dir, 0), nullptr);
   auto restored = restarted.RestoreFromCheckpointDirectory();
   ASSERT_TRUE(restored.ok());
   EXPECT_EQ(*restored, "");
   EXPECT_TRUE(restarted.Status().job_id().empty());
+  // And after a restart, for `tributary export`; a job never seen is still refused.
+  v1::PullRequest pull;
+  pull.set_job_id("job-1");
+  auto saved = restarted.Pull(pull);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->size(), 3u);
+  EXPECT_EQ((*saved)[0]->step(), 1u);
+  pull.set_job_id("job-9");
+  EXPECT_EQ(restarted.Pull(pull).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ShardCheckpointTest, CheckpointNeedsAJobAndADirectory) {

@@ -45,6 +45,31 @@ v1::InitHeader MakeHeader(const v1::JobSpec& spec, int64_t elements, uint32_t nu
   return header;
 }
 
+v1::InitHeader MakeHeaderWithBuffers(const v1::JobSpec& spec, int64_t trained, int64_t buffers,
+                                     uint32_t num_shards, uint32_t shard) {
+  v1::ParameterLayout layout;
+  v1::TensorView* weights = layout.add_tensors();
+  weights->set_name("weights");
+  weights->add_shape(trained);
+  weights->set_length(trained);
+  v1::TensorView* stats = layout.add_tensors();
+  stats->set_name("running_stats");
+  stats->add_shape(buffers);
+  stats->set_offset(trained);
+  stats->set_length(buffers);
+  stats->set_buffer(true);
+  layout.set_total_elements(trained + buffers);
+  v1::InitHeader header;
+  header.set_job_id("job-1");
+  *header.mutable_job() = spec;
+  *header.mutable_plan() =
+      *MakePartitionPlan(layout, spec.partition_bytes() == 0 ? 256 : spec.partition_bytes(),
+                         num_shards);
+  header.set_shard_index(shard);
+  header.set_total_steps(100);
+  return header;
+}
+
 const v1::Partition& PartitionOf(const v1::PartitionPlan& plan, uint32_t id) {
   return plan.partitions(static_cast<int>(id));
 }

@@ -21,6 +21,11 @@ v1::InitHeader MakeHeader(const v1::JobSpec& spec, int64_t elements, uint32_t nu
                           uint32_t shard, const std::string& job_id = "job-1",
                           uint64_t total_steps = 100);
 
+// A layout of `trained` parameter elements, then `buffers` buffer elements (one
+// tensor each), so the plan ends in buffer partitions.
+v1::InitHeader MakeHeaderWithBuffers(const v1::JobSpec& spec, int64_t trained, int64_t buffers,
+                                     uint32_t num_shards, uint32_t shard);
+
 // A spec with the given mode, optimizer and node count (partition_bytes 256).
 v1::JobSpec MakeSpec(v1::TrainingMode mode, v1::OptimizerSpec optimizer, uint32_t nodes);
 v1::OptimizerSpec Sgd(float learning_rate);

@@ -38,6 +38,8 @@ _LIBRARIES = {
     "httplib": (["cpp-httplib"], ["-lpthread"], "libcpp-httplib-dev", "0.11"),
     "eigen": (["eigen3"], [], "libeigen3-dev", "3.4"),
     "zlib": (["zlib"], [], "zlib1g-dev", ""),
+    # SHA-256 of uploaded model files (common/sha256.h).
+    "crypto": (["libcrypto"], [], "libssl-dev", "3"),
 }
 
 # Libraries without a pkg-config file: (header to look for, linkopts, Debian package).

@@ -254,15 +254,17 @@ absl::Status PsClient::WritePush(Shard& shard, uint32_t partition, const Partiti
   message.set_step(state.step);
   message.set_node_rank(identity_.node_rank);
   message.set_partition_id(partition);
-  message.set_dtype(wire_dtype_);
+  // Buffer partitions (BatchNorm statistics) always travel as FLOAT32.
+  const v1::DType dtype = info.buffers() ? v1::FLOAT32 : wire_dtype_;
+  message.set_dtype(dtype);
   message.set_sample_count(state.samples);
-  const size_t bytes = info.length() * ps::WireBytes(wire_dtype_);
+  const size_t bytes = info.length() * ps::WireBytes(dtype);
   std::string* data = message.mutable_data();
   data->resize(bytes);
-  if (wire_dtype_ == v1::FLOAT32) {
+  if (dtype == v1::FLOAT32) {
     std::memcpy(data->data(), state.data, bytes);
   } else {
-    ps::NarrowInto(wire_dtype_, state.data, info.length(), data->data());
+    ps::NarrowInto(dtype, state.data, info.length(), data->data());
   }
   // A failed write means the stream broke: the reader sees it, reconnects and sends
   // every push still awaiting its update again, this one included.

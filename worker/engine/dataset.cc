@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "worker/engine/counter_rng.h"
+#include "worker/engine/npy.h"
 
 namespace tributary::engine {
 namespace {
@@ -103,6 +104,12 @@ int64_t MaxLabelPlusOne(const std::vector<int32_t>& labels) {
 }
 
 }  // namespace
+
+std::vector<int64_t> Dataset::SampleDims() const {
+  if (!sample_dims.empty()) return sample_dims;
+  if (sample_shape.height == 1 && sample_shape.width == 1) return {sample_shape.channels};
+  return {sample_shape.channels, sample_shape.height, sample_shape.width};
+}
 
 void Dataset::Gather(const uint64_t* ids, int64_t count, float* features_out,
                      int32_t* labels_out) const {
@@ -333,6 +340,17 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed
       }
       break;
     }
+    case v1::NPY: {
+      absl::StatusOr<Dataset> train = ReadNpy(spec.train_path(), spec.train_labels_path());
+      if (!train.ok()) return train.status();
+      data.train = *std::move(train);
+      if (!spec.test_path().empty()) {
+        absl::StatusOr<Dataset> test = ReadNpy(spec.test_path(), spec.test_labels_path());
+        if (!test.ok()) return test.status();
+        data.test = *std::move(test);
+      }
+      break;
+    }
     case v1::SYNTHETIC:
       if (spec.synthetic_classes() < 2 || spec.synthetic_features() == 0 ||
           spec.synthetic_train_samples() == 0) {
@@ -348,9 +366,10 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed
       break;
     default:
       return absl::InvalidArgumentError(
-          absl::StrCat("dataset.format: must be IDX, CSV or SYNTHETIC, got ", spec.format()));
+          absl::StrCat("dataset.format: must be IDX, CSV, SYNTHETIC or NPY, got ", spec.format()));
   }
-  if (data.test.size() > 0 && !(data.test.sample_shape == data.train.sample_shape)) {
+  if (data.test.size() > 0 && (!(data.test.sample_shape == data.train.sample_shape) ||
+                               data.test.SampleDims() != data.train.SampleDims())) {
     return absl::DataLossError(absl::StrCat("dataset: test samples from ", data.test.source,
                                             " have ", data.test.feature_size(),
                                             " features, training samples from ", data.train.source,

@@ -18,12 +18,18 @@ namespace tributary::engine {
 struct Dataset {
   std::string source;           // What it was read from, for messages.
   Shape sample_shape;           // [1, 28, 28] for IDX images; [features, 1, 1] otherwise.
+  // One sample's exact shape when sample_shape cannot say it (NPY files of any rank);
+  // empty otherwise. Use SampleDims().
+  std::vector<int64_t> sample_dims;
   int64_t num_classes = 0;      // 1 + the largest label.
   std::vector<float> features;  // size() * sample_shape.size(), sample-major.
   std::vector<int32_t> labels;
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t feature_size() const { return sample_shape.size(); }
+  // One sample's shape as a model sees it: sample_dims, else [C, H, W] for images and
+  // [features] for vectors (a TorchScript model gets [N, *SampleDims()]).
+  std::vector<int64_t> SampleDims() const;
   // Copies samples ids[0, count) into features_out / labels_out (batch order).
   void Gather(const uint64_t* ids, int64_t count, float* features_out, int32_t* labels_out) const;
   // Keeps the first `limit` samples (0 = all).

@@ -1,5 +1,6 @@
 #include "worker/engine/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -45,6 +46,7 @@ v1::ParameterLayout ModelDef::Layout() const {
     for (int64_t dim : tensor.shape) view->add_shape(dim);
     view->set_offset(tensor.offset);
     view->set_length(tensor.length);
+    if (tensor.buffer) view->set_buffer(true);
   }
   layout.set_total_elements(num_parameters);
   return layout;
@@ -71,6 +73,10 @@ int64_t ModelDef::ForwardMacsPerSample() const {
 }
 
 void InitParameters(const ModelDef& model, uint64_t seed, float* params) {
+  if (model.initial_values != nullptr) {
+    std::copy(model.initial_values->begin(), model.initial_values->end(), params);
+    return;
+  }
   const uint64_t base = HashCombine(seed, kInitStream);
   for (const TensorInfo& tensor : model.tensors) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(tensor.fan_in));
@@ -224,6 +230,7 @@ absl::StatusOr<ModelDef> ModelBuilder::Build() && {
                      ShapeString(current_)));
   }
   model_.num_classes = current_.channels;
+  model_.num_trained = model_.num_parameters;
   return std::move(model_);
 }
 

@@ -1,11 +1,13 @@
 // A model as the engine runs it: a sequence of layers over one flat float32
 // parameter buffer, with named tensor views in a stable order. Backends (CPU, GPU)
-// execute a ModelDef; they never own its structure. Models are built with
-// ModelBuilder and registered by name (model_registry.h).
+// execute a ModelDef; they never own its structure. Native models are built with
+// ModelBuilder and registered by name (model_registry.h); a TorchScript model
+// (torchscript.h) has no layers here, only its tensors and the file LibTorch runs.
 #ifndef TRIBUTARY_WORKER_ENGINE_MODEL_H_
 #define TRIBUTARY_WORKER_ENGINE_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,17 @@ struct TensorInfo {
   int64_t length = 0;
   int64_t fan_in = 0;  // Inputs feeding one output: sets the init bound.
   int layer = 0;       // Index into ModelDef::layers.
+  // A model buffer (TorchScript: BatchNorm running statistics, frozen parameters):
+  // never trained; node 0's replica 0 holds the job's values (tensor.proto).
+  bool buffer = false;
+};
+
+// What a TorchScript model carries besides its tensors (torchscript.h).
+struct TorchScriptSource {
+  std::string file_name;                    // As the user named it, for messages.
+  std::string sha256;                       // Hex digest of `bytes`.
+  std::shared_ptr<const std::string> bytes;  // The saved module, as uploaded.
+  std::vector<int64_t> sample_dims;         // One sample's input shape, from the data.
 };
 
 // The executable description of a model. Immutable once built; shared by all replicas.
@@ -72,6 +85,13 @@ struct ModelDef {
   std::vector<LayerSpec> layers;
   std::vector<TensorInfo> tensors;  // Buffer order: by layer, weight before bias.
   int64_t num_parameters = 0;       // Length of the flat buffer.
+  // Elements [0, num_trained) are trained; [num_trained, num_parameters) are buffers
+  // (TensorInfo::buffer). Native models have no buffers.
+  int64_t num_trained = 0;
+  // TorchScript models: the file and its own initial values (num_parameters floats,
+  // used instead of the seeded initialisation). Null for native models.
+  std::shared_ptr<const TorchScriptSource> torchscript;
+  std::shared_ptr<const std::vector<float>> initial_values;
 
   // The layout proto the worker and the PS share (tensor.proto).
   v1::ParameterLayout Layout() const;
@@ -84,7 +104,8 @@ struct ModelDef {
 // Writes the initial parameters of `model` for `seed` into params[0, num_parameters):
 // weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's default for Linear and
 // Conv2d), each element a pure function of (seed, flat index), so every party gets
-// the same bits.
+// the same bits. A model with initial_values (TorchScript: the file's own parameters
+// and buffers) copies those instead; the seed plays no part then.
 void InitParameters(const ModelDef& model, uint64_t seed, float* params);
 
 // Builds a ModelDef layer by layer, checking shapes as it goes. Errors are kept and

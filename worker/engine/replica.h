@@ -11,7 +11,14 @@
 //  - Backward reports each parameter tensor's gradient as final through
 //    GradientReadyFn, in strictly decreasing offset order (last layer first, bias
 //    before weight): when it reports offset o, gradients [o, num_parameters) are final.
-//  - Dropout masks depend on (seed, step, dataset sample id, layer, element) only.
+//  - Dropout masks depend on (seed, step, dataset sample id, layer, element) only
+//    (native engine; the TorchScript engine draws them from LibTorch's generator).
+//  - Buffers (TorchScript models: BatchNorm running statistics): the flat buffer's
+//    [num_trained, num_parameters) holds them. Each pass starts from those values;
+//    after the forward pass the job's buffer source replica writes its updated
+//    buffers into the same slots of its gradient buffer and every other replica
+//    writes zeros, so any sum over replicas carries the source's values exactly.
+//    Those slots are reported ready first (they hold the highest offsets).
 //  - A replica is not thread-safe: one thread drives it. Different replicas may run
 //    concurrently; CPU replicas may share one read-only parameter buffer. One
 //    exception: SetParameters may be called from another thread while ForwardBackward
@@ -111,8 +118,15 @@ class Replica {
   // read (not Evaluate). Empty (the default) means the parameters are always current.
   void set_parameters_needed(ParametersNeededFn hook) { parameters_needed_ = std::move(hook); }
 
+  // Makes this replica the job's buffer source (see the contract above). One replica
+  // of the whole job: replica 0 of node 0's leading process (DDP's rank 0, whose
+  // buffers broadcast_buffers=True hands to every rank). Default false.
+  void set_buffer_source(bool source) { buffer_source_ = source; }
+  bool buffer_source() const { return buffer_source_; }
+
  protected:
   ParametersNeededFn parameters_needed_;
+  bool buffer_source_ = false;
 };
 
 // Checks a batch against the model: pointers set, labels in range. For replicas.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/engine/cpu_replica.h"
+#include "worker/engine/torchscript.h"
 
 #if defined(TRIBUTARY_WITH_CUDA)
 #include "worker/engine/gpu_replica.h"
@@ -29,6 +30,14 @@ int CudaDeviceCount(std::string* why) {
 absl::StatusOr<std::unique_ptr<Replica>> CreateReplica(const ModelDef& model,
                                                        const DeviceSpec& device,
                                                        const float* host_parameters) {
+  if (model.torchscript != nullptr) {
+    if (device.kind != DeviceSpec::Kind::kCpu) {
+      return absl::UnavailableError(absl::StrCat(
+          "model ", model.name, " on cuda:", device.gpu,
+          ": TorchScript models run on the CPU only (Debian's LibTorch has no CUDA)"));
+    }
+    return CreateTorchScriptReplica(model, host_parameters);
+  }
   if (device.kind == DeviceSpec::Kind::kCpu) {
     return std::unique_ptr<Replica>(new CpuReplica(model, host_parameters));
   }

@@ -1,6 +1,7 @@
 #include "worker/engine/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -8,7 +9,8 @@
 #include "common/job_spec.h"
 #include "worker/engine/cpu_executor.h"
 #include "worker/engine/cpu_replica.h"
-#include "worker/engine/model_registry.h"
+#include "worker/engine/job_model.h"
+#include "worker/engine/torchscript.h"
 
 namespace tributary::engine {
 
@@ -37,8 +39,11 @@ absl::StatusOr<LossStats> EvaluateParameters(const ModelDef& model, const float*
     return absl::InvalidArgumentError(absl::StrCat("batch_size: must be > 0, got ", batch_size));
   }
   if (absl::Status status = CheckModelFitsData(model, data); !status.ok()) return status;
+  absl::StatusOr<std::unique_ptr<Replica>> replica =
+      CreateReplica(model, DeviceSpec{DeviceSpec::Kind::kCpu, 0}, params);
+  if (!replica.ok()) return replica.status();
   std::vector<std::unique_ptr<Replica>> replicas;
-  replicas.push_back(std::make_unique<CpuReplica>(model, params));
+  replicas.push_back(*std::move(replica));
   ReplicaGroup group(std::move(replicas));
   return group.Evaluate(data, batch_size);
 }
@@ -69,9 +74,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const v1::Job
     return absl::InvalidArgumentError(
         absl::StrCat("dataset ", data.train.source, ": no training samples"));
   }
-  absl::StatusOr<ModelDef> model = BuildModel(full.model());
+  absl::StatusOr<ModelDef> model =
+      BuildJobModel(full.model(), options.torchscript_bytes, data.train);
   if (!model.ok()) return model.status();
-  if (absl::Status status = CheckModelFitsData(*model, data.train); !status.ok()) return status;
 
   const uint64_t total_steps = TotalSteps(full, data.train.size());
   absl::StatusOr<Optimizer> optimizer = Optimizer::Create(full.optimizer(), total_steps);
@@ -81,6 +86,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const v1::Job
                         ? options.cpu_threads
                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   SetCpuMatmulThreads(std::max(1, cores / static_cast<int>(options.replicas)));
+  if (model->torchscript != nullptr) {
+    SetTorchThreads(std::max(1, cores / static_cast<int>(options.replicas)));
+  }
 
   std::vector<float> parameters(model->num_parameters);
   InitParameters(*model, full.seed(), parameters.data());
@@ -92,6 +100,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const v1::Job
     if (!replica.ok()) return replica.status();
     replicas.push_back(*std::move(replica));
   }
+  replicas[0]->set_buffer_source(true);
   auto group = std::make_unique<ReplicaGroup>(std::move(replicas));
   return std::unique_ptr<LocalTrainer>(new LocalTrainer(full, options, std::move(data),
                                                         *std::move(optimizer),
@@ -128,8 +137,18 @@ absl::StatusOr<StepResult> LocalTrainer::Step() {
       group_->ComputeGradientSum(data_.train, batch, DropoutKey{spec_.seed(), step_}, sum_.data());
   if (!stats.ok()) return stats.status();
   result.stats = *stats;
-  MeanGradient(sum_.data(), static_cast<int64_t>(sum_.size()), batch.size(), mean_.data());
-  optimizer_.Apply(step_, parameters_.data(), mean_.data(), state_.data(), parameters_.size());
+  const int64_t trained = model().num_trained;
+  MeanGradient(sum_.data(), trained, batch.size(), mean_.data());
+  optimizer_.Apply(step_, parameters_.data(), mean_.data(), state_.data(), trained);
+  // Buffers: replica 0's values (the others contributed zeros), kept unless non-finite,
+  // as the PS keeps node 0's.
+  const int64_t total = static_cast<int64_t>(parameters_.size());
+  bool finite = true;
+  for (int64_t j = trained; j < total; ++j) finite = finite && std::isfinite(sum_[j]);
+  if (finite) {
+    std::copy(sum_.begin() + trained, sum_.end(), parameters_.begin() + trained);
+    std::copy(sum_.begin() + trained, sum_.end(), mean_.begin() + trained);
+  }
   ++step_;
   return result;
 }

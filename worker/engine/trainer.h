@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,8 @@ struct TrainerOptions {
   DeviceSpec::Kind device = DeviceSpec::Kind::kCpu;  // kGpu: replica i on cuda:i.
   int cpu_threads = 0;  // Cores for CPU matmuls in all; 0 = all the machine has.
   int64_t eval_batch_size = 1000;
+  // The job's TorchScript file when spec.model is torchscript (ReadModelFile).
+  std::shared_ptr<const std::string> torchscript_bytes;
 };
 
 struct StepResult {
@@ -88,7 +91,7 @@ class LocalTrainer {
 };
 
 // Loss and accuracy of `params` (model.num_parameters floats, read in place) on `data`,
-// on one CPU replica, in chunks of batch_size samples. For a worker or a test that
+// on one CPU replica (native or TorchScript), in chunks of batch_size samples. For a worker or a test that
 // holds a parameter buffer and no trainer.
 absl::StatusOr<LossStats> EvaluateParameters(const ModelDef& model, const float* params,
                                              const Dataset& data, int64_t batch_size = 1000);

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""PyTorch's own single-process training of a TorchScript file: the reference that
+bench/torchscript compares Tributary's TorchScript replica with.
+
+Loads the file with torch.jit.load, trains it on NPY files with Tributary's contract
+(summed cross-entropy over the batch, gradient divided by the batch size, Adam or SGD
+applied to the parameters), and prints one JSON line:
+  {"samples_per_second": ..., "steps": ..., "seconds": ..., "test_accuracy": ...}
+
+    /usr/bin/python3 bench/torchscript/pytorch_train.py --model cnn.pt \
+        --train_x train_x.npy --train_y train_y.npy --steps 200 --threads 1
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="TorchScript file")
+    p.add_argument("--train_x", required=True)
+    p.add_argument("--train_y", required=True)
+    p.add_argument("--test_x", default="")
+    p.add_argument("--test_y", default="")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=200, help="timed steps (0 = --epochs)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    x = torch.from_numpy(np.load(args.train_x).astype(np.float32, copy=False))
+    y = torch.from_numpy(np.load(args.train_y).astype(np.int64, copy=False))
+    model = torch.jit.load(args.model)
+    model.train()
+    params = [q for q in model.parameters() if q.requires_grad]
+    opt = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
+           else torch.optim.SGD(params, lr=args.lr))
+    n = x.shape[0]
+    steps_per_epoch = (n + args.batch - 1) // args.batch
+    total = args.steps if args.steps > 0 else args.epochs * steps_per_epoch
+    order = torch.randperm(n)
+
+    def step(i: int) -> None:
+        j = i % steps_per_epoch
+        ids = order[j * args.batch:(j + 1) * args.batch]
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(model(x[ids]), y[ids], reduction="sum")
+        loss.backward()
+        for q in params:  # Tributary divides the summed gradient by the batch.
+            q.grad.div_(len(ids))
+        opt.step()
+
+    for i in range(args.warmup):
+        step(i)
+    start = time.perf_counter()
+    samples = 0
+    for i in range(total):
+        step(args.warmup + i)
+        samples += min(args.batch, n - ((args.warmup + i) % steps_per_epoch) * args.batch)
+    seconds = time.perf_counter() - start
+    result = {"samples_per_second": samples / seconds, "steps": total, "seconds": seconds,
+              "threads": args.threads, "test_accuracy": -1.0}
+    if args.test_x:
+        model.eval()
+        tx = torch.from_numpy(np.load(args.test_x).astype(np.float32, copy=False))
+        ty = torch.from_numpy(np.load(args.test_y).astype(np.int64, copy=False))
+        with torch.no_grad():
+            correct = sum(int((model(tx[k:k + 1000]).argmax(1) == ty[k:k + 1000]).sum())
+                          for k in range(0, tx.shape[0], 1000))
+        result["test_accuracy"] = correct / tx.shape[0]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+// The TorchScript engine: any module a user saved with torch.jit.script, run by
+// Debian's LibTorch (CPU) behind the Replica interface, and the way a trained model
+// goes back out as a TorchScript file. This header needs no LibTorch: in a build
+// without it (third_party/torch) every function answers UNAVAILABLE saying so.
+//
+// The model's flat buffer: the module's trainable parameters in named_parameters()
+// order, then its buffers in named_buffers() order and parameters with
+// requires_grad=False (both "buffers": never trained, rank 0's values are the job's).
+// Loss: the summed cross-entropy of forward(x)'s logits [N, classes], x being
+// [N, *sample_dims] float32, exactly as the native engine. Initial values: the file's.
+//
+//   absl::StatusOr<ModelDef> model = LoadTorchScriptModel(bytes, "net.pt");
+//   FitTorchScriptModel(*model, data.train);  // input shape, classes, a probe pass
+//   std::unique_ptr<Replica> r = *CreateTorchScriptReplica(*model, params.data());
+#ifndef TRIBUTARY_WORKER_ENGINE_TORCHSCRIPT_H_
+#define TRIBUTARY_WORKER_ENGINE_TORCHSCRIPT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/dataset.h"
+#include "worker/engine/model.h"
+#include "worker/engine/replica.h"
+
+namespace tributary::engine {
+
+// Largest model file the engine reads by default (tributary, train_local); the
+// coordinator has its own limit (--max_model_bytes).
+inline constexpr int64_t kDefaultMaxModelBytes = int64_t{1} << 30;
+
+// True when this binary was built with LibTorch.
+bool BuiltWithTorch();
+
+// "LibTorch 1.13.1 (CPU)", or why there is none.
+std::string TorchDescription();
+
+// Reads a model file whole. NOT_FOUND / INVALID_ARGUMENT naming the path for a missing
+// file, a directory, an empty file or one larger than max_bytes.
+absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::string& path,
+                                                                 int64_t max_bytes);
+
+// Loads a saved module and describes it: its tensors in the flat layout and their
+// initial values. INVALID_ARGUMENT naming file_name and the problem: not a TorchScript
+// archive, no trainable parameter, a parameter that is not float32, a buffer of a
+// type that has no float value.
+absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
+                                              const std::string& file_name);
+
+// Fits a loaded model to its data: sets the input shape (the data's sample_dims) and
+// the number of classes from one forward pass (eval mode) over the first few training
+// samples. INVALID_ARGUMENT naming the file and the problem: the forward pass fails
+// (with LibTorch's message), returns something that is not one [N, classes] tensor,
+// fewer classes than the labels need, or non-finite values.
+absl::Status FitTorchScriptModel(ModelDef& model, const Dataset& train);
+
+// A replica of a fitted model on the CPU: its parameters are views into
+// host_parameters (shared read-only by the node's replicas, as CpuReplica's are), its
+// gradients views into its own flat gradient buffer.
+absl::StatusOr<std::unique_ptr<Replica>> CreateTorchScriptReplica(const ModelDef& model,
+                                                                  const float* host_parameters);
+
+// LibTorch intra-op threads of every replica thread in this process, and OpenBLAS's
+// threads (its matrix products), both at least 1.
+void SetTorchThreads(int threads);
+
+// Writes `model` holding `values` (num_parameters floats: parameters, then buffers) as
+// a TorchScript file at `path` that torch.jit.load reads: the uploaded module with
+// the trained values (TorchScript models), or a module generated from the layers
+// with the same parameter names (native models). The module is saved in eval mode.
+// Written to a temporary file in the same directory, then renamed.
+absl::Status ExportTorchScript(const ModelDef& model, const float* values, const std::string& path);
+
+}  // namespace tributary::engine
+
+#endif  // TRIBUTARY_WORKER_ENGINE_TORCHSCRIPT_H_
