@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <glog/logging.h>
@@ -18,6 +19,7 @@
 #include <grpcpp/client_context.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -408,6 +410,18 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   options.coordinator_args = absl::GetFlag(FLAGS_coordinator_arg);
   options.parameter_server_args = absl::GetFlag(FLAGS_ps_arg);
   options.worker_args = absl::GetFlag(FLAGS_worker_arg);
+  // Every worker runs on this machine: share its cores among all their replicas, so
+  // that together they do not oversubscribe it (a worker alone would take them all).
+  bool threads_given = false;
+  for (const std::string& arg : options.worker_args) {
+    threads_given = threads_given || absl::StartsWith(arg, "--cpu_threads");
+  }
+  if (!threads_given) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int replicas =
+        std::max(1, options.workers) * static_cast<int>(std::max(1u, spec->replicas_per_worker()));
+    options.worker_args.push_back(absl::StrCat("--cpu_threads=", std::max(1, cores / replicas)));
+  }
   if (options.ps_shards < 1 || options.workers < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--ps_shards=", options.ps_shards, " --workers=", options.workers, ": both must be >= 1")));

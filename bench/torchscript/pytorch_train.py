@@ -12,11 +12,27 @@ applied to the parameters), and prints one JSON line:
 """
 import argparse
 import json
+import os
+import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+
+def _threads_from_argv():
+    for i, arg in enumerate(sys.argv):
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+    return "1"
+
+
+# OpenBLAS (LibTorch's matrix products) and OpenMP read these when torch is imported.
+os.environ["OPENBLAS_NUM_THREADS"] = _threads_from_argv()
+os.environ["OMP_NUM_THREADS"] = _threads_from_argv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def main() -> None:

@@ -22,8 +22,13 @@ Prints evaluations as they come and, last, one JSON line (rank 0):
   loaded), sgemm_gflops_per_process (a 1024^3 float32 product timed by rank 0 before
   training, on its --threads).
 
+With a torchscript job (`--model_file=net.pt`, the file the job names), the model is
+that file, loaded with torch.jit.load in every process (DDP broadcasts rank 0's
+parameters and, with broadcast_buffers=True, its buffers: Tributary's policy), and the
+samples keep their image shape [N, 1, 28, 28] as Tributary hands them to the module.
+
 Usage: /usr/bin/python3 ddp_mlp.py --job_json=FILE --processes=2 --threads=1 --work_dir=DIR
-       [--check_only]
+       [--model_file=net.pt] [--check_only]
 """
 
 import time
@@ -81,7 +86,7 @@ def find_idx(directory, name):
     raise SpecError(f"dataset: neither {name} nor {name}.gz in {directory}")
 
 
-def load_data(spec):
+def load_data(spec, images=False):
     dataset = spec.get("dataset", {})
     if dataset.get("format", "IDX") != "IDX":
         raise SpecError(f"dataset.format {dataset.get('format')}: only IDX is mirrored")
@@ -96,12 +101,16 @@ def load_data(spec):
         test_x, test_y = test_x[:test_limit], test_y[:test_limit]
     train_x = train_x.reshape(len(train_x), -1).astype(np.float32) / 255.0
     test_x = test_x.reshape(len(test_x), -1).astype(np.float32) / 255.0
+    image_shape = arrays[0].shape[1:]
     if dataset.get("normalize", False):
         mean = train_x.astype(np.float64).mean(axis=0)
         std = train_x.astype(np.float64).std(axis=0)
         scale = np.where(std > 1e-6, 1.0 / np.maximum(std, 1e-6), 1.0)
         train_x = ((train_x - mean.astype(np.float32)) * scale.astype(np.float32))
         test_x = ((test_x - mean.astype(np.float32)) * scale.astype(np.float32))
+    if images:  # Tributary gives a TorchScript module [N, 1, rows, cols].
+        train_x = train_x.reshape(len(train_x), 1, *image_shape)
+        test_x = test_x.reshape(len(test_x), 1, *image_shape)
     tensors = [torch.from_numpy(np.ascontiguousarray(train_x, dtype=np.float32)),
                torch.from_numpy(train_y.astype(np.int64)),
                torch.from_numpy(np.ascontiguousarray(test_x, dtype=np.float32)),
@@ -111,8 +120,12 @@ def load_data(spec):
     return tensors
 
 
-def build_model(spec, inputs):
+def build_model(spec, inputs, model_file=""):
     model = spec.get("model", {})
+    if model.get("name", "mlp") == "torchscript":
+        if not model_file:
+            raise SpecError("model torchscript: pass the file with --model_file")
+        return torch.jit.load(model_file)
     if model.get("name", "mlp") != "mlp":
         raise SpecError(f"model.name {model.get('name')}: only mlp is mirrored")
     sizes = [int(s) for s in model.get("layer_sizes", [784, 256, 128, 10])]
@@ -217,7 +230,7 @@ def train(rank, args, spec, data):
     train_x, train_y, test_x, test_y = data
     seed = int(spec.get("seed", 1))
     torch.manual_seed(seed)
-    module = build_model(spec, train_x.shape[1])
+    module = build_model(spec, train_x.shape[1], args.model_file)
     model = nn.parallel.DistributedDataParallel(module)
     optimizer = build_optimizer(spec, model.parameters())
 
@@ -299,6 +312,8 @@ def main():
                         help="torch threads per process. Default: 1.")
     parser.add_argument("--work_dir", required=True,
                         help="Directory for the gloo rendezvous file.")
+    parser.add_argument("--model_file", default="",
+                        help="The TorchScript file of a torchscript job. Default: none.")
     parser.add_argument("--check_only", action="store_true",
                         help="Only check that the job can be mirrored (data, model, optimizer, "
                              "mode) and exit 0, or 1 saying why.")
@@ -311,8 +326,9 @@ def main():
     try:
         if spec.get("mode", "SYNC") != "SYNC":
             raise SpecError(f"mode {spec.get('mode')}: DDP is synchronous; only SYNC is mirrored")
-        data = load_data(spec)
-        build_model(spec, data[0].shape[1])
+        torchscript = spec.get("model", {}).get("name", "mlp") == "torchscript"
+        data = load_data(spec, images=torchscript)
+        build_model(spec, data[0].shape[1], args.model_file)
         build_optimizer(spec, nn.Linear(1, 1).parameters())
         learning_rate(spec, 0, 1)
     except (SpecError, KeyError, ValueError, ZeroDivisionError) as error:

@@ -3,8 +3,8 @@
 // by /usr/bin/python3) training the same MLP with the same batch, epochs, optimizer
 // and learning rate from one job spec: accuracy, samples/s, training time, time to
 // --target_accuracy side by side, one after the other on this machine. Skipped, with
-// the reason, when /usr/bin/python3 cannot import torch (bash scripts/setup --torch
-// installs Debian's python3-torch; it is never a dependency of Tributary itself).
+// the reason, when /usr/bin/python3 cannot import torch (bash scripts/setup installs
+// Debian's python3-torch). With --model_file both sides train that TorchScript file.
 // Ends with one JSON line.
 #include <glog/logging.h>
 
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -29,6 +30,9 @@
 #include "cli/job_flags.h"
 #include "common/process.h"
 #include "common/tls.h"
+
+// The job flag (cli/job_flags.cc): a TorchScript file both sides train.
+ABSL_DECLARE_FLAG(std::string, model_file);
 
 ABSL_FLAG(int, workers, 2,
           "Worker processes of tributary local, and DDP processes unless --ddp_processes is "
@@ -58,10 +62,12 @@ constexpr char kUsage[] =
     "on the same MLP, batch, epochs, optimizer and learning rate.\n"
     "Usage: bazel run //bench/vs_ddp -- [--workers=2] [--ddp_processes=N] [--ddp_threads=N]\n"
     "       [--target_accuracy=0.85] [job flags]\n"
-    "Needs torch for /usr/bin/python3 (bash scripts/setup --torch); skipped otherwise.\n"
+    "Needs torch for /usr/bin/python3 (bash scripts/setup); skipped otherwise.\n"
     "Job flags are tributary local's, with its defaults (mlp 784,256,128,10 on Fashion-MNIST,\n"
     "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, --replicas=2 per worker);\n"
-    "the PyTorch side mirrors mlp on IDX data in SYNC mode only (--helpfull lists them all).";
+    "the PyTorch side mirrors mlp on IDX data in SYNC mode only (--helpfull lists them all).\n"
+    "With --model_file=net.pt both sides train that TorchScript file (DDP loads it with\n"
+    "torch.jit.load).";
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "vs_ddp: %s\n", status.ToString().c_str());
@@ -167,8 +173,7 @@ int Run(const char* argv0) {
             ? absl::StrCat(python, " cannot import numpy and torch: ", LastLine(check_log))
             : std::string(imported.status().message());
     std::printf(
-        "vs_ddp: skipped: %s. Install Debian's python3-torch with `bash scripts/setup --torch` "
-        "(for this benchmark only).\n",
+        "vs_ddp: skipped: %s. Install Debian's python3-torch with `bash scripts/setup`.\n",
         why.c_str());
     absl::PrintF("{\"bench\": \"vs_ddp\", \"skipped\": true, \"reason\": %s, %s}\n", JsonQuote(why),
                  MachineJsonMembers(machine));
@@ -192,7 +197,7 @@ int Run(const char* argv0) {
   const int threads = absl::GetFlag(FLAGS_ddp_threads) > 0
                           ? absl::GetFlag(FLAGS_ddp_threads)
                           : std::max(1, static_cast<int>(machine.cpu_cores) / processes);
-  const std::vector<std::string> ddp_argv = {
+  std::vector<std::string> ddp_argv = {
       python,
       *script,
       "--job_json=" + job_json,
@@ -200,6 +205,12 @@ int Run(const char* argv0) {
       absl::StrCat("--threads=", threads),
       "--work_dir=" + *work_dir,
   };
+  // A TorchScript job: both sides train the same file.
+  std::vector<std::string> cluster_model_args;
+  if (const std::string model_file = absl::GetFlag(FLAGS_model_file); !model_file.empty()) {
+    ddp_argv.push_back("--model_file=" + model_file);
+    cluster_model_args.push_back("--model_file=" + model_file);
+  }
 
   std::printf("vs_ddp: %s\n", MachineLine(machine).c_str());
   std::printf("job: %s\n", JobSpecJson(*spec).c_str());
@@ -224,6 +235,8 @@ int Run(const char* argv0) {
   cluster_options.workers = workers;
   cluster_options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
   cluster_options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
+  cluster_options.extra_args.insert(cluster_options.extra_args.end(), cluster_model_args.begin(),
+                                    cluster_model_args.end());
   cluster_options.name = absl::StrFormat("tributary %dWx%dR", workers, spec->replicas_per_worker());
   std::printf("running tributary local: %d workers x %u replicas, %d PS shards ...\n", workers,
               spec->replicas_per_worker(), cluster_options.ps_shards);

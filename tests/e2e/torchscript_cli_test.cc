@@ -1,0 +1,240 @@
+// Bring your own model, end to end, as a user does it: the example models written by
+// examples/models.py with Debian's PyTorch, `tributary local --model_file ... --export`
+// (the real binaries), and the exported file evaluated by PyTorch. The example CNN
+// with BatchNorm and dropout reaches the stated Fashion-MNIST accuracy and the export
+// gives the same accuracy; NPY data from examples/fashion_to_npy.py trains; bad files
+// and flags are refused, naming them, before any process starts.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cli/child_process.h"
+#include "common/tls.h"
+#include "tools/cpp/runfiles/runfiles.h"
+
+namespace tributary::testing {
+namespace {
+
+using bazel::tools::cpp::runfiles::Runfiles;
+
+// Debian's interpreter: it has python3-torch and numpy (scripts/setup installs them).
+constexpr char kPython[] = "/usr/bin/python3";
+
+std::string TestDir(const std::string& name) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string Runfile(const std::string& path) {
+  static Runfiles* runfiles = [] {
+    std::string error;
+    Runfiles* created = Runfiles::CreateForTest(&error);
+    EXPECT_NE(created, nullptr) << error;
+    return created;
+  }();
+  return runfiles->Rlocation("tributary/" + path);
+}
+
+std::string BinDir() {
+  static const std::string dir = [] {
+    const std::string bin = TestDir("bin");
+    for (const char* path : {"services/coordinator/coordinator",
+                             "services/parameter_server/parameter_server", "worker/worker"}) {
+      const std::string target = Runfile(path);
+      const std::string link = bin + std::string(path).substr(std::string(path).rfind('/'));
+      EXPECT_EQ(symlink(target.c_str(), link.c_str()), 0) << link;
+    }
+    return bin;
+  }();
+  return dir;
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs a command to its end (or `timeout`), with its stdout and stderr.
+Outcome Command(const std::string& name, const std::vector<std::string>& argv,
+            absl::Duration timeout) {
+  Outcome run;
+  const std::string log = TestDir("logs") + "/" + name + ".log";
+  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> process =
+      cli::ChildProcess::Start(name, argv, log);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return run;
+  if (!(*process)->Wait(timeout)) {
+    ADD_FAILURE() << name << " still running after " << absl::FormatDuration(timeout) << ":\n"
+                  << (*process)->LogTail(40);
+    (*process)->Stop(absl::Seconds(10));
+  } else {
+    run.exit_code = (*process)->exit_code();
+  }
+  absl::StatusOr<std::string> text = ReadFileToString(log);
+  run.output = text.ok() ? *text : "";
+  return run;
+}
+
+// The example models, written by examples/models.py.
+std::string ExampleModel(const std::string& name) {
+  static const std::string dir = [] {
+    const std::string out = TestDir("models");
+    Outcome made = Command("models.py", {kPython, Runfile("examples/models.py"), "--out", out},
+                       absl::Minutes(2));
+    EXPECT_EQ(made.exit_code, 0) << made.output;
+    return out;
+  }();
+  return dir + "/" + name + ".pt";
+}
+
+// `tributary local` with the given flags; summary and run dir under TEST_TMPDIR/name.
+Outcome Local(const std::string& name, std::vector<std::string> flags,
+          absl::Duration timeout = absl::Minutes(10)) {
+  const std::string dir = TestDir(name);
+  std::vector<std::string> argv = {Runfile("cli/tributary"),  "local",
+                                   "--bin_dir=" + BinDir(),   "--run_dir=" + dir + "/cluster",
+                                   "--summary_json=" + dir + "/summary.json",
+                                   "--progress_interval=1"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return Command("local-" + name, argv, timeout);
+}
+
+google::protobuf::Struct Summary(const std::string& name) {
+  google::protobuf::Struct json;
+  absl::StatusOr<std::string> text =
+      ReadFileToString(absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "/summary.json"));
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (text.ok()) EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
+  return json;
+}
+
+double Field(const google::protobuf::Struct& json, const std::string& key) {
+  auto found = json.fields().find(key);
+  EXPECT_NE(found, json.fields().end()) << key;
+  return found == json.fields().end() ? NAN : found->second.number_value();
+}
+
+// examples/evaluate.py on the file: its JSON line.
+google::protobuf::Struct Evaluate(const std::string& model, std::vector<std::string> args = {}) {
+  std::vector<std::string> argv = {kPython, Runfile("examples/evaluate.py"), model};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Outcome run = Command("evaluate.py", argv, absl::Minutes(3));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  google::protobuf::Struct json;
+  const size_t line = run.output.rfind("{\"accuracy\"");
+  EXPECT_NE(line, std::string::npos) << run.output;
+  if (line != std::string::npos) {
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(run.output.substr(line), &json).ok());
+  }
+  return json;
+}
+
+// The README's recipe for the example CNN (docs/models.md): 2 workers of one replica
+// (BatchNorm sees 64 samples per replica), Adam with a cosine schedule, 4 epochs.
+TEST(TorchScriptCliTest, TheExampleCnnReachesItsAccuracyAndTheExportGivesTheSame) {
+  const std::string exported = TestDir("cnn") + "/trained_cnn.pt";
+  Outcome run = Local("cnn", {"--model_file=" + ExampleModel("cnn"), "--optimizer=adam", "--lr=0.002",
+                          "--lr_schedule=cosine", "--epochs=4", "--workers=2", "--replicas=1",
+                          "--batch=128", "--export=" + exported});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "uploaded")) << run.output;
+  const google::protobuf::Struct summary = Summary("cnn");
+  const double accuracy = Field(summary, "test_accuracy");
+  EXPECT_GE(accuracy, 0.91) << "Fashion-MNIST test accuracy of the example CNN";
+  // PyTorch, loading the exported file, sees the model rank 0 evaluated last.
+  const google::protobuf::Struct evaluated = Evaluate(exported);
+  std::cout << "example CNN: test accuracy " << accuracy << " in the cluster, "
+            << Field(evaluated, "accuracy") << " from the exported file in PyTorch; "
+            << Field(summary, "samples_per_second") << " samples/s, "
+            << Field(summary, "wall_seconds") << " s" << std::endl;
+  EXPECT_NEAR(Field(evaluated, "accuracy"), accuracy, 1e-4);
+  EXPECT_EQ(Field(evaluated, "samples"), 10000);
+}
+
+TEST(TorchScriptCliTest, NpyFilesFromTheExampleScriptTrain) {
+  const std::string data = TestDir("npy-data");
+  Outcome converted = Command("fashion_to_npy.py",
+                          {kPython, Runfile("examples/fashion_to_npy.py"), "--out", data,
+                           "--dtype", "uint8"},
+                          absl::Minutes(2));
+  ASSERT_EQ(converted.exit_code, 0) << converted.output;
+  const std::string exported = TestDir("npy") + "/trained_mlp.pt";
+  Outcome run = Local("npy", {"--model_file=" + ExampleModel("mlp"), "--optimizer=adam",
+                          "--dataset=npy", "--train_npy=" + data + "/train_x.npy",
+                          "--train_labels_npy=" + data + "/train_y.npy",
+                          "--test_npy=" + data + "/test_x.npy",
+                          "--test_labels_npy=" + data + "/test_y.npy", "--train_limit=6000",
+                          "--epochs=2", "--export=" + exported});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const double accuracy = Field(Summary("npy"), "test_accuracy");
+  EXPECT_GE(accuracy, 0.75);
+  std::cout << "example MLP on NPY (6000 samples, 2 epochs): test accuracy " << accuracy
+            << std::endl;
+  const google::protobuf::Struct evaluated = Evaluate(
+      exported, {"--x", data + "/test_x.npy", "--y", data + "/test_y.npy"});
+  EXPECT_NEAR(Field(evaluated, "accuracy"), accuracy, 1e-4);
+}
+
+TEST(TorchScriptCliTest, BadFilesAndFlagsAreRefusedBeforeAnyProcessStarts) {
+  auto testdata = [](const std::string& name) {
+    return Runfile("worker/engine/testdata/" + name);
+  };
+  const std::string text_file = TestDir("refusals") + "/notes.pt";
+  std::ofstream(text_file) << "not a model\n";
+  const std::vector<std::string> synthetic = {"--dataset=synthetic", "--synthetic_features=8",
+                                              "--synthetic_classes=3", "--max_steps=5",
+                                              "--epochs=0"};
+  struct Case {
+    std::string name;
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"missing", {"--model_file=/nonexistent/net.pt"},
+       "--model_file=/nonexistent/net.pt: model file /nonexistent/net.pt: cannot read it"},
+      {"text", {"--model_file=" + text_file}, "model file notes.pt: not a TorchScript module"},
+      {"no_parameters", {"--model_file=" + testdata("no_parameters.pt")},
+       "model file no_parameters.pt: the module has no trainable parameter"},
+      {"wrong_input", {"--model_file=" + testdata("tiny_mlp.pt")},
+       "model file tiny_mlp.pt: forward fails on an input of shape [4, 1, 28, 28]"},
+      {"wrong_shape", {"--model_file=" + testdata("wrong_shape.pt")},
+       "model file wrong_shape.pt: forward returns a Float tensor of shape [4, 3, 1]"},
+      {"nan", {"--model_file=" + testdata("returns_nan.pt")},
+       "model file returns_nan.pt: forward returns non-finite values"},
+      {"layers", {"--model_file=" + testdata("tiny_mlp.pt"), "--layers=8,3"},
+       "--layers: does not apply with --model_file"},
+      {"npy_without_files", {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy"},
+       "dataset.train_path: NPY needs a training features file"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> flags = c.flags;
+    if (c.name == "wrong_shape" || c.name == "nan") {
+      flags.insert(flags.end(), synthetic.begin(), synthetic.end());
+    }
+    Outcome run = Local("refused-" + c.name, flags, absl::Minutes(2));
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, c.message)) << run.output;
+    // Nothing was started: no process wrote a log or a port file.
+    const std::string cluster = absl::StrCat(std::getenv("TEST_TMPDIR"), "/refused-", c.name,
+                                             "/cluster/coordinator.log");
+    EXPECT_NE(access(cluster.c_str(), F_OK), 0) << "a coordinator was started";
+  }
+}
+
+}  // namespace
+}  // namespace tributary::testing
