@@ -126,6 +126,44 @@ TEST(ShardCheckpointTest, RestartRestoresEverythingBitForBit) {
   EXPECT_EQ(AllValues(restarted, "job-1"), AllValues(reference, "job-1"));
 }
 
+// Buffer partitions (BatchNorm statistics) are checkpointed and restored like any
+// other: their values are node 0's, and they stay buffer partitions after a restart.
+TEST(ShardCheckpointTest, BufferPartitionsSurviveARestart) {
+  const std::string dir = testing::FreshTempDir("buffers");
+  const v1::InitHeader header =
+      testing::MakeHeaderWithBuffers(MakeSpec(v1::SYNC, Adam(), 2), 64, 64, 1, 0);
+  ASSERT_TRUE(header.plan().partitions(1).buffers());
+  std::vector<float> pushed(128, 0.0f);
+  for (int i = 64; i < 128; ++i) pushed[i] = 3.0f + static_cast<float>(i);
+  std::vector<std::string> before;
+  {
+    ParameterShard shard(Options(dir, 0), nullptr);
+    ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(128, 1))).ok());
+    RecordingSink sink;
+    for (uint32_t node = 0; node < 2; ++node) {
+      for (uint32_t partition = 0; partition < 2; ++partition) {
+        ASSERT_TRUE(shard.Push(MakePush(header, 0, 0, node, partition, pushed, 4), &sink).ok());
+      }
+    }
+    ASSERT_TRUE(shard.Checkpoint().ok());
+    before = AllValues(shard, "job-1");
+  }
+  ParameterShard restarted(Options(dir, 0), nullptr);
+  ASSERT_TRUE(restarted.RestoreFromCheckpointDirectory().ok());
+  EXPECT_EQ(AllValues(restarted, "job-1"), before);
+  v1::PullRequest pull;
+  pull.set_job_id("job-1");
+  pull.add_partition_ids(1);
+  EXPECT_EQ(FloatsOf(*(*restarted.Pull(pull))[0])[0], pushed[64]);
+  // Still a buffer partition: node 0's next values are taken as they are.
+  for (int i = 64; i < 128; ++i) pushed[i] = -1.5f;
+  RecordingSink sink;
+  for (uint32_t node = 0; node < 2; ++node) {
+    ASSERT_TRUE(restarted.Push(MakePush(header, 0, 1, node, 1, pushed, 4), &sink).ok());
+  }
+  EXPECT_EQ(FloatsOf(*(*restarted.Pull(pull))[0])[5], -1.5f);
+}
+
 TEST(ShardCheckpointTest, CorruptNewestFileFallsBackToThePreviousOne) {
   const std::string dir = testing::FreshTempDir("fallback");
   const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
