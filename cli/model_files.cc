@@ -35,8 +35,8 @@ absl::Status CheckModelFile(const v1::TorchScriptFile& file,
 }
 
 absl::StatusOr<v1::UploadModelResponse> UploadModelFile(
-    v1::Coordinator::Stub& coordinator, const v1::TorchScriptFile& file,
-    const std::string& bytes, const std::function<void(grpc::ClientContext&)>& authorize) {
+    v1::Coordinator::Stub& coordinator, const v1::TorchScriptFile& file, const std::string& bytes,
+    const std::function<void(grpc::ClientContext&)>& authorize) {
   grpc::ClientContext context;
   // Generous: a large file over a slow link; the server bounds the size.
   context.set_deadline(In(600));
@@ -62,8 +62,8 @@ absl::StatusOr<v1::UploadModelResponse> UploadModelFile(
 }
 
 absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordinator,
-                                         const ChannelOptions& options,
-                                         const std::string& job_id, const std::string& path) {
+                                         const ChannelOptions& options, const std::string& job_id,
+                                         const std::string& path) {
   auto stub = v1::Coordinator::NewStub(coordinator);
   v1::Job job;
   {
@@ -90,14 +90,14 @@ absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordina
   {
     grpc::ClientContext context;
     context.set_deadline(In(10));
-    absl::Status status = FromGrpcStatus(
-        stub->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &cluster),
-        "GetClusterStatus");
+    absl::Status status =
+        FromGrpcStatus(stub->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &cluster),
+                       "GetClusterStatus");
     if (!status.ok()) return status;
   }
-  const uint32_t num_shards =
-      cluster.expected_shards() > 0 ? cluster.expected_shards()
-                                    : static_cast<uint32_t>(cluster.shards_size());
+  const uint32_t num_shards = cluster.expected_shards() > 0
+                                  ? cluster.expected_shards()
+                                  : static_cast<uint32_t>(cluster.shards_size());
   absl::StatusOr<v1::PartitionPlan> plan =
       MakePartitionPlan(model->Layout(), spec.partition_bytes(), num_shards);
   if (!plan.ok()) return plan.status();
@@ -132,10 +132,10 @@ absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordina
           partition.data().size() != static_cast<size_t>(plan->partitions(id).length()) * 4) {
         context.TryCancel();
         reader->Finish();
-        return absl::DataLossError(absl::StrCat(
-            "shard ", shard, " at ", address, " sent partition ", id, " with ",
-            partition.data().size(), " bytes, which the plan of job ", job.job_id(),
-            " does not have"));
+        return absl::DataLossError(
+            absl::StrCat("shard ", shard, " at ", address, " sent partition ", id, " with ",
+                         partition.data().size(), " bytes, which the plan of job ", job.job_id(),
+                         " does not have"));
       }
       std::memcpy(values.data() + plan->partitions(id).offset(), partition.data().data(),
                   partition.data().size());
@@ -143,8 +143,8 @@ absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordina
       result.step = std::min(result.step, partition.step());
     }
     absl::Status pulled = FromGrpcStatus(
-        reader->Finish(), absl::StrCat("Pull of job ", job.job_id(), " from shard ", shard,
-                                       " at ", address));
+        reader->Finish(),
+        absl::StrCat("Pull of job ", job.job_id(), " from shard ", shard, " at ", address));
     if (!pulled.ok()) return pulled;
   }
   for (int i = 0; i < plan->partitions_size(); ++i) {

@@ -24,13 +24,12 @@ namespace tributary::cli {
 // `train` is given, fits it to that data (input shape, classes, a finite forward
 // pass). Errors name the file and the problem.
 absl::Status CheckModelFile(const v1::TorchScriptFile& file,
-                            std::shared_ptr<const std::string> bytes,
-                            const engine::Dataset* train);
+                            std::shared_ptr<const std::string> bytes, const engine::Dataset* train);
 
 // Streams the file to UploadModel in 1 MiB chunks; `authorize` adds the token.
 absl::StatusOr<v1::UploadModelResponse> UploadModelFile(
-    v1::Coordinator::Stub& coordinator, const v1::TorchScriptFile& file,
-    const std::string& bytes, const std::function<void(grpc::ClientContext&)>& authorize);
+    v1::Coordinator::Stub& coordinator, const v1::TorchScriptFile& file, const std::string& bytes,
+    const std::function<void(grpc::ClientContext&)>& authorize);
 
 struct ExportResult {
   std::string job_id;
@@ -44,8 +43,8 @@ struct ExportResult {
 // torchscript), the partition plan it ran with, and every partition from the shards
 // (which answer from their newest checkpoint of a job they no longer hold).
 absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordinator,
-                                         const ChannelOptions& options,
-                                         const std::string& job_id, const std::string& path);
+                                         const ChannelOptions& options, const std::string& job_id,
+                                         const std::string& path);
 
 }  // namespace tributary::cli
 

@@ -15,7 +15,8 @@ struct Sha256::State {
 
 Sha256::Sha256() : state_(std::make_unique<State>()) {
   state_->context = EVP_MD_CTX_new();
-  if (state_->context == nullptr || EVP_DigestInit_ex(state_->context, EVP_sha256(), nullptr) != 1) {
+  if (state_->context == nullptr ||
+      EVP_DigestInit_ex(state_->context, EVP_sha256(), nullptr) != 1) {
     std::fprintf(stderr, "OpenSSL: cannot start a SHA-256 digest\n");
     std::abort();
   }
@@ -31,8 +32,7 @@ std::string Sha256::HexDigest() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_DigestFinal_ex(state_->context, digest, &length);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), length));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
 std::string Sha256Hex(absl::string_view data) {

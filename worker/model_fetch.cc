@@ -27,10 +27,10 @@ absl::StatusOr<std::shared_ptr<const std::string>> FetchModelFile(
         bytes->size() + chunk.data().size() > announced) {
       context.TryCancel();
       reader->Finish().ok();
-      return absl::DataLossError(absl::StrCat(
-          "model file ", file.file_name(), ": the coordinator sent a chunk at offset ",
-          chunk.offset(), " of ", chunk.data().size(), " bytes for a file of ", announced,
-          " bytes after ", bytes->size(), " bytes"));
+      return absl::DataLossError(
+          absl::StrCat("model file ", file.file_name(), ": the coordinator sent a chunk at offset ",
+                       chunk.offset(), " of ", chunk.data().size(), " bytes for a file of ",
+                       announced, " bytes after ", bytes->size(), " bytes"));
     }
     if (bytes->empty()) bytes->reserve(static_cast<size_t>(announced));
     bytes->append(chunk.data());

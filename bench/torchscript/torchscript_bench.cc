@@ -71,8 +71,8 @@ absl::Status RunToEnd(const std::string& name, const std::vector<std::string>& a
   if (!child.ok()) return child.status();
   while ((*child)->Running()) absl::SleepFor(absl::Milliseconds(20));
   if ((*child)->exit_code() != 0) {
-    return absl::InternalError(absl::StrCat(name, " exited with ", (*child)->exit_code(),
-                                            ":\n", (*child)->LogTail(15)));
+    return absl::InternalError(
+        absl::StrCat(name, " exited with ", (*child)->exit_code(), ":\n", (*child)->LogTail(15)));
   }
   return absl::OkStatus();
 }
@@ -82,8 +82,7 @@ int Run(const char* argv0) {
   if (!engine::BuiltWithTorch()) {
     return Fail(absl::UnavailableError(engine::TorchDescription()));
   }
-  absl::StatusOr<std::string> dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir),
-                                                "torchscript_bench");
+  absl::StatusOr<std::string> dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "torchscript_bench");
   if (!dir.ok()) return Fail(dir.status());
   absl::StatusOr<BenchRunfiles> runfiles = BenchRunfiles::Create(argv0);
   if (!runfiles.ok()) return Fail(runfiles.status());
@@ -98,10 +97,10 @@ int Run(const char* argv0) {
 
   std::string model_path = absl::GetFlag(FLAGS_model_file);
   if (model_path.empty()) {
-    if (absl::Status made = RunToEnd("models.py",
-                                     {python, *models, "--model", absl::GetFlag(FLAGS_example_model),
-                                      "--out", *dir},
-                                     *dir + "/models.log");
+    if (absl::Status made = RunToEnd(
+            "models.py",
+            {python, *models, "--model", absl::GetFlag(FLAGS_example_model), "--out", *dir},
+            *dir + "/models.log");
         !made.ok()) {
       return Fail(made);
     }
@@ -184,10 +183,9 @@ int Run(const char* argv0) {
   absl::StatusOr<google::protobuf::Struct> json = ParseJsonObject(*line, log);
   if (!json.ok()) return Fail(json.status());
   double theirs = 0, theirs_seconds = 0;
-  if (absl::Status read = JsonNumbers(*json,
-                                      {JsonField{"samples_per_second", &theirs},
-                                       JsonField{"seconds", &theirs_seconds}},
-                                      log);
+  if (absl::Status read = JsonNumbers(
+          *json, {JsonField{"samples_per_second", &theirs}, JsonField{"seconds", &theirs_seconds}},
+          log);
       !read.ok()) {
     return Fail(read);
   }

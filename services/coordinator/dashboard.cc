@@ -224,7 +224,7 @@ function renderJob(status) {
       "<dt>loss</dt><dd id=\"job-loss\">" + (last ? fixed(last.loss, 4) : "&ndash;") + "</dd>" +
       "<dt>test accuracy</dt><dd id=\"job-accuracy\">" + (accuracy !== null ? (100 * accuracy).toFixed(2) + " %" : "&ndash;") + "</dd>" +
       "<dt>samples/s</dt><dd id=\"job-throughput\">" + (last ? fixed(last.samplesPerSecond, 1) : "&ndash;") + "</dd>" +
-      "<dt>model</dt><dd>" + esc((spec.model || {}).name) + " " + esc(((spec.model || {}).layerSizes || []).join("-")) + "</dd>" +
+      "<dt>model</dt><dd>" + esc((spec.model || {}).name) + " " + esc(((spec.model || {}).layerSizes || []).join("-")) + esc(((spec.model || {}).torchscript || {}).fileName || "") + "</dd>" +
       "<dt>training</dt><dd>" + esc(spec.mode) + ", batch " + num(spec.globalBatchSize) + ", " +
       esc((spec.optimizer || {}).type) + " lr " + esc((spec.optimizer || {}).learningRate) +
       ", nodes " + num(spec.nodesMin) + ".." + num(spec.nodesMax) + ", " +

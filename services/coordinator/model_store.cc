@@ -63,10 +63,10 @@ absl::Status CheckTorchScriptArchive(const std::string& file_name, const std::st
   // A zip archive begins with a local file header; torch.jit.save's holds these
   // entries (their names also sit in the central directory at the end).
   if (bytes.size() < 4 || bytes.compare(0, 4, "PK\x03\x04", 4) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", file_name,
-        ": not a TorchScript archive (no zip header): save the model with "
-        "torch.jit.script(model).save(path), not torch.save(model.state_dict())"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model file ", file_name,
+                     ": not a TorchScript archive (no zip header): save the model with "
+                     "torch.jit.script(model).save(path), not torch.save(model.state_dict())"));
   }
   if (!absl::StrContains(bytes, "/data.pkl") || !absl::StrContains(bytes, "/version")) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -113,7 +113,8 @@ absl::StatusOr<std::unique_ptr<ModelStore::Upload>> ModelStore::StartUpload() {
   absl::MutexLock lock(&mu_);
   if (uploads_ >= options_.max_concurrent_uploads) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("UploadModel: ", uploads_, " uploads are under way, the most this "
+        absl::StrCat("UploadModel: ", uploads_,
+                     " uploads are under way, the most this "
                      "coordinator takes at once; retry when they are done"));
   }
   ++uploads_;
@@ -131,24 +132,24 @@ absl::Status ModelStore::Upload::Header(const v1::ModelFileHeader& header) {
   if (have_header_) return absl::InvalidArgumentError("UploadModel: a second header");
   const std::string& name = header.file_name();
   if (!ValidFileName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "UploadModel: file_name '", absl::CHexEscape(name.substr(0, 300)),
-        "' must be 1-255 printable ASCII characters without '/'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("UploadModel: file_name '", absl::CHexEscape(name.substr(0, 300)),
+                     "' must be 1-255 printable ASCII characters without '/'"));
   }
   if (!IsSha256Hex(header.sha256())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "UploadModel: model file ", name, ": sha256 '",
-        absl::CHexEscape(header.sha256().substr(0, 100)), "' is not 64 lowercase hex digits"));
+    return absl::InvalidArgumentError(absl::StrCat("UploadModel: model file ", name, ": sha256 '",
+                                                   absl::CHexEscape(header.sha256().substr(0, 100)),
+                                                   "' is not 64 lowercase hex digits"));
   }
   if (header.size_bytes() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("UploadModel: model file ", name, ": size_bytes is 0"));
   }
   if (header.size_bytes() > static_cast<uint64_t>(store_->options_.max_model_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "UploadModel: model file ", name, " has ", header.size_bytes(),
-        " bytes, more than this coordinator's --max_model_bytes (",
-        store_->options_.max_model_bytes, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("UploadModel: model file ", name, " has ", header.size_bytes(),
+                     " bytes, more than this coordinator's --max_model_bytes (",
+                     store_->options_.max_model_bytes, ")"));
   }
   header_ = header;
   have_header_ = true;
@@ -161,9 +162,9 @@ absl::Status ModelStore::Upload::Chunk(const std::string& bytes) {
     return absl::InvalidArgumentError("UploadModel: the first message must be the header");
   }
   if (bytes_.size() + bytes.size() > header_.size_bytes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UploadModel: model file ", header_.file_name(), ": more than the ",
-                     header_.size_bytes(), " bytes its header announced"));
+    return absl::InvalidArgumentError(absl::StrCat("UploadModel: model file ", header_.file_name(),
+                                                   ": more than the ", header_.size_bytes(),
+                                                   " bytes its header announced"));
   }
   bytes_.append(bytes);
   hash_.Update(bytes);
@@ -210,8 +211,7 @@ absl::Status ModelStore::Store(const std::string& sha256, const std::string& byt
     if (stored_bytes_ + size > options_.max_stored_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "UploadModel: storing ", size, " more bytes would exceed --max_stored_model_bytes (",
-          options_.max_stored_bytes, "; ", stored_bytes_, " stored in ", sizes_.size(),
-          " files)"));
+          options_.max_stored_bytes, "; ", stored_bytes_, " stored in ", sizes_.size(), " files)"));
     }
     if (options_.directory.empty()) {
       memory_[sha256] = std::make_shared<const std::string>(bytes);

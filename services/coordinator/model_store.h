@@ -24,10 +24,10 @@
 namespace tributary::coordinator {
 
 struct ModelStoreOptions {
-  std::string directory;                     // "" = keep files in memory only.
-  int64_t max_model_bytes = int64_t{256} << 20;   // One file.
-  int64_t max_stored_bytes = int64_t{4} << 30;    // All files together.
-  int max_concurrent_uploads = 2;            // Each holds up to max_model_bytes in memory.
+  std::string directory;                         // "" = keep files in memory only.
+  int64_t max_model_bytes = int64_t{256} << 20;  // One file.
+  int64_t max_stored_bytes = int64_t{4} << 30;   // All files together.
+  int max_concurrent_uploads = 2;                // Each holds up to max_model_bytes in memory.
 };
 
 // OK when `bytes` looks like what torch.jit.save writes: a zip archive holding

@@ -25,8 +25,8 @@ std::string TempDir(const std::string& name) {
 
 absl::StatusOr<v1::UploadModelResponse> UploadIn(ModelStore& store, const std::string& name,
                                                  const std::string& bytes,
-                                                 const std::string& digest = "",
-                                                 uint64_t size = 0, size_t chunk = 7) {
+                                                 const std::string& digest = "", uint64_t size = 0,
+                                                 size_t chunk = 7) {
   absl::StatusOr<std::unique_ptr<ModelStore::Upload>> upload = store.StartUpload();
   if (!upload.ok()) return upload.status();
   v1::ModelFileHeader header;
@@ -122,7 +122,8 @@ TEST(ModelStoreTest, BoundsUploadsInFlightAndTheBytesKept) {
   ASSERT_TRUE(store.StartUpload().ok());  // The first one ended.
   const std::string a = Archive(std::string(10, 'a'));
   ASSERT_TRUE(UploadIn(store, "a.pt", a).ok());
-  absl::StatusOr<v1::UploadModelResponse> b = UploadIn(store, "b.pt", Archive(std::string(10, 'b')));
+  absl::StatusOr<v1::UploadModelResponse> b =
+      UploadIn(store, "b.pt", Archive(std::string(10, 'b')));
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(b.status().message(), HasSubstr("--max_stored_model_bytes (60"));
   EXPECT_EQ(store.stored_files(), 1u);

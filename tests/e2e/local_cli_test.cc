@@ -27,43 +27,11 @@
 #include "cli/parameters.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "tools/cpp/runfiles/runfiles.h"
+#include "tests/e2e/test_binaries.h"
 
 namespace tributary::testing {
 namespace {
 
-using bazel::tools::cpp::runfiles::Runfiles;
-
-std::string TestDir(const std::string& name) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string Runfile(const std::string& path) {
-  static Runfiles* runfiles = [] {
-    std::string error;
-    Runfiles* created = Runfiles::CreateForTest(&error);
-    EXPECT_NE(created, nullptr) << error;
-    return created;
-  }();
-  return runfiles->Rlocation("tributary/" + path);
-}
-
-// The layout of an installed release: the three services side by side (--bin_dir).
-std::string BinDir() {
-  static const std::string dir = [] {
-    const std::string bin = TestDir("bin");
-    for (const char* path : {"services/coordinator/coordinator",
-                             "services/parameter_server/parameter_server", "worker/worker"}) {
-      const std::string target = Runfile(path);
-      const std::string link = bin + "/" + std::string(path).substr(std::string(path).rfind('/'));
-      EXPECT_EQ(symlink(target.c_str(), link.c_str()), 0) << link << " -> " << target;
-    }
-    return bin;
-  }();
-  return dir;
-}
 
 // `tributary local` with its run directory, summary and log under TEST_TMPDIR/name.
 struct LocalRun {

@@ -23,45 +23,13 @@
 #include "absl/strings/str_join.h"
 #include "cli/child_process.h"
 #include "common/tls.h"
-#include "tools/cpp/runfiles/runfiles.h"
+#include "tests/e2e/test_binaries.h"
 
 namespace tributary::testing {
 namespace {
 
-using bazel::tools::cpp::runfiles::Runfiles;
-
 // Debian's interpreter: it has python3-torch and numpy (scripts/setup installs them).
 constexpr char kPython[] = "/usr/bin/python3";
-
-std::string TestDir(const std::string& name) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string Runfile(const std::string& path) {
-  static Runfiles* runfiles = [] {
-    std::string error;
-    Runfiles* created = Runfiles::CreateForTest(&error);
-    EXPECT_NE(created, nullptr) << error;
-    return created;
-  }();
-  return runfiles->Rlocation("tributary/" + path);
-}
-
-std::string BinDir() {
-  static const std::string dir = [] {
-    const std::string bin = TestDir("bin");
-    for (const char* path : {"services/coordinator/coordinator",
-                             "services/parameter_server/parameter_server", "worker/worker"}) {
-      const std::string target = Runfile(path);
-      const std::string link = bin + std::string(path).substr(std::string(path).rfind('/'));
-      EXPECT_EQ(symlink(target.c_str(), link.c_str()), 0) << link;
-    }
-    return bin;
-  }();
-  return dir;
-}
 
 struct Outcome {
   int exit_code = -1;
@@ -70,7 +38,7 @@ struct Outcome {
 
 // Runs a command to its end (or `timeout`), with its stdout and stderr.
 Outcome Command(const std::string& name, const std::vector<std::string>& argv,
-            absl::Duration timeout) {
+                absl::Duration timeout) {
   Outcome run;
   const std::string log = TestDir("logs") + "/" + name + ".log";
   absl::StatusOr<std::unique_ptr<cli::ChildProcess>> process =
@@ -94,7 +62,7 @@ std::string ExampleModel(const std::string& name) {
   static const std::string dir = [] {
     const std::string out = TestDir("models");
     Outcome made = Command("models.py", {kPython, Runfile("examples/models.py"), "--out", out},
-                       absl::Minutes(2));
+                           absl::Minutes(2));
     EXPECT_EQ(made.exit_code, 0) << made.output;
     return out;
   }();
@@ -103,10 +71,12 @@ std::string ExampleModel(const std::string& name) {
 
 // `tributary local` with the given flags; summary and run dir under TEST_TMPDIR/name.
 Outcome Local(const std::string& name, std::vector<std::string> flags,
-          absl::Duration timeout = absl::Minutes(10)) {
+              absl::Duration timeout = absl::Minutes(10)) {
   const std::string dir = TestDir(name);
-  std::vector<std::string> argv = {Runfile("cli/tributary"),  "local",
-                                   "--bin_dir=" + BinDir(),   "--run_dir=" + dir + "/cluster",
+  std::vector<std::string> argv = {Runfile("cli/tributary"),
+                                   "local",
+                                   "--bin_dir=" + BinDir(),
+                                   "--run_dir=" + dir + "/cluster",
                                    "--summary_json=" + dir + "/summary.json",
                                    "--progress_interval=1"};
   argv.insert(argv.end(), flags.begin(), flags.end());
@@ -118,7 +88,9 @@ google::protobuf::Struct Summary(const std::string& name) {
   absl::StatusOr<std::string> text =
       ReadFileToString(absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "/summary.json"));
   EXPECT_TRUE(text.ok()) << text.status();
-  if (text.ok()) EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
+  if (text.ok()) {
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
+  }
   return json;
 }
 
@@ -147,9 +119,9 @@ google::protobuf::Struct Evaluate(const std::string& model, std::vector<std::str
 // (BatchNorm sees 64 samples per replica), Adam with a cosine schedule, 4 epochs.
 TEST(TorchScriptCliTest, TheExampleCnnReachesItsAccuracyAndTheExportGivesTheSame) {
   const std::string exported = TestDir("cnn") + "/trained_cnn.pt";
-  Outcome run = Local("cnn", {"--model_file=" + ExampleModel("cnn"), "--optimizer=adam", "--lr=0.002",
-                          "--lr_schedule=cosine", "--epochs=4", "--workers=2", "--replicas=1",
-                          "--batch=128", "--export=" + exported});
+  Outcome run = Local("cnn", {"--model_file=" + ExampleModel("cnn"), "--optimizer=adam",
+                              "--lr=0.002", "--lr_schedule=cosine", "--epochs=4", "--workers=2",
+                              "--replicas=1", "--batch=128", "--export=" + exported});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "uploaded")) << run.output;
   const google::protobuf::Struct summary = Summary("cnn");
@@ -167,32 +139,29 @@ TEST(TorchScriptCliTest, TheExampleCnnReachesItsAccuracyAndTheExportGivesTheSame
 
 TEST(TorchScriptCliTest, NpyFilesFromTheExampleScriptTrain) {
   const std::string data = TestDir("npy-data");
-  Outcome converted = Command("fashion_to_npy.py",
-                          {kPython, Runfile("examples/fashion_to_npy.py"), "--out", data,
-                           "--dtype", "uint8"},
-                          absl::Minutes(2));
+  Outcome converted =
+      Command("fashion_to_npy.py",
+              {kPython, Runfile("examples/fashion_to_npy.py"), "--out", data, "--dtype", "uint8"},
+              absl::Minutes(2));
   ASSERT_EQ(converted.exit_code, 0) << converted.output;
   const std::string exported = TestDir("npy") + "/trained_mlp.pt";
-  Outcome run = Local("npy", {"--model_file=" + ExampleModel("mlp"), "--optimizer=adam",
-                          "--dataset=npy", "--train_npy=" + data + "/train_x.npy",
-                          "--train_labels_npy=" + data + "/train_y.npy",
-                          "--test_npy=" + data + "/test_x.npy",
-                          "--test_labels_npy=" + data + "/test_y.npy", "--train_limit=6000",
-                          "--epochs=2", "--export=" + exported});
+  Outcome run = Local(
+      "npy", {"--model_file=" + ExampleModel("mlp"), "--optimizer=adam", "--dataset=npy",
+              "--train_npy=" + data + "/train_x.npy", "--train_labels_npy=" + data + "/train_y.npy",
+              "--test_npy=" + data + "/test_x.npy", "--test_labels_npy=" + data + "/test_y.npy",
+              "--train_limit=6000", "--epochs=2", "--export=" + exported});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const double accuracy = Field(Summary("npy"), "test_accuracy");
   EXPECT_GE(accuracy, 0.75);
   std::cout << "example MLP on NPY (6000 samples, 2 epochs): test accuracy " << accuracy
             << std::endl;
-  const google::protobuf::Struct evaluated = Evaluate(
-      exported, {"--x", data + "/test_x.npy", "--y", data + "/test_y.npy"});
+  const google::protobuf::Struct evaluated =
+      Evaluate(exported, {"--x", data + "/test_x.npy", "--y", data + "/test_y.npy"});
   EXPECT_NEAR(Field(evaluated, "accuracy"), accuracy, 1e-4);
 }
 
 TEST(TorchScriptCliTest, BadFilesAndFlagsAreRefusedBeforeAnyProcessStarts) {
-  auto testdata = [](const std::string& name) {
-    return Runfile("worker/engine/testdata/" + name);
-  };
+  auto testdata = [](const std::string& name) { return Runfile("worker/engine/testdata/" + name); };
   const std::string text_file = TestDir("refusals") + "/notes.pt";
   std::ofstream(text_file) << "not a model\n";
   const std::vector<std::string> synthetic = {"--dataset=synthetic", "--synthetic_features=8",
@@ -204,20 +173,27 @@ TEST(TorchScriptCliTest, BadFilesAndFlagsAreRefusedBeforeAnyProcessStarts) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"missing", {"--model_file=/nonexistent/net.pt"},
+      {"missing",
+       {"--model_file=/nonexistent/net.pt"},
        "--model_file=/nonexistent/net.pt: model file /nonexistent/net.pt: cannot read it"},
       {"text", {"--model_file=" + text_file}, "model file notes.pt: not a TorchScript module"},
-      {"no_parameters", {"--model_file=" + testdata("no_parameters.pt")},
+      {"no_parameters",
+       {"--model_file=" + testdata("no_parameters.pt")},
        "model file no_parameters.pt: the module has no trainable parameter"},
-      {"wrong_input", {"--model_file=" + testdata("tiny_mlp.pt")},
+      {"wrong_input",
+       {"--model_file=" + testdata("tiny_mlp.pt")},
        "model file tiny_mlp.pt: forward fails on an input of shape [4, 1, 28, 28]"},
-      {"wrong_shape", {"--model_file=" + testdata("wrong_shape.pt")},
+      {"wrong_shape",
+       {"--model_file=" + testdata("wrong_shape.pt")},
        "model file wrong_shape.pt: forward returns a Float tensor of shape [4, 3, 1]"},
-      {"nan", {"--model_file=" + testdata("returns_nan.pt")},
+      {"nan",
+       {"--model_file=" + testdata("returns_nan.pt")},
        "model file returns_nan.pt: forward returns non-finite values"},
-      {"layers", {"--model_file=" + testdata("tiny_mlp.pt"), "--layers=8,3"},
+      {"layers",
+       {"--model_file=" + testdata("tiny_mlp.pt"), "--layers=8,3"},
        "--layers: does not apply with --model_file"},
-      {"npy_without_files", {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy"},
+      {"npy_without_files",
+       {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy"},
        "dataset.train_path: NPY needs a training features file"},
   };
   for (const Case& c : cases) {
@@ -230,8 +206,8 @@ TEST(TorchScriptCliTest, BadFilesAndFlagsAreRefusedBeforeAnyProcessStarts) {
     EXPECT_EQ(run.exit_code, 1) << run.output;
     EXPECT_TRUE(absl::StrContains(run.output, c.message)) << run.output;
     // Nothing was started: no process wrote a log or a port file.
-    const std::string cluster = absl::StrCat(std::getenv("TEST_TMPDIR"), "/refused-", c.name,
-                                             "/cluster/coordinator.log");
+    const std::string cluster =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/refused-", c.name, "/cluster/coordinator.log");
     EXPECT_NE(access(cluster.c_str(), F_OK), 0) << "a coordinator was started";
   }
 }

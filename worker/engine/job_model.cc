@@ -25,8 +25,8 @@ absl::StatusOr<ModelDef> BuildJobModel(const v1::ModelSpec& spec,
   }
   const std::string digest = Sha256Hex(*torchscript_bytes);
   if (digest != file.sha256()) {
-    return absl::DataLossError(absl::StrCat("model file ", file.file_name(), ": SHA-256 ",
-                                            digest, " but the job names ", file.sha256()));
+    return absl::DataLossError(absl::StrCat("model file ", file.file_name(), ": SHA-256 ", digest,
+                                            " but the job names ", file.sha256()));
   }
   absl::StatusOr<ModelDef> model =
       LoadTorchScriptModel(std::move(torchscript_bytes), file.file_name());

@@ -35,8 +35,8 @@ absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::stri
     return absl::DataLossError(absl::StrCat("model file ", path, ": read failed"));
   }
   if (static_cast<int64_t>(bytes->size()) != st.st_size) {
-    return absl::DataLossError(absl::StrCat("model file ", path, ": read ", bytes->size(),
-                                            " of ", st.st_size, " bytes"));
+    return absl::DataLossError(
+        absl::StrCat("model file ", path, ": read ", bytes->size(), " of ", st.st_size, " bytes"));
   }
   return std::shared_ptr<const std::string>(std::move(bytes));
 }

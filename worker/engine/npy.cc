@@ -33,6 +33,35 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
+// Where the header dictionary of a file starting with `prefix` begins, and its length:
+// the magic, the version (1, 2 or 3) and the little-endian length field.
+struct HeaderSpan {
+  size_t start = 0;
+  size_t length = 0;
+};
+
+absl::StatusOr<HeaderSpan> FindHeader(const std::string& path, absl::string_view prefix) {
+  if (prefix.size() < 10 ||
+      prefix.substr(0, kMagicBytes) != absl::string_view(kMagic, kMagicBytes)) {
+    return Bad(path, "not a .npy file (no \\x93NUMPY magic)");
+  }
+  const int major = static_cast<unsigned char>(prefix[6]);
+  if (major < 1 || major > 3) {
+    return Bad(path, absl::StrCat(".npy format version ", major, " is not 1, 2 or 3"));
+  }
+  const size_t length_bytes = major == 1 ? 2 : 4;
+  if (prefix.size() < 8 + length_bytes) return Bad(path, "truncated .npy header");
+  HeaderSpan span;
+  for (size_t i = 0; i < length_bytes; ++i) {
+    span.length |= static_cast<size_t>(static_cast<unsigned char>(prefix[8 + i])) << (8 * i);
+  }
+  span.start = 8 + length_bytes;
+  if (span.length > kMaxHeaderBytes) {
+    return Bad(path, absl::StrCat(".npy header of ", span.length, " bytes is too long"));
+  }
+  return span;
+}
+
 // The value of `key` in the header's Python dict literal, as raw text: a quoted
 // string, True/False or a parenthesised tuple.
 absl::StatusOr<std::string> DictValue(const std::string& path, absl::string_view dict,
@@ -74,8 +103,8 @@ absl::StatusOr<Dtype> ParseDescr(const std::string& path, const std::string& des
   Dtype dtype;
   dtype.kind = descr[1];
   int size = 0;
-  if (!absl::SimpleAtoi(descr.substr(2), &size) || (size != 1 && size != 2 && size != 4 &&
-                                                     size != 8)) {
+  if (!absl::SimpleAtoi(descr.substr(2), &size) ||
+      (size != 1 && size != 2 && size != 4 && size != 8)) {
     return Bad(path, absl::StrCat("unsupported dtype '", descr, "'"));
   }
   dtype.size = size;
@@ -116,31 +145,10 @@ absl::Status OpenNpy(const std::string& path, NpyFile& file) {
   std::string prefix(12, '\0');
   file.in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
   prefix.resize(static_cast<size_t>(file.in.gcount()));
-  if (prefix.size() < 10 || prefix.compare(0, kMagicBytes, kMagic, kMagicBytes) != 0) {
-    return Bad(path, "not a .npy file (no \\x93NUMPY magic)");
-  }
-  const int major = static_cast<unsigned char>(prefix[6]);
-  uint32_t header_bytes = 0;
-  size_t length_bytes = 0;
-  if (major == 1) {
-    header_bytes = static_cast<unsigned char>(prefix[8]) |
-                   (static_cast<uint32_t>(static_cast<unsigned char>(prefix[9])) << 8);
-    length_bytes = 2;
-  } else if (major == 2 || major == 3) {
-    if (prefix.size() < 12) return Bad(path, "truncated .npy header");
-    for (int i = 0; i < 4; ++i) {
-      header_bytes |= static_cast<uint32_t>(static_cast<unsigned char>(prefix[8 + i])) << (8 * i);
-    }
-    length_bytes = 4;
-  } else {
-    return Bad(path, absl::StrCat(".npy format version ", major, " is not 1, 2 or 3"));
-  }
-  if (header_bytes > kMaxHeaderBytes) {
-    return Bad(path, absl::StrCat(".npy header of ", header_bytes, " bytes is too long"));
-  }
-  const size_t offset = 8 + length_bytes;
-  std::string bytes(offset + header_bytes, '\0');
-  std::memcpy(bytes.data(), prefix.data(), std::min(prefix.size(), bytes.size()));
+  absl::StatusOr<HeaderSpan> span = FindHeader(path, prefix);
+  if (!span.ok()) return span.status();
+  std::string bytes(span->start + span->length, '\0');
+  file.in.clear();
   file.in.seekg(0);
   file.in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (static_cast<size_t>(file.in.gcount()) != bytes.size()) {
@@ -164,10 +172,10 @@ absl::Status OpenNpy(const std::string& path, NpyFile& file) {
   const uint64_t expected = static_cast<uint64_t>(file.elements) * file.dtype.size;
   const uint64_t present = static_cast<uint64_t>(st.st_size) - file.header.data_offset;
   if (static_cast<uint64_t>(st.st_size) < file.header.data_offset || present != expected) {
-    return absl::DataLossError(absl::StrCat(
-        "dataset file ", path, ": shape ", ShapeText(file.header.shape), " of '",
-        file.header.descr, "' needs ", expected, " bytes of data, the file holds ",
-        static_cast<uint64_t>(st.st_size) < file.header.data_offset ? 0 : present));
+    return absl::DataLossError(
+        absl::StrCat("dataset file ", path, ": shape ", ShapeText(file.header.shape), " of '",
+                     file.header.descr, "' needs ", expected, " bytes of data, the file holds ",
+                     static_cast<uint64_t>(st.st_size) < file.header.data_offset ? 0 : present));
   }
   file.in.seekg(static_cast<std::streamoff>(file.header.data_offset));
   return absl::OkStatus();
@@ -183,8 +191,8 @@ absl::Status ReadElements(const std::string& path, NpyFile& file, Store store) {
     const int64_t n = std::min(kChunk, file.elements - done);
     file.in.read(buffer.data(), static_cast<std::streamsize>(n * file.dtype.size));
     if (file.in.gcount() != n * file.dtype.size) {
-      return absl::DataLossError(absl::StrCat("dataset file ", path, ": read failed after ",
-                                              done, " elements"));
+      return absl::DataLossError(
+          absl::StrCat("dataset file ", path, ": read failed after ", done, " elements"));
     }
     const char* p = buffer.data();
     for (int64_t i = 0; i < n; ++i, p += file.dtype.size) {
@@ -227,24 +235,9 @@ absl::Status ReadElements(const std::string& path, NpyFile& file, Store store) {
 }  // namespace
 
 absl::StatusOr<NpyHeader> ParseNpyHeader(const std::string& path, const std::string& bytes) {
-  if (bytes.size() < 10 || bytes.compare(0, kMagicBytes, kMagic, kMagicBytes) != 0) {
-    return Bad(path, "not a .npy file (no \\x93NUMPY magic)");
-  }
-  const int major = static_cast<unsigned char>(bytes[6]);
-  size_t header_bytes = 0, start = 0;
-  if (major == 1) {
-    header_bytes = static_cast<unsigned char>(bytes[8]) |
-                   (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
-    start = 10;
-  } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) return Bad(path, "truncated .npy header");
-    for (int i = 0; i < 4; ++i) {
-      header_bytes |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-    }
-    start = 12;
-  } else {
-    return Bad(path, absl::StrCat(".npy format version ", major, " is not 1, 2 or 3"));
-  }
+  absl::StatusOr<HeaderSpan> span = FindHeader(path, bytes);
+  if (!span.ok()) return span.status();
+  const size_t start = span->start, header_bytes = span->length;
   if (bytes.size() < start + header_bytes) return Bad(path, "truncated .npy header");
   const absl::string_view dict(bytes.data() + start, header_bytes);
   NpyHeader header;
@@ -266,7 +259,7 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(const std::string& path, const std::str
   for (absl::string_view part :
        absl::StrSplit(absl::string_view(*shape).substr(1, shape->size() - 2), ',')) {
     part = absl::StripAsciiWhitespace(part);
-    if (part.empty()) continue;  // "(5,)" and "()".
+    if (part.empty()) continue;       // "(5,)" and "()".
     absl::ConsumeSuffix(&part, "L");  // Python 2 longs.
     int64_t dim = 0;
     if (!absl::SimpleAtoi(part, &dim) || dim < 0) {
@@ -328,8 +321,8 @@ absl::StatusOr<Dataset> ReadNpy(const std::string& features_path, const std::str
     data.features.resize(static_cast<size_t>(x.elements));
     data.labels.resize(static_cast<size_t>(count));
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "dataset file ", features_path, ": no memory for ", x.elements, " features"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("dataset file ", features_path, ": no memory for ", x.elements, " features"));
   }
   absl::Status read = ReadElements(features_path, x, [&](int64_t i, double v) {
     const float f = bytes ? static_cast<float>(v / 255.0) : static_cast<float>(v);

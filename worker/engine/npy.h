@@ -16,7 +16,7 @@ namespace tributary::engine {
 
 // What an .npy header says.
 struct NpyHeader {
-  std::string descr;           // e.g. "<f4", "|u1", "<i8".
+  std::string descr;  // e.g. "<f4", "|u1", "<i8".
   bool fortran_order = false;
   std::vector<int64_t> shape;  // () for a scalar.
   size_t data_offset = 0;      // Bytes before the data.

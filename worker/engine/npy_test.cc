@@ -92,11 +92,11 @@ TEST(NpyTest, RefusesBrokenHeadersAndData) {
     return data.ok() ? std::string("read") : std::string(data.status().message());
   };
   const std::string six_floats(6 * 4, '\0');
-  EXPECT_EQ(error("ok.npy", Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }",
-                                six_floats)),
-            "read");
-  EXPECT_THAT(error("short.npy", Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6, 2), }",
-                                     six_floats)),
+  EXPECT_EQ(
+      error("ok.npy", Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", six_floats)),
+      "read");
+  EXPECT_THAT(error("short.npy",
+                    Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6, 2), }", six_floats)),
               HasSubstr("short.npy: shape (6, 2) of '<f4' needs 48 bytes of data, the file "
                         "holds 24"));
   EXPECT_THAT(error("noshape.npy", Npy("{'descr': '<f4', 'fortran_order': False}", six_floats)),
@@ -115,9 +115,9 @@ TEST(NpyTest, RefusesBrokenHeadersAndData) {
   EXPECT_THAT(error("v9.npy", Npy("{}", "", 9)), HasSubstr("format version 9 is not 1, 2 or 3"));
   EXPECT_THAT(error("cut.npy", std::string("\x93NUMPY\x01\x00\xff\x00{'descr'", 17)),
               HasSubstr("truncated .npy header"));
-  EXPECT_THAT(error("empty.npy",
-                    Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", "")),
-              HasSubstr("need [samples, ...] with at least one sample"));
+  EXPECT_THAT(
+      error("empty.npy", Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", "")),
+      HasSubstr("need [samples, ...] with at least one sample"));
 }
 
 TEST(NpyTest, LoadDatasetsReadsTrainAndTestSplits) {

@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <utility>
 
@@ -56,9 +56,8 @@ absl::StatusOr<torch::jit::Module> LoadModule(const ModelDef& model) {
     return torch::jit::load(in, c10::Device(c10::kCPU));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", source.file_name, ": not a TorchScript module LibTorch ",
-        TORCH_VERSION, " can load (save it with torch.jit.script(model).save(path)): ",
-        TorchMessage(e)));
+        "model file ", source.file_name, ": not a TorchScript module LibTorch ", TORCH_VERSION,
+        " can load (save it with torch.jit.script(model).save(path)): ", TorchMessage(e)));
   }
 }
 
@@ -137,17 +136,16 @@ absl::StatusOr<at::Tensor> ProbeForward(torch::jit::Module& module, const ModelD
   }
   if (!output.isTensor()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", file, ": forward returns ", output.tagKind(),
-        " for an input of shape ", DimsText(input_dims),
-        "; Tributary needs one tensor of class scores [N, classes]"));
+        "model file ", file, ": forward returns ", output.tagKind(), " for an input of shape ",
+        DimsText(input_dims), "; Tributary needs one tensor of class scores [N, classes]"));
   }
   at::Tensor logits = output.toTensor();
   if (logits.dim() != 2 || logits.size(0) != count || !c10::isFloatingType(logits.scalar_type())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", file, ": forward returns a ", c10::toString(logits.scalar_type()),
-        " tensor of shape ", DimsText(logits.sizes()), " for an input of shape ",
-        DimsText(input_dims), "; Tributary needs float class scores of shape [", count,
-        ", classes]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model file ", file, ": forward returns a ",
+                     c10::toString(logits.scalar_type()), " tensor of shape ",
+                     DimsText(logits.sizes()), " for an input of shape ", DimsText(input_dims),
+                     "; Tributary needs float class scores of shape [", count, ", classes]"));
   }
   if (!torch::isfinite(logits).all().item<bool>()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -194,8 +192,8 @@ class TorchScriptReplica : public Replica {
       }
       // The parameter reads the shared host buffer in place; its gradient accumulates
       // into this replica's flat gradient buffer.
-      t.set_data(torch::from_blob(const_cast<float*>(host_) + info.offset, t.sizes(),
-                                  torch::kFloat32));
+      t.set_data(
+          torch::from_blob(const_cast<float*>(host_) + info.offset, t.sizes(), torch::kFloat32));
       t.mutable_grad() =
           torch::from_blob(gradients_.data() + info.offset, t.sizes(), torch::kFloat32);
       std::shared_ptr<torch::autograd::Node> accumulator =
@@ -313,8 +311,7 @@ class TorchScriptReplica : public Replica {
     std::vector<int64_t> dims = {batch.count};
     const std::vector<int64_t>& sample = model_.torchscript->sample_dims;
     dims.insert(dims.end(), sample.begin(), sample.end());
-    at::Tensor input =
-        torch::from_blob(const_cast<float*>(batch.features), dims, torch::kFloat32);
+    at::Tensor input = torch::from_blob(const_cast<float*>(batch.features), dims, torch::kFloat32);
     return module_.forward({input}).toTensor();
   }
 
@@ -325,10 +322,10 @@ class TorchScriptReplica : public Replica {
 
   absl::Status CheckLogits(const at::Tensor& logits, int64_t count) const {
     if (logits.dim() != 2 || logits.size(0) != count || logits.size(1) < model_.num_classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model file ", model_.torchscript->file_name, ": forward returned shape ",
-          DimsText(logits.sizes()), " for ", count, " samples; expected [", count, ", ",
-          model_.num_classes, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model file ", model_.torchscript->file_name, ": forward returned shape ",
+                       DimsText(logits.sizes()), " for ", count, " samples; expected [", count,
+                       ", ", model_.num_classes, "]"));
     }
     return absl::OkStatus();
   }
@@ -432,8 +429,7 @@ absl::Status SaveAtomically(torch::jit::Module& module, const std::string& path)
     module.save(temporary);
   } catch (const std::exception& e) {
     std::remove(temporary.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot write ", path, ": ", TorchMessage(e)));
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", TorchMessage(e)));
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
@@ -472,9 +468,9 @@ absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string>
           "; Tributary trains float32 parameters (call model.float() before torch.jit.script)"));
     }
     if (!FloatValued(t.scalar_type()) || t.is_sparse() || t.is_quantized()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " is ", c10::toString(t.scalar_type()),
-          ": only dense floating, integer and bool tensors can travel as buffers"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " is ", c10::toString(t.scalar_type()),
+                       ": only dense floating, integer and bool tensors can travel as buffers"));
     }
     TensorInfo info;
     info.name = name;
@@ -496,9 +492,9 @@ absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string>
     }
   }
   if (model.num_trained == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", file_name,
-        ": the module has no trainable parameter (nothing with requires_grad=True)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model file ", file_name,
+                     ": the module has no trainable parameter (nothing with requires_grad=True)"));
   }
   auto initial = std::make_shared<std::vector<float>>(model.num_parameters);
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
@@ -537,8 +533,7 @@ absl::Status FitTorchScriptModel(ModelDef& model, const Dataset& train) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model file ", source->file_name, ": forward returns ", classes,
         " class scores per sample but dataset ", train.source, " has labels up to ",
-        train.num_classes - 1, " (needs at least ", std::max<int64_t>(2, train.num_classes),
-        ")"));
+        train.num_classes - 1, " (needs at least ", std::max<int64_t>(2, train.num_classes), ")"));
   }
   model.num_classes = classes;
   return absl::OkStatus();
@@ -552,8 +547,7 @@ absl::StatusOr<std::unique_ptr<Replica>> CreateTorchScriptReplica(const ModelDef
   }
   absl::StatusOr<torch::jit::Module> module = LoadModule(model);
   if (!module.ok()) return module.status();
-  auto replica =
-      std::make_unique<TorchScriptReplica>(model, *std::move(module), host_parameters);
+  auto replica = std::make_unique<TorchScriptReplica>(model, *std::move(module), host_parameters);
   if (absl::Status ready = replica->Init(); !ready.ok()) return ready;
   return std::unique_ptr<Replica>(std::move(replica));
 }
@@ -582,10 +576,10 @@ absl::Status ExportTorchScript(const ModelDef& model, const float* values,
     }
     for (size_t i = 0; i < tensors.tensors.size(); ++i) {
       if (model.tensors[i].length != tensors.tensors[i].numel()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model file ", model.torchscript->file_name, ": tensor ", model.tensors[i].name,
-            " has ", tensors.tensors[i].numel(), " elements, the layout ",
-            model.tensors[i].length));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model file ", model.torchscript->file_name, ": tensor ",
+                         model.tensors[i].name, " has ", tensors.tensors[i].numel(),
+                         " elements, the layout ", model.tensors[i].length));
       }
       FloatsToTensor(values + model.tensors[i].offset, tensors.tensors[i]);
     }
@@ -597,10 +591,10 @@ absl::Status ExportTorchScript(const ModelDef& model, const float* values,
   try {
     torch::jit::Module module(model.name.empty() ? "model" : model.name);
     for (const TensorInfo& info : model.tensors) {
-      at::Tensor t = torch::from_blob(const_cast<float*>(values) + info.offset, info.shape,
-                                      torch::kFloat32)
-                         .clone()
-                         .requires_grad_(true);
+      at::Tensor t =
+          torch::from_blob(const_cast<float*>(values) + info.offset, info.shape, torch::kFloat32)
+              .clone()
+              .requires_grad_(true);
       module.register_parameter(absl::StrReplaceAll(info.name, {{".", "_"}}), t,
                                 /*is_buffer=*/false);
     }
@@ -608,9 +602,8 @@ absl::Status ExportTorchScript(const ModelDef& model, const float* values,
     module.eval();
     return SaveAtomically(module, path);
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("model ", model.name, ": cannot build its TorchScript module: ",
-                     TorchMessage(e)));
+    return absl::InternalError(absl::StrCat(
+        "model ", model.name, ": cannot build its TorchScript module: ", TorchMessage(e)));
   }
 }
 

@@ -7,9 +7,10 @@ namespace tributary::engine {
 namespace {
 
 absl::Status Unavailable(const std::string& what) {
-  return absl::UnavailableError(absl::StrCat(
-      what, ": this binary was built without LibTorch, so it cannot run TorchScript models; "
-            "install Debian's libtorch-dev (bash scripts/setup) and rebuild"));
+  return absl::UnavailableError(
+      absl::StrCat(what,
+                   ": this binary was built without LibTorch, so it cannot run TorchScript models; "
+                   "install Debian's libtorch-dev (bash scripts/setup) and rebuild"));
 }
 
 }  // namespace

@@ -105,14 +105,16 @@ TEST(TorchScriptTest, MatchesTheNativeEngineOnTheSameMlp) {
   std::vector<float> params(torch_model.num_parameters);
   InitParameters(*native_model, 3, params.data());
   CpuReplica native(*native_model, params.data());
-  absl::StatusOr<std::unique_ptr<Replica>> torch = CreateTorchScriptReplica(torch_model, params.data());
+  absl::StatusOr<std::unique_ptr<Replica>> torch =
+      CreateTorchScriptReplica(torch_model, params.data());
   ASSERT_TRUE(torch.ok()) << torch.status();
   const testing::OwnedBatch batch = BatchOf(data, 0, 37);
   std::vector<Report> reports;
   absl::StatusOr<LossStats> a = native.ForwardBackward(batch.View(), {1, 0}, nullptr);
   absl::StatusOr<LossStats> b = (*torch)->ForwardBackward(
-      batch.View(), {1, 0},
-      [&](int tensor, int64_t offset, int64_t length) { reports.push_back({tensor, offset, length}); });
+      batch.View(), {1, 0}, [&](int tensor, int64_t offset, int64_t length) {
+        reports.push_back({tensor, offset, length});
+      });
   ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
   EXPECT_NEAR(a->loss_sum, b->loss_sum, 1e-4 * std::fabs(a->loss_sum));
   EXPECT_EQ(a->correct, b->correct);
@@ -145,10 +147,10 @@ TEST(TorchScriptTest, BuffersFollowTheSourceReplicaAndAreReportedFirst) {
   const ModelDef model = Fitted("tiny_bn.pt", data);
   std::vector<std::string> names;
   for (const TensorInfo& t : model.tensors) names.push_back(t.name + (t.buffer ? "*" : ""));
-  EXPECT_THAT(names, ::testing::ElementsAre("fc1.weight", "fc1.bias", "bn.weight", "bn.bias",
-                                            "fc2.weight", "fc2.bias", "bn.running_mean*",
-                                            "bn.running_var*", "bn.num_batches_tracked*",
-                                            "scale*"));
+  EXPECT_THAT(names,
+              ::testing::ElementsAre("fc1.weight", "fc1.bias", "bn.weight", "bn.bias", "fc2.weight",
+                                     "fc2.bias", "bn.running_mean*", "bn.running_var*",
+                                     "bn.num_batches_tracked*", "scale*"));
   const TensorInfo& mean = model.tensors[6];
   const TensorInfo& var = model.tensors[7];
   const TensorInfo& tracked = model.tensors[8];
@@ -179,10 +181,10 @@ TEST(TorchScriptTest, BuffersFollowTheSourceReplicaAndAreReportedFirst) {
     EXPECT_EQ(reports[i].tensor, static_cast<int>(model.tensors.size() - 1 - i));
   }
   const float* g = (*source)->host_gradients();
-  EXPECT_EQ(g[tracked.offset], 1.0f);      // One training pass counted.
-  EXPECT_NE(g[mean.offset], 0.0f);         // Moved towards the batch mean.
+  EXPECT_EQ(g[tracked.offset], 1.0f);  // One training pass counted.
+  EXPECT_NE(g[mean.offset], 0.0f);     // Moved towards the batch mean.
   EXPECT_NE(g[var.offset], 1.0f);
-  EXPECT_EQ(g[scale.offset], 2.0f);        // Frozen: carried as it is.
+  EXPECT_EQ(g[scale.offset], 2.0f);  // Frozen: carried as it is.
   // The shared buffer is untouched: the next pass starts again from it.
   EXPECT_EQ(params[tracked.offset], 0.0f);
   ASSERT_TRUE((*source)->ForwardBackward(batch.View(), {1, 1}, nullptr).ok());
@@ -288,12 +290,13 @@ TEST(TorchScriptTest, ExportWritesTheValuesBackIntoTheModule) {
   const Dataset data = Data();
   const ModelDef model = Fitted("tiny_bn.pt", data);
   std::vector<float> values(model.num_parameters);
-  for (int64_t j = 0; j < model.num_parameters; ++j) values[j] = 0.001f * static_cast<float>(j % 97);
+  for (int64_t j = 0; j < model.num_parameters; ++j)
+    values[j] = 0.001f * static_cast<float>(j % 97);
   values[model.tensors[8].offset] = 123.0f;  // num_batches_tracked, an int64 buffer.
   const std::string path = std::string(getenv("TEST_TMPDIR")) + "/exported.pt";
   ASSERT_TRUE(ExportTorchScript(model, values.data(), path).ok());
-  absl::StatusOr<ModelDef> back = LoadTorchScriptModel(
-      std::make_shared<const std::string>(ReadAll(path)), "exported.pt");
+  absl::StatusOr<ModelDef> back =
+      LoadTorchScriptModel(std::make_shared<const std::string>(ReadAll(path)), "exported.pt");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back->initial_values, values);
   EXPECT_EQ(back->num_trained, model.num_trained);
