@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 
 namespace tributary::cli {
 

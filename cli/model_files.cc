@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/parameters.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
 #include "common/tls.h"
-#include "proto/parameter_server.grpc.pb.h"
 #include "worker/engine/model_registry.h"
 #include "worker/engine/torchscript.h"
 #include "worker/model_fetch.h"
@@ -102,58 +102,14 @@ absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordina
       MakePartitionPlan(model->Layout(), spec.partition_bytes(), num_shards);
   if (!plan.ok()) return plan.status();
 
-  std::vector<float> values(model->num_parameters);
-  std::vector<uint8_t> have(plan->partitions_size(), 0);
+  absl::StatusOr<PulledParameters> pulled =
+      PullPlannedParameters(cluster, options, job.job_id(), *plan);
+  if (!pulled.ok()) return pulled.status();
   ExportResult result;
   result.job_id = job.job_id();
   result.model = model->name;
-  result.step = ~uint64_t{0};
-  for (const v1::ShardSummary& summary : cluster.shards()) {
-    const uint32_t shard = summary.shard().shard_index();
-    const std::string& address = summary.shard().address();
-    ChannelOptions shard_options = options;
-    shard_options.max_receive_bytes =
-        std::max<int64_t>(options.max_receive_bytes, spec.partition_bytes() + (1 << 20));
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(address, shard_options);
-    if (!channel.ok()) return channel.status();
-    auto ps = v1::ParameterServer::NewStub(*channel);
-    grpc::ClientContext context;
-    context.set_deadline(In(300));
-    v1::PullRequest request;
-    request.set_job_id(job.job_id());
-    for (uint32_t id : PartitionsOfShard(*plan, shard)) request.add_partition_ids(id);
-    if (request.partition_ids().empty()) continue;
-    auto reader = ps->Pull(&context, request);
-    v1::PartitionValues partition;
-    while (reader->Read(&partition)) {
-      const uint32_t id = partition.partition_id();
-      if (id >= static_cast<uint32_t>(plan->partitions_size()) ||
-          plan->partitions(id).shard() != shard || partition.dtype() != v1::FLOAT32 ||
-          partition.data().size() != static_cast<size_t>(plan->partitions(id).length()) * 4) {
-        context.TryCancel();
-        reader->Finish();
-        return absl::DataLossError(
-            absl::StrCat("shard ", shard, " at ", address, " sent partition ", id, " with ",
-                         partition.data().size(), " bytes, which the plan of job ", job.job_id(),
-                         " does not have"));
-      }
-      std::memcpy(values.data() + plan->partitions(id).offset(), partition.data().data(),
-                  partition.data().size());
-      have[id] = 1;
-      result.step = std::min(result.step, partition.step());
-    }
-    absl::Status pulled = FromGrpcStatus(
-        reader->Finish(),
-        absl::StrCat("Pull of job ", job.job_id(), " from shard ", shard, " at ", address));
-    if (!pulled.ok()) return pulled;
-  }
-  for (int i = 0; i < plan->partitions_size(); ++i) {
-    if (!have[i]) {
-      return absl::DataLossError(absl::StrCat(
-          "partition ", i, " of job ", job.job_id(), " (shard ", plan->partitions(i).shard(),
-          ") came from no shard: is every shard registered with the coordinator?"));
-    }
-  }
+  result.step = pulled->step;
+  const std::vector<float>& values = pulled->values;
   if (absl::Status written = engine::ExportTorchScript(*model, values.data(), path);
       !written.ok()) {
     return written;

@@ -12,8 +12,30 @@
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "worker/comm/ps_client.h"
 
 namespace tributary::cli {
+
+absl::StatusOr<PulledParameters> PullPlannedParameters(const v1::ClusterStatus& cluster,
+                                                       const ChannelOptions& options,
+                                                       const std::string& job_id,
+                                                       const v1::PartitionPlan& plan) {
+  std::vector<v1::ShardInfo> shards;
+  for (const v1::ShardSummary& summary : cluster.shards()) shards.push_back(summary.shard());
+  if (shards.empty()) return absl::FailedPreconditionError("the coordinator knows no PS shards");
+  ChannelOptions shard_options = options;
+  shard_options.max_receive_bytes =
+      std::max<int64_t>(options.max_receive_bytes, plan.partition_bytes() + (1 << 20));
+  worker::PsClient client(worker::PsIdentity{job_id, 0, 0}, plan, std::move(shards),
+                          shard_options, v1::SYNC, v1::FLOAT32, absl::Seconds(20));
+  PulledParameters result;
+  result.job_id = job_id;
+  result.values.resize(static_cast<size_t>(plan.total_elements()));
+  absl::StatusOr<uint64_t> step = client.PullAll(result.values.data());
+  if (!step.ok()) return step.status();
+  result.step = *step;
+  return result;
+}
 
 absl::StatusOr<PulledParameters> PullParameters(std::shared_ptr<grpc::Channel> coordinator,
                                                 const ChannelOptions& options) {
@@ -30,72 +52,49 @@ absl::StatusOr<PulledParameters> PullParameters(std::shared_ptr<grpc::Channel> c
   if (cluster.shards_size() == 0) {
     return absl::FailedPreconditionError("the coordinator knows no PS shards");
   }
-  PulledParameters result;
-  result.step = ~uint64_t{0};
-  std::map<int64_t, int64_t> covered;  // offset -> length
-  std::vector<float> values;
+  // The layout as the shards hold it: each one's partitions, from its status.
+  std::string job_id;
+  std::map<uint32_t, v1::Partition> partitions;
   for (const v1::ShardSummary& summary : cluster.shards()) {
     const std::string& address = summary.shard().address();
-    ChannelOptions shard_options = options;
-    shard_options.max_receive_bytes = std::max<int64_t>(options.max_receive_bytes, 300 << 20);
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(address, shard_options);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(address, options);
     if (!channel.ok()) return channel.status();
-    auto stub = v1::ParameterServer::NewStub(*channel);
     v1::ShardStatus status;
-    {
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      absl::Status rpc = FromGrpcStatus(
-          stub->GetShardStatus(&context, v1::GetShardStatusRequest(), &status),
-          absl::StrCat("GetShardStatus of shard ", summary.shard().shard_index(), " at ", address));
-      if (!rpc.ok()) return rpc;
-    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    absl::Status rpc = FromGrpcStatus(
+        v1::ParameterServer::NewStub(*channel)->GetShardStatus(
+            &context, v1::GetShardStatusRequest(), &status),
+        absl::StrCat("GetShardStatus of shard ", summary.shard().shard_index(), " at ", address));
+    if (!rpc.ok()) return rpc;
     if (status.job_id().empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", summary.shard().shard_index(), " at ", address, " holds no job"));
     }
-    result.job_id = status.job_id();
-    std::map<uint32_t, std::pair<int64_t, int64_t>> ranges;
-    for (const v1::PartitionStatus& partition : status.partitions()) {
-      ranges[partition.partition_id()] = {partition.offset(), partition.length()};
-      const int64_t end = partition.offset() + partition.length();
-      if (static_cast<int64_t>(values.size()) < end) values.resize(end);
+    job_id = status.job_id();
+    for (const v1::PartitionStatus& held : status.partitions()) {
+      v1::Partition& partition = partitions[held.partition_id()];
+      partition.set_id(held.partition_id());
+      partition.set_offset(held.offset());
+      partition.set_length(held.length());
+      partition.set_shard(summary.shard().shard_index());
     }
-    grpc::ClientContext context;
-    v1::PullRequest request;
-    request.set_job_id(status.job_id());
-    auto reader = stub->Pull(&context, request);
-    v1::PartitionValues partition;
-    while (reader->Read(&partition)) {
-      auto range = ranges.find(partition.partition_id());
-      if (range == ranges.end() ||
-          partition.data().size() != static_cast<size_t>(range->second.second) * 4) {
-        context.TryCancel();
-        reader->Finish();
-        return absl::DataLossError(absl::StrCat("shard at ", address, " sent partition ",
-                                                partition.partition_id(), " with ",
-                                                partition.data().size(), " bytes"));
-      }
-      std::memcpy(values.data() + range->second.first, partition.data().data(),
-                  partition.data().size());
-      covered[range->second.first] = range->second.second;
-      result.step = std::min(result.step, partition.step());
+  }
+  v1::PartitionPlan plan;
+  int64_t next = 0, largest = 0;
+  for (const auto& [id, partition] : partitions) {
+    if (id != static_cast<uint32_t>(plan.partitions_size()) || partition.offset() != next) {
+      return absl::DataLossError(absl::StrCat("no shard holds elements [", next, ", ",
+                                              partition.offset(), ") (partition ",
+                                              plan.partitions_size(), ")"));
     }
-    absl::Status pulled = FromGrpcStatus(reader->Finish(), absl::StrCat("Pull from ", address));
-    if (!pulled.ok()) return pulled;
+    *plan.add_partitions() = partition;
+    next += partition.length();
+    largest = std::max(largest, partition.length());
   }
-  int64_t next = 0;
-  for (const auto& [offset, length] : covered) {
-    if (offset != next) {
-      return absl::DataLossError(absl::StrCat("no shard holds elements [", next, ", ", offset, ")"));
-    }
-    next = offset + length;
-  }
-  if (next != static_cast<int64_t>(values.size())) {
-    return absl::DataLossError(absl::StrCat("partitions end at ", next, " of ", values.size()));
-  }
-  result.values = std::move(values);
-  return result;
+  plan.set_total_elements(next);
+  plan.set_partition_bytes(largest * 4);
+  return PullPlannedParameters(cluster, options, job_id, plan);
 }
 
 absl::Status WriteParameters(const PulledParameters& params, const std::string& path) {

@@ -13,6 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/channel.h"
+#include "proto/coordinator.pb.h"
+#include "proto/tensor.pb.h"
 
 namespace tributary::cli {
 
@@ -22,10 +24,19 @@ struct PulledParameters {
   std::vector<float> values;   // The whole flat buffer.
 };
 
-// Asks the coordinator for the shard map, each shard for its partitions, and pulls
-// them. DATA_LOSS naming the gap when partitions are missing.
+// Asks the coordinator for the shard map, each shard for its partitions (the layout as
+// the shards hold it, so no model is needed), and pulls them. DATA_LOSS naming the gap
+// when partitions are missing.
 absl::StatusOr<PulledParameters> PullParameters(std::shared_ptr<grpc::Channel> coordinator,
                                                 const ChannelOptions& options);
+
+// Pulls job `job_id`'s partitions of `plan` from the shards `cluster` lists (through
+// the worker's PS client, with its retries; a shard that no longer holds the job
+// answers from its checkpoint). DATA_LOSS when a partition came from no shard.
+absl::StatusOr<PulledParameters> PullPlannedParameters(const v1::ClusterStatus& cluster,
+                                                       const ChannelOptions& options,
+                                                       const std::string& job_id,
+                                                       const v1::PartitionPlan& plan);
 
 absl::Status WriteParameters(const PulledParameters& params, const std::string& path);
 

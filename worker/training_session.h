@@ -1,6 +1,6 @@
 // One generation of training inside a worker process: its replicas, its node
-// group's reducer, and (on the node leader) its PS client. A step runs DESIGN.md's
-// data path: replicas compute forward/backward on their slice of the global batch;
+// group's reducer, and (on the node leader) its PS client. A step runs the data path
+// of docs/worker.md: replicas compute forward/backward on their slice of the global batch;
 // as backward finishes each partition (last layer first) a communication thread
 // reduces it over the node group and the leader pushes it to its shard. The step
 // returns once everything is pushed; the same thread then applies the PS's update

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/backoff.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/process.h"
@@ -115,7 +116,7 @@ absl::Status WorkerRuntime::Register() {
   request.set_pid(getpid());
   request.set_version(kVersion);
   const absl::Time give_up = absl::Now() + options_.register_timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   while (true) {
     v1::RegisterWorkerResponse response;
     auto context = Deadline(absl::Seconds(10));
@@ -146,8 +147,7 @@ absl::Status WorkerRuntime::Register() {
     }
     LOG_EVERY_N(INFO, 20) << "waiting for the coordinator at " << options_.coordinator_address
                           << ": " << status.error_message();
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    absl::SleepFor(backoff.Next());
   }
 }
 

@@ -25,7 +25,7 @@
 #include "services/parameter_server/parameter_server_service.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 namespace tributary::bench {
 namespace {
@@ -116,7 +116,7 @@ absl::Status CheckConfig(const PsConfig& config) {
   if (config.model_bytes < 4 || config.model_bytes % 4 != 0 || config.partition_bytes < 4 ||
       config.partition_bytes % 4 != 0 || config.nodes < 1 || config.shards < 1 ||
       config.steps < 1 || config.warmup_steps < 0 || config.summation_threads < 1 ||
-      ps::WireBytes(config.wire_dtype) == 0) {
+      WireBytes(config.wire_dtype) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PS measurement: need model_bytes and partition_bytes positive multiples of 4 "
         "(got ",
@@ -193,14 +193,14 @@ double MemcpyGBps(size_t bytes, int repeats) {
 
 double SumGBps(size_t model_bytes, v1::DType dtype, int repeats) {
   const size_t floats = model_bytes / 4;
-  std::vector<char> wire(floats * ps::WireBytes(dtype), 0);
+  std::vector<char> wire(floats * WireBytes(dtype), 0);
   std::vector<float> halves(floats, 0.5f);
-  ps::NarrowInto(dtype, halves.data(), floats, wire.data());
+  NarrowInto(dtype, halves.data(), floats, wire.data());
   std::vector<float> sum(floats, 0.0f);
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     const auto start = Clock::now();
-    for (int i = 0; i < 4; ++i) ps::AccumulateInto(dtype, wire.data(), floats, sum.data());
+    for (int i = 0; i < 4; ++i) AccumulateInto(dtype, wire.data(), floats, sum.data());
     best = std::max(best, 4.0 * wire.size() / SecondsSince(start) / 1e9);
   }
   return best;
@@ -349,8 +349,8 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
         push.set_dtype(config.wire_dtype);
         push.set_sample_count(1);
         std::vector<float> grad(partition.length(), 0.001f * (n + 1));
-        std::string data(partition.length() * ps::WireBytes(config.wire_dtype), '\0');
-        ps::NarrowInto(config.wire_dtype, grad.data(), grad.size(), data.data());
+        std::string data(partition.length() * WireBytes(config.wire_dtype), '\0');
+        NarrowInto(config.wire_dtype, grad.data(), grad.size(), data.data());
         push.set_data(std::move(data));
         stream->pushes.push_back(std::move(push));
       }

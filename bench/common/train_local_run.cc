@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "common/tls.h"
 
 namespace tributary::bench {
@@ -24,10 +24,10 @@ absl::StatusOr<TrainingRun> RunTrainLocal(const TrainLocalOptions& options) {
       absl::StrCat("--threads=", options.threads),
   };
   const absl::Time launch = absl::Now();
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> started =
-      cli::ChildProcess::Start("train_local", argv, options.log_path);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> started =
+      ChildProcess::Start("train_local", argv, options.log_path);
   if (!started.ok()) return started.status();
-  cli::ChildProcess& child = **started;
+  ChildProcess& child = **started;
   while (child.Running()) absl::SleepFor(absl::Milliseconds(20));
   run.process_seconds = absl::ToDoubleSeconds(absl::Now() - launch);
   if (child.exit_code() != 0) {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "common/testing/prometheus_text.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -144,10 +144,10 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   run.log_path = options.run_dir + "/tributary_local.log";
   std::remove(run.log_path.c_str());
   const absl::Time launch = absl::Now();
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> started =
-      cli::ChildProcess::Start("tributary local", argv, run.log_path);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> started =
+      ChildProcess::Start("tributary local", argv, run.log_path);
   if (!started.ok()) return started.status();
-  cli::ChildProcess& child = **started;
+  ChildProcess& child = **started;
 
   std::unique_ptr<v1::Coordinator::Stub> stub;
   std::optional<v1::Job> job;

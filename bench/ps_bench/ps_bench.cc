@@ -22,7 +22,7 @@
 #include "absl/flags/parse.h"
 #include "bench/common/ps_measurements.h"
 #include "services/parameter_server/malloc_tuning.h"
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 ABSL_FLAG(int64_t, model_bytes, 100 << 20,
           "Model size in bytes of FLOAT32 parameters. Default: 104857600 (100 MiB).");
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   }
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   if (!v1::DType_Parse(absl::GetFlag(FLAGS_wire_dtype), &config.wire_dtype) ||
-      ps::WireBytes(config.wire_dtype) == 0) {
+      WireBytes(config.wire_dtype) == 0) {
     std::fprintf(stderr, "ps_bench: --wire_dtype must be FLOAT32, FLOAT16 or BFLOAT16, got %s\n",
                  absl::GetFlag(FLAGS_wire_dtype).c_str());
     return 2;

@@ -22,7 +22,7 @@
 #include "bench/common/machine.h"
 #include "bench/common/ps_measurements.h"
 #include "services/parameter_server/malloc_tuning.h"
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 ABSL_FLAG(std::vector<std::string>, workers, std::vector<std::string>({"1", "2", "4"}),
           "Worker counts to sweep: node streams pushing and pulling at once, each on its own "
@@ -96,7 +96,7 @@ int Run() {
   base.summation_threads = absl::GetFlag(FLAGS_summation_threads);
   if (base.summation_threads <= 0) base.summation_threads = static_cast<int>(cores);
   if (!v1::DType_Parse(absl::GetFlag(FLAGS_wire_dtype), &base.wire_dtype) ||
-      ps::WireBytes(base.wire_dtype) == 0) {
+      WireBytes(base.wire_dtype) == 0) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--wire_dtype must be FLOAT32, FLOAT16 or BFLOAT16, got ",
                      absl::GetFlag(FLAGS_wire_dtype))));

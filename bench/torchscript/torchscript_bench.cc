@@ -23,7 +23,7 @@
 #include "bench/common/machine.h"
 #include "bench/common/training_run.h"
 #include "bench/common/work_dir.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "common/process.h"
 #include "common/sha256.h"
 #include "common/tls.h"
@@ -66,8 +66,8 @@ int Fail(const absl::Status& status) {
 
 absl::Status RunToEnd(const std::string& name, const std::vector<std::string>& argv,
                       const std::string& log) {
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> child =
-      cli::ChildProcess::Start(name, argv, log);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(name, argv, log);
   if (!child.ok()) return child.status();
   while ((*child)->Running()) absl::SleepFor(absl::Milliseconds(20));
   if ((*child)->exit_code() != 0) {

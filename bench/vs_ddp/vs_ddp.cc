@@ -26,7 +26,7 @@
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
 #include "bench/common/work_dir.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "cli/job_flags.h"
 #include "common/process.h"
 #include "common/tls.h"
@@ -80,8 +80,8 @@ absl::StatusOr<int> RunToEnd(const std::string& name, const std::vector<std::str
                              const std::string& log_path, double* seconds) {
   std::remove(log_path.c_str());
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> child =
-      cli::ChildProcess::Start(name, argv, log_path);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(name, argv, log_path);
   if (!child.ok()) return child.status();
   while ((*child)->Running()) absl::SleepFor(absl::Milliseconds(20));
   if (seconds != nullptr) *seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -32,7 +32,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "services/coordinator/assignment.h"
-#include "services/coordinator/clock.h"
+#include "common/clock.h"
 #include "services/coordinator/coordinator_handler.h"
 #include "services/coordinator/coordinator_state.pb.h"
 #include "services/coordinator/rendezvous_store.h"
@@ -51,7 +51,9 @@ struct CoordinatorOptions {
   absl::Duration state_save_interval = absl::Seconds(5);  // For progress-only changes.
   size_t progress_history = 1000;        // Points kept per job (older ones thinned).
   size_t max_events = 1000;              // Events kept per job (oldest dropped).
-  uint32_t max_generation_failures = 3;  // See FailureRule in coordinator.cc.
+  // Generations in a row ended by worker errors without completing a step before the
+  // job fails ("rule B" in EndGenerationLocked, coordinator.cc); 0 = never.
+  uint32_t max_generation_failures = 3;
   double straggler_factor = 1.5;         // Step time above factor x median = straggler.
   absl::Duration shard_poll_interval = absl::Seconds(2);
   absl::Duration formation_retry = absl::Seconds(1);  // After a failed formation.

@@ -15,7 +15,7 @@
 #include "common/service_host.h"
 #include "common/shutdown.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "services/coordinator/clock.h"
+#include "common/clock.h"
 #include "services/coordinator/control_token.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/coordinator_driver.h"
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   coord::ModelStore models(model_options);  // Opened once Start() made the state dir.
   options.model_size = [&models](const std::string& sha256) { return models.Size(sha256); };
 
-  coord::RealClock clock;
+  tributary::RealClock clock;
   coord::GrpcShardClient shard_client(tributary::ChannelOptionsFromFlags(),
                                       absl::GetFlag(FLAGS_shard_rpc_timeout));
   coord::Coordinator coordinator(options, &clock, &shard_client);

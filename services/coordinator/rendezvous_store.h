@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "services/coordinator/clock.h"
+#include "common/clock.h"
 
 namespace tributary::coordinator {
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/backoff.h"
 #include "common/grpc_status.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -44,7 +45,7 @@ void CoordinatorRegistration::Run() {
     return;
   }
   auto stub = v1::Coordinator::NewStub(*channel);
-  absl::Duration backoff = options_.first_backoff;
+  Backoff backoff(options_.first_backoff, options_.max_backoff);
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
@@ -71,11 +72,10 @@ void CoordinatorRegistration::Run() {
       LOG(WARNING) << "registering with the coordinator at " << options_.coordinator
                    << " failed (attempt " << attempt
                    << "): " << FromGrpcStatus(status, "RegisterParameterServer") << "; retrying in "
-                   << backoff;
+                   << backoff.Peek();
     }
     absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff)) return;
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff.Next())) return;
   }
 }
 

@@ -14,7 +14,7 @@
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
 #include "services/parameter_server/crc32c.h"
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 namespace tributary::ps {
 

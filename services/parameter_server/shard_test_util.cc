@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "common/partition_plan.h"
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 namespace tributary::ps::testing {
 

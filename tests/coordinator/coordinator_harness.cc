@@ -44,7 +44,13 @@ std::string RunningCoordinator::Log() const { return ReadAll(log_path); }
 
 absl::StatusOr<int> RunningCoordinator::Stop(int signal) {
   stub.reset();
-  return process.Stop(signal, absl::Seconds(30));
+  if (process == nullptr) return absl::FailedPreconditionError("no coordinator process");
+  process->Signal(signal);
+  if (!process->Wait(absl::Seconds(30))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the coordinator still runs 30 s after signal ", signal));
+  }
+  return process->exit_signal() != 0 ? 128 + process->exit_signal() : process->exit_code();
 }
 
 absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::string>& flags,
@@ -56,7 +62,8 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::strin
                                    "--listen=127.0.0.1:0", "--http_port=0", "--drain_seconds=0",
                                    "--port_file=" + port_file};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv, running.log_path);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Start("coordinator", argv, running.log_path);
   if (!process.ok()) return process.status();
   running.process = *std::move(process);
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
@@ -65,10 +72,10 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::strin
     running.grpc_port = Field(ports, "grpc_port");
     running.http_port = Field(ports, "http_port");
     if (running.grpc_port > 0 && running.http_port > 0) break;
-    absl::StatusOr<int> exited = running.process.Wait(absl::ZeroDuration());
-    if (exited.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("the coordinator exited (status ", *exited,
-                                                        ") before serving:\n", running.Log()));
+    if (!running.process->Running()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the coordinator ", running.process->ExitDescription(),
+                       " before serving:\n", running.Log()));
     }
     if (absl::Now() > give_up) {
       return absl::DeadlineExceededError(

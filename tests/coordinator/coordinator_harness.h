@@ -8,20 +8,23 @@
 
 #include "absl/status/statusor.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "tests/coordinator/child_process.h"
+#include "common/child_process.h"
+#include "tests/coordinator/command.h"
 
 namespace tributary::testing {
 
 struct RunningCoordinator {
-  ChildProcess process;
+  std::unique_ptr<ChildProcess> process;
   int grpc_port = 0;
   int http_port = 0;
   std::string log_path;
   std::unique_ptr<v1::Coordinator::Stub> stub;
 
   std::string address() const;
-  // Closes this test's channel first: gRPC's server shutdown waits for open client
-  // connections up to its deadline, which would slow every test by seconds.
+  // Sends `signal` and waits up to 30 s for the exit; the exit code (or 128 + the
+  // signal that ended it). Closes this test's channel first: gRPC's server shutdown
+  // waits for open client connections up to its deadline, which would slow every test
+  // by seconds.
   absl::StatusOr<int> Stop(int signal);
   std::string Log() const;  // Its stdout/stderr so far.
 };

@@ -18,7 +18,7 @@
 #include "common/service_host.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "services/coordinator/testing/fake_parameter_server.h"
-#include "tests/coordinator/child_process.h"
+#include "tests/coordinator/command.h"
 #include "tests/coordinator/coordinator_harness.h"
 
 namespace tributary {

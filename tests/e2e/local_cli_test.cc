@@ -23,7 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "cli/parameters.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -37,7 +37,7 @@ namespace {
 struct LocalRun {
   std::string dir;
   std::string summary;
-  std::unique_ptr<cli::ChildProcess> process;
+  std::unique_ptr<ChildProcess> process;
 };
 
 LocalRun StartLocal(const std::string& name, std::vector<std::string> job_flags) {
@@ -50,8 +50,8 @@ LocalRun StartLocal(const std::string& name, std::vector<std::string> job_flags)
       "--summary_json=" + run.summary, "--coordinator_arg=--heartbeat_interval=200ms",
       "--progress_interval=0.2"};
   argv.insert(argv.end(), job_flags.begin(), job_flags.end());
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> process =
-      cli::ChildProcess::Start("tributary local", argv, run.dir + "/tributary.log");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Start("tributary local", argv, run.dir + "/tributary.log");
   EXPECT_TRUE(process.ok()) << process.status();
   if (process.ok()) run.process = *std::move(process);
   return run;
@@ -215,8 +215,8 @@ TEST(LocalCliTest, SyncEqualsTheSingleProcessTrainer) {
   LocalRun run = StartLocal("exact", {"--job_json=" + spec, "--params_out=" + dir + "/local.f32"});
   ASSERT_EQ(WaitForExit(run, absl::Minutes(5)), 0) << run.process->LogTail(30);
 
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> single =
-      cli::ChildProcess::Start("train_local",
+  absl::StatusOr<std::unique_ptr<ChildProcess>> single =
+      ChildProcess::Start("train_local",
                                {Runfile("worker/train_local"), "--job_json=" + spec, "--replicas=1",
                                 "--save_params=" + dir + "/single.f32"},
                                dir + "/train_local.log");

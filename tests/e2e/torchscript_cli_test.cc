@@ -21,7 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "common/tls.h"
 #include "tests/e2e/test_binaries.h"
 
@@ -41,8 +41,8 @@ Outcome Command(const std::string& name, const std::vector<std::string>& argv,
                 absl::Duration timeout) {
   Outcome run;
   const std::string log = TestDir("logs") + "/" + name + ".log";
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> process =
-      cli::ChildProcess::Start(name, argv, log);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Start(name, argv, log);
   EXPECT_TRUE(process.ok()) << process.status();
   if (!process.ok()) return run;
   if (!(*process)->Wait(timeout)) {

@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "cli/local_cluster.h"
 #include "common/testing/prometheus_text.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -137,7 +137,7 @@ Described Describe(const std::shared_ptr<grpc::Channel>& channel, const std::str
 
 // A binary started as a child process with its ports from --port_file.
 struct Running {
-  std::unique_ptr<cli::ChildProcess> process;
+  std::unique_ptr<ChildProcess> process;
   int grpc_port = 0;
   int http_port = 0;
   std::shared_ptr<grpc::Channel> channel;
@@ -155,8 +155,8 @@ absl::StatusOr<Running> Start(const std::string& name, const std::string& binary
   std::vector<std::string> argv = {binary, "--listen=127.0.0.1:0", "--http_port=0",
                                    "--port_file=" + port_file};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> child =
-      cli::ChildProcess::Start(name, argv, TempPath(name + ".log"));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(name, argv, TempPath(name + ".log"));
   if (!child.ok()) return child.status();
   Running running;
   running.process = *std::move(child);

@@ -91,7 +91,7 @@ class CoordinatorServer {
     return options;
   }
 
-  coordinator::RealClock clock_;
+  RealClock clock_;
   coordinator::GrpcShardClient shard_client_;
   coordinator::Coordinator coordinator_;
   coordinator::CoordinatorGrpcService service_;

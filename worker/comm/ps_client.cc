@@ -7,8 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/backoff.h"
 #include "common/grpc_status.h"
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 namespace tributary::worker {
 
@@ -79,22 +80,21 @@ std::string PsClient::ShardName(const Shard& shard) const {
 
 absl::Status PsClient::WithRetries(const std::function<absl::Status()>& attempt) {
   const absl::Time give_up = absl::Now() + retry_budget_;
-  absl::Duration backoff = absl::Milliseconds(100);
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   for (int attempts = 1;; ++attempts) {
     absl::Status status = attempt();
     // Only UNAVAILABLE (the shard is not up, restarting, unreachable) is worth another
     // try: a refusal such as FAILED_PRECONDITION is the shard's answer.
     if (status.code() != absl::StatusCode::kUnavailable) return status;
-    if (absl::Now() + backoff > give_up) {
+    if (absl::Now() + backoff.Peek() > give_up) {
       return absl::UnavailableError(absl::StrCat(status.message(), " (gave up after ", attempts,
                                                  " attempt(s) in ",
                                                  absl::FormatDuration(retry_budget_), ")"));
     }
     ++rpc_retries_;
     LOG(WARNING) << status.message() << "; retry " << attempts << " in "
-                 << absl::FormatDuration(backoff);
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+                 << absl::FormatDuration(backoff.Peek());
+    absl::SleepFor(backoff.Next());
   }
 }
 
@@ -169,7 +169,7 @@ absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst
                      " bytes; expected FLOAT32 with ", partition.length() * sizeof(float)));
   }
   std::memcpy(dst + partition.offset(), values.data().data(), values.data().size());
-  if (finite != nullptr) *finite = ps::AllFinite(dst + partition.offset(), partition.length());
+  if (finite != nullptr) *finite = AllFinite(dst + partition.offset(), partition.length());
   bytes_pulled_ += values.data().size();
   return absl::OkStatus();
 }
@@ -258,13 +258,13 @@ absl::Status PsClient::WritePush(Shard& shard, uint32_t partition, const Partiti
   const v1::DType dtype = info.buffers() ? v1::FLOAT32 : wire_dtype_;
   message.set_dtype(dtype);
   message.set_sample_count(state.samples);
-  const size_t bytes = info.length() * ps::WireBytes(dtype);
+  const size_t bytes = info.length() * WireBytes(dtype);
   std::string* data = message.mutable_data();
   data->resize(bytes);
   if (dtype == v1::FLOAT32) {
     std::memcpy(data->data(), state.data, bytes);
   } else {
-    ps::NarrowInto(dtype, state.data, info.length(), data->data());
+    NarrowInto(dtype, state.data, info.length(), data->data());
   }
   // A failed write means the stream broke: the reader sees it, reconnects and sends
   // every push still awaiting its update again, this one included.
@@ -317,7 +317,7 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
 void PsClient::ReadLoop(Shard* shard) {
   v1::PartitionValues values;
   absl::Time unreachable_since = absl::InfiniteFuture();
-  absl::Duration backoff = absl::Milliseconds(100);
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   while (true) {
     grpc::ClientReaderWriter<v1::GradientPush, v1::PartitionValues>* stream;
     {
@@ -326,7 +326,7 @@ void PsClient::ReadLoop(Shard* shard) {
     }
     while (stream->Read(&values)) {
       unreachable_since = absl::InfiniteFuture();
-      backoff = absl::Milliseconds(100);
+      backoff.Reset();
       bool finite = true;
       absl::Status stored = StoreValues(values, incoming_, &finite);
       absl::MutexLock lock(&mu_);
@@ -362,9 +362,8 @@ void PsClient::ReadLoop(Shard* shard) {
       return;
     }
     LOG(WARNING) << "PushPull to " << ShardName(*shard) << " broke (" << finished.error_message()
-                 << "); reconnecting in " << absl::FormatDuration(backoff);
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+                 << "); reconnecting in " << absl::FormatDuration(backoff.Peek());
+    absl::SleepFor(backoff.Next());
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;

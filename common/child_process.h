@@ -1,27 +1,38 @@
-// A child process of the local launcher: started with its output in a log file,
-// tied to the launcher's life (it gets SIGTERM if the launcher dies, even by
-// SIGKILL), stopped with SIGTERM then SIGKILL, and able to show its last log lines
-// when it dies unexpectedly.
-#ifndef TRIBUTARY_CLI_CHILD_PROCESS_H_
-#define TRIBUTARY_CLI_CHILD_PROCESS_H_
+// A child process (of `tributary local`, a test or a benchmark): started with its
+// output in a log file, tied to its parent's life (it gets SIGTERM if the parent dies,
+// even by SIGKILL), in a process group of its own (so its helpers go with it), stopped
+// with SIGTERM then SIGKILL, and able to show its last log lines when it dies.
+#ifndef TRIBUTARY_COMMON_CHILD_PROCESS_H_
+#define TRIBUTARY_COMMON_CHILD_PROCESS_H_
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace tributary::cli {
+namespace tributary {
+
+struct ChildOptions {
+  // Variables added to (or replacing those of) the parent's environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Where stderr goes; empty = the log file, with stdout.
+  std::string stderr_path;
+};
 
 class ChildProcess {
  public:
-  // Starts `argv` (argv[0] is the binary's path) with stdout and stderr appended to
-  // log_path. INTERNAL naming the binary when it cannot be started.
+  // Starts `argv` (argv[0] is the binary's path) with stdout (and stderr, unless the
+  // options send it elsewhere) appended to log_path. INTERNAL naming the binary when it
+  // cannot be started.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(std::string name,
                                                             std::vector<std::string> argv,
-                                                            std::string log_path);
+                                                            std::string log_path,
+                                                            const ChildOptions& options = {});
   ~ChildProcess();  // Stops the process if it still runs.
 
   ChildProcess(const ChildProcess&) = delete;
@@ -32,11 +43,14 @@ class ChildProcess {
   // "exited with code 3", "killed by signal 9", or "running".
   std::string ExitDescription();
   int exit_code() const { return exit_code_; }  // -1 while running or when signalled.
+  int exit_signal() const { return exit_signal_; }  // 0 unless a signal ended it.
 
   // SIGTERM, wait up to `grace`, then SIGKILL. Returns once the process is reaped.
   void Stop(absl::Duration grace);
   // Sends a signal without waiting.
   void Signal(int signal_number);
+  // SIGKILL to its whole process group (helpers it started included), then reaps it.
+  void KillGroup();
   // Blocks until the process exits or `timeout` passes; true when it exited.
   bool Wait(absl::Duration timeout);
 
@@ -59,6 +73,6 @@ class ChildProcess {
   int exit_signal_ = 0;
 };
 
-}  // namespace tributary::cli
+}  // namespace tributary
 
-#endif  // TRIBUTARY_CLI_CHILD_PROCESS_H_
+#endif  // TRIBUTARY_COMMON_CHILD_PROCESS_H_

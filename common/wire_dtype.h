@@ -1,15 +1,16 @@
-// The element types gradients travel in (FLOAT32, FLOAT16, BFLOAT16; little-endian)
-// and the loops that widen them into float32. AccumulateInto is the shard's hot
-// loop: it runs over every pushed byte, allocates nothing and vectorizes.
-#ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_WIRE_DTYPE_H_
-#define TRIBUTARY_SERVICES_PARAMETER_SERVER_WIRE_DTYPE_H_
+// The wire codec both ends share: the element types gradients travel in (FLOAT32,
+// FLOAT16, BFLOAT16; little-endian), the loops that narrow float32 into them (worker
+// pushes) and widen them back (PS). AccumulateInto is the shard's hot loop: it runs
+// over every pushed byte, allocates nothing and vectorizes.
+#ifndef TRIBUTARY_COMMON_WIRE_DTYPE_H_
+#define TRIBUTARY_COMMON_WIRE_DTYPE_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "proto/tensor.pb.h"
 
-namespace tributary::ps {
+namespace tributary {
 
 // Bytes per element; 0 for DTYPE_UNSPECIFIED or an unknown value.
 size_t WireBytes(v1::DType dtype);
@@ -37,6 +38,6 @@ uint16_t FloatToHalf(float value);
 float Bfloat16ToFloat(uint16_t value);
 uint16_t FloatToBfloat16(float value);
 
-}  // namespace tributary::ps
+}  // namespace tributary
 
-#endif  // TRIBUTARY_SERVICES_PARAMETER_SERVER_WIRE_DTYPE_H_
+#endif  // TRIBUTARY_COMMON_WIRE_DTYPE_H_

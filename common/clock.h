@@ -1,14 +1,14 @@
-// Time source of the coordinator's core. Heartbeat timeouts, settle windows and
-// rendezvous deadlines all read it, so unit tests drive them with FakeClock
-// instead of sleeping.
-#ifndef TRIBUTARY_SERVICES_COORDINATOR_CLOCK_H_
-#define TRIBUTARY_SERVICES_COORDINATOR_CLOCK_H_
+// An injectable time source. The coordinator's heartbeat timeouts, settle windows and
+// rendezvous deadlines read it, so unit tests drive them with FakeClock instead of
+// sleeping; any service core that keeps time should take one too.
+#ifndef TRIBUTARY_COMMON_CLOCK_H_
+#define TRIBUTARY_COMMON_CLOCK_H_
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace tributary::coordinator {
+namespace tributary {
 
 class Clock {
  public:
@@ -39,6 +39,6 @@ class FakeClock : public Clock {
   absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace tributary::coordinator
+}  // namespace tributary
 
-#endif  // TRIBUTARY_SERVICES_COORDINATOR_CLOCK_H_
+#endif  // TRIBUTARY_COMMON_CLOCK_H_

@@ -1,4 +1,4 @@
-#include "cli/child_process.h"
+#include "common/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -15,11 +15,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
-namespace tributary::cli {
+namespace tributary {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string name,
                                                                  std::vector<std::string> argv,
-                                                                 std::string log_path) {
+                                                                 std::string log_path,
+                                                                 const ChildOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": empty command"));
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(
@@ -30,13 +31,38 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string na
     return absl::InternalError(
         absl::StrCat(name, ": cannot open log ", log_path, ": ", std::strerror(errno)));
   }
+  int errors = log;
+  if (!options.stderr_path.empty()) {
+    errors = open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (errors < 0) {
+      close(log);
+      return absl::InternalError(absl::StrCat(name, ": cannot open ", options.stderr_path, ": ",
+                                              std::strerror(errno)));
+    }
+  }
   std::vector<char*> args;
   for (std::string& arg : argv) args.push_back(arg.data());
   args.push_back(nullptr);
+  // The environment is built before fork: the child may only call async-signal-safe
+  // functions.
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string line(*entry);
+    bool replaced = false;
+    for (const auto& [key, value] : options.env) {
+      replaced = replaced || line.rfind(key + "=", 0) == 0;
+    }
+    if (!replaced) environment.push_back(line);
+  }
+  for (const auto& [key, value] : options.env) environment.push_back(key + "=" + value);
+  std::vector<char*> env;
+  for (std::string& entry : environment) env.push_back(entry.data());
+  env.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(log);
+    if (errors != log) close(errors);
     return absl::InternalError(absl::StrCat(name, ": fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
@@ -51,14 +77,15 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string na
     sigprocmask(SIG_SETMASK, &none, nullptr);
     setpgid(0, 0);
     dup2(log, STDOUT_FILENO);
-    dup2(log, STDERR_FILENO);
+    dup2(errors, STDERR_FILENO);
     const int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
-    execv(args[0], args.data());
+    execve(args[0], args.data(), env.data());
     dprintf(STDERR_FILENO, "exec %s: %s\n", args[0], std::strerror(errno));
     _exit(127);
   }
   close(log);
+  if (errors != log) close(errors);
   return std::unique_ptr<ChildProcess>(new ChildProcess(std::move(name), pid, std::move(log_path)));
 }
 
@@ -100,6 +127,12 @@ bool ChildProcess::Wait(absl::Duration timeout) {
   return true;
 }
 
+void ChildProcess::KillGroup() {
+  if (reaped_) return;
+  kill(-pid_, SIGKILL);
+  Wait(absl::Seconds(10));
+}
+
 void ChildProcess::Stop(absl::Duration grace) {
   if (!Running()) return;
   Signal(SIGTERM);
@@ -119,4 +152,4 @@ std::string ChildProcess::LogTail(int lines) const {
   return absl::StrJoin(tail, "\n");
 }
 
-}  // namespace tributary::cli
+}  // namespace tributary

@@ -1,9 +1,9 @@
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 #include <cmath>
 #include <cstring>
 
-namespace tributary::ps {
+namespace tributary {
 namespace {
 
 inline float BitsToFloat(uint32_t bits) {
@@ -198,4 +198,4 @@ bool AllFinite(const float* data, size_t n) {
   return bad == 0;
 }
 
-}  // namespace tributary::ps
+}  // namespace tributary

@@ -1,4 +1,4 @@
-#include "services/parameter_server/wire_dtype.h"
+#include "common/wire_dtype.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace tributary::ps {
+namespace tributary {
 namespace {
 
 TEST(WireDtypeTest, HalfRoundTripsEveryFiniteValue) {
@@ -78,4 +78,4 @@ TEST(WireDtypeTest, AllFiniteFindsNanAndInf) {
 }
 
 }  // namespace
-}  // namespace tributary::ps
+}  // namespace tributary
