@@ -41,7 +41,7 @@ absl::StatusOr<v1::UploadModelResponse> UploadIn(ModelStore& store, const std::s
 }
 
 TEST(ModelStoreTest, StoresUnderTheDigestAndServesTheBytes) {
-  for (const std::string dir : {std::string(), TempDir("models")}) {
+  for (const std::string& dir : {std::string(), TempDir("models")}) {
     SCOPED_TRACE(dir.empty() ? "in memory" : dir);
     ModelStoreOptions options;
     options.directory = dir;
