@@ -203,22 +203,30 @@ absl::StatusOr<v1::Job> Submit(v1::Coordinator::Stub& stub, const v1::JobSpec& s
   return job;
 }
 
-// Checks (where LibTorch is built in) and uploads the job's TorchScript file.
-absl::Status UploadModel(v1::Coordinator::Stub& stub, const v1::JobSpec& spec,
-                         const std::shared_ptr<const std::string>& bytes,
-                         const engine::Dataset* train) {
+// Loads --model_file with LibTorch (and, given its data, runs it on a few samples) so
+// that a bad file is refused here, naming the problem. Without LibTorch in this build
+// the workers are left to check it.
+absl::Status CheckModelFlag(const v1::JobSpec& spec,
+                            const std::shared_ptr<const std::string>& bytes,
+                            const engine::Dataset* train) {
   const v1::TorchScriptFile& file = spec.model().torchscript();
-  if (engine::BuiltWithTorch()) {
-    if (absl::Status checked = CheckModelFile(file, bytes, train); !checked.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--model_file: ", checked.message()));
-    }
-  } else {
+  if (!engine::BuiltWithTorch()) {
     std::cerr << "tributary: " << engine::TorchDescription() << ": " << file.file_name()
               << " is not checked here; the workers will check it\n";
+    return absl::OkStatus();
   }
+  if (absl::Status checked = CheckModelFile(file, bytes, train); !checked.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model_file: ", checked.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Uploads the job's TorchScript file (checked before) to the coordinator.
+absl::Status UploadModel(v1::Coordinator::Stub& stub, const v1::JobSpec& spec,
+                         const std::string& bytes) {
+  const v1::TorchScriptFile& file = spec.model().torchscript();
   absl::StatusOr<v1::UploadModelResponse> uploaded =
-      UploadModelFile(stub, file, *bytes, [](grpc::ClientContext& c) { Authorize(c); });
+      UploadModelFile(stub, file, bytes, [](grpc::ClientContext& c) { Authorize(c); });
   if (!uploaded.ok()) return uploaded.status();
   std::cout << "model " << file.file_name() << ": " << uploaded->size_bytes() << " bytes, sha256 "
             << uploaded->sha256().substr(0, 12) << "..."
@@ -233,7 +241,11 @@ int RunSubmit() {
   if (!spec.ok()) return Fail(spec.status());
   auto stub = Connect(absl::GetFlag(FLAGS_coordinator));
   if (model_file != nullptr) {
-    if (absl::Status uploaded = UploadModel(*stub, *spec, model_file, nullptr); !uploaded.ok()) {
+    // The data may live only on the workers' machines: the file alone is checked here.
+    if (absl::Status checked = CheckModelFlag(*spec, model_file, nullptr); !checked.ok()) {
+      return Fail(checked);
+    }
+    if (absl::Status uploaded = UploadModel(*stub, *spec, *model_file); !uploaded.ok()) {
       return Fail(uploaded);
     }
   }
@@ -387,15 +399,11 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
         ", so its workers cannot run TorchScript models")));
   }
   // The model must fit the data: found out now, before any process starts.
-  std::unique_ptr<engine::Datasets> local_data;
   if (model_file != nullptr) {
     absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(dataset, spec->seed());
     if (!data.ok()) return Fail(data.status());
-    local_data = std::make_unique<engine::Datasets>(*std::move(data));
-    if (absl::Status checked =
-            CheckModelFile(spec->model().torchscript(), model_file, &local_data->train);
-        !checked.ok()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("--model_file: ", checked.message())));
+    if (absl::Status checked = CheckModelFlag(*spec, model_file, &data->train); !checked.ok()) {
+      return Fail(checked);
     }
   }
   LocalClusterOptions options;
@@ -455,9 +463,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
 
   auto stub = v1::Coordinator::NewStub(cluster.coordinator_channel());
   if (model_file != nullptr) {
-    // Checked above already; UploadModel checks again only what it must.
-    absl::Status uploaded = UploadModel(*stub, *spec, model_file, &local_data->train);
-    local_data.reset();
+    absl::Status uploaded = UploadModel(*stub, *spec, *model_file);
     if (!uploaded.ok()) {
       cluster.Stop();
       return Fail(uploaded);
