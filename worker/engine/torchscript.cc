@@ -28,10 +28,21 @@
 namespace tributary::engine {
 namespace {
 
-// LibTorch errors carry a C++ backtrace after the first lines; keep the message.
+// LibTorch errors carry a C++ backtrace after the first lines; keep the message. An
+// error inside a TorchScript module comes as two tracebacks and then the error itself
+// ("RuntimeError: mat1 and mat2 shapes cannot be multiplied ..."): keep that line and
+// where in the user's own code it happened.
 std::string TorchMessage(const std::exception& e) {
-  std::string what = e.what();
-  std::vector<std::string> lines = absl::StrSplit(what, '\n');
+  const std::vector<std::string> lines = absl::StrSplit(std::string(e.what()), '\n');
+  std::string error, where;
+  bool original = false;
+  for (const std::string& line : lines) {
+    if (line.rfind("Traceback of TorchScript, original code", 0) == 0) original = true;
+    if (original && where.empty() && line.rfind("  File ", 0) == 0) where = line.substr(2);
+    const size_t colon = line.find("Error: ");
+    if (colon != std::string::npos && colon > 0 && line.find(' ') > colon) error = line;
+  }
+  if (!error.empty()) return where.empty() ? error : absl::StrCat(error, " (", where, ")");
   std::vector<std::string> kept;
   for (const std::string& line : lines) {
     if (line.rfind("Exception raised from", 0) == 0 || line.rfind("frame #", 0) == 0) break;

@@ -274,7 +274,9 @@ TEST(TorchScriptTest, RefusesBadModelsNamingTheFileAndTheProblem) {
   EXPECT_THAT(fit_error("returns_nan.pt", data), HasSubstr("returns non-finite values"));
   const Dataset five = MakeSynthetic(5, 0, 16, 5, 3);
   EXPECT_THAT(fit_error("tiny_mlp.pt", five),
-              HasSubstr("model file tiny_mlp.pt: forward fails on an input of shape [4, 5]"));
+              HasSubstr("model file tiny_mlp.pt: forward fails on an input of shape [4, 5]: "
+                        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x5 and 8x16) "
+                        "(File \""));
   EXPECT_THAT(ReadModelFile("worker/engine/testdata/missing.pt", 100).status().message(),
               HasSubstr("model file worker/engine/testdata/missing.pt: cannot read it"));
   EXPECT_THAT(ReadModelFile("worker/engine/testdata/tiny_mlp.pt", 100).status().message(),
