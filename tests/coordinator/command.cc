@@ -12,7 +12,6 @@
 #include "common/child_process.h"
 
 namespace tributary::testing {
-namespace {
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -24,8 +23,6 @@ std::string TempPath(const std::string& name) {
   const char* root = std::getenv("TEST_TMPDIR");
   return absl::StrCat(root == nullptr ? "/tmp" : root, "/", name, "-", getpid(), "-", ++counter);
 }
-
-}  // namespace
 
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          const std::map<std::string, std::string>& env,

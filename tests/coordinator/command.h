@@ -1,5 +1,6 @@
 // Commands the coordinator's multi-process tests run to completion (headless
-// Chromium), with their output captured, and where to find programs and runfiles.
+// Chromium), with their output captured; where to find programs, runfiles and
+// temporary paths.
 // Long-lived children (the coordinator binary) are common/child_process.h's.
 #ifndef TRIBUTARY_TESTS_COORDINATOR_COMMAND_H_
 #define TRIBUTARY_TESTS_COORDINATOR_COMMAND_H_
@@ -31,6 +32,12 @@ std::optional<std::string> FindProgram(const std::vector<std::string>& names);
 
 // Path of a file under the test's runfiles, e.g. "services/coordinator/coordinator".
 std::string RunfilePath(const std::string& path);
+
+// A unique path under $TEST_TMPDIR.
+std::string TempPath(const std::string& name);
+
+// A file's whole content; empty when it cannot be read (a log not written yet).
+std::string ReadAll(const std::string& path);
 
 }  // namespace tributary::testing
 

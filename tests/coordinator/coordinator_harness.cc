@@ -2,22 +2,12 @@
 
 #include <grpcpp/create_channel.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace tributary::testing {
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
 
 // The port file is one line of JSON: {"grpc_port":N,"http_port":N,"pid":N}.
 int Field(const std::string& json, const std::string& name) {
@@ -32,11 +22,6 @@ int Field(const std::string& json, const std::string& name) {
 
 }  // namespace
 
-std::string TempPath(const std::string& name) {
-  static int counter = 0;
-  const char* root = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(root == nullptr ? "/tmp" : root, "/", name, "-", getpid(), "-", ++counter);
-}
 
 std::string RunningCoordinator::address() const { return absl::StrCat("127.0.0.1:", grpc_port); }
 

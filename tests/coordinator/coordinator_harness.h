@@ -34,9 +34,6 @@ struct RunningCoordinator {
 absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::string>& flags,
                                                     const std::string& name);
 
-// A unique path under $TEST_TMPDIR.
-std::string TempPath(const std::string& name);
-
 }  // namespace tributary::testing
 
 #endif  // TRIBUTARY_TESTS_COORDINATOR_COORDINATOR_HARNESS_H_
