@@ -83,21 +83,13 @@ void OptimizerDefaults(v1::OptimizerSpec& optimizer) {
   if (schedule.kind() == v1::STEP && schedule.gamma() == 0) schedule.set_gamma(0.1f);
 }
 
-bool PrintableFileName(const std::string& name) {
-  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
-  for (char c : name) {
-    if (c < 0x20 || c > 0x7e || c == '/' || c == '\\') return false;
-  }
-  return true;
-}
-
 absl::Status ValidateTorchScript(const v1::ModelSpec& model) {
   const v1::TorchScriptFile& file = model.torchscript();
   if (!IsSha256Hex(file.sha256())) {
     return Bad("model.torchscript.sha256", "'" + file.sha256() + "'",
                "must be the 64 lowercase hex digits UploadModel answered");
   }
-  if (!PrintableFileName(file.file_name())) {
+  if (!IsModelFileName(file.file_name())) {
     return Bad("model.torchscript.file_name", "'" + absl::CHexEscape(file.file_name()) + "'",
                "must be 1-255 printable ASCII characters without '/'");
   }
@@ -201,6 +193,14 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
 }
 
 }  // namespace
+
+bool IsModelFileName(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (c < 0x20 || c > 0x7e || c == '/' || c == '\\') return false;
+  }
+  return true;
+}
 
 v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.name().empty()) spec.set_name("job");

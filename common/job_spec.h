@@ -5,6 +5,7 @@
 #define TRIBUTARY_COMMON_JOB_SPEC_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "proto/job.pb.h"
@@ -19,6 +20,10 @@ inline constexpr char kDefaultIdxDirectory[] = "/usr/share/datasets/fashion-mnis
 inline constexpr char kTorchScriptModel[] = "torchscript";
 
 inline bool IsTorchScript(const v1::ModelSpec& model) { return model.name() == kTorchScriptModel; }
+
+// A model file's name as jobs and uploads carry it: 1-255 printable ASCII characters,
+// no '/' or backslash, not "." or "..".
+bool IsModelFileName(const std::string& name);
 
 // Every unset field gets the default its comment in proto/job.proto gives. Values that
 // are set are kept as they are, even when invalid (ValidateJobSpec reports them).

@@ -13,17 +13,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace tributary::coordinator {
 namespace {
-
-bool ValidFileName(const std::string& name) {
-  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
-  for (char c : name) {
-    if (c < 0x20 || c > 0x7e || c == '/' || c == '\\') return false;
-  }
-  return true;
-}
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
@@ -131,7 +124,7 @@ ModelStore::Upload::~Upload() { store_->UploadEnded(); }
 absl::Status ModelStore::Upload::Header(const v1::ModelFileHeader& header) {
   if (have_header_) return absl::InvalidArgumentError("UploadModel: a second header");
   const std::string& name = header.file_name();
-  if (!ValidFileName(name)) {
+  if (!IsModelFileName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("UploadModel: file_name '", absl::CHexEscape(name.substr(0, 300)),
                      "' must be 1-255 printable ASCII characters without '/'"));
