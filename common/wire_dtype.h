@@ -15,6 +15,13 @@ namespace tributary {
 // Bytes per element; 0 for DTYPE_UNSPECIFIED or an unknown value.
 size_t WireBytes(v1::DType dtype);
 
+// The dtype a partition's pushes travel in: the job's wire dtype, except for buffer
+// partitions (Partition.buffers: BatchNorm statistics and the like), which always go
+// as FLOAT32 so that a running count stays exact.
+inline v1::DType PartitionDtype(bool buffers, v1::DType wire_dtype) {
+  return buffers ? v1::FLOAT32 : wire_dtype;
+}
+
 // dst[i] = float(src[i]) for i < n. src holds n elements of `dtype` (any alignment).
 // Returns whether every element was finite (checked in the same pass, so a NaN or
 // Inf can be traced to the push that carried it).

@@ -462,9 +462,8 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
                       " partitions in ", PlanName(job.plan), ")")));
   }
   Partition& p = *found->second;
-  // Buffer partitions always travel as FLOAT32 (a running count must stay exact).
-  const v1::DType dtype = p.buffers ? v1::FLOAT32 : job.wire_dtype;
-  const size_t element_bytes = p.buffers ? 4 : job.wire_bytes;
+  const v1::DType dtype = PartitionDtype(p.buffers, job.wire_dtype);
+  const size_t element_bytes = WireBytes(dtype);
   if (push.dtype() != dtype) {
     return Reject(RejectReason::kWrongDtype,
                   absl::InvalidArgumentError(absl::StrCat(
@@ -626,7 +625,7 @@ void ParameterShard::CompleteSyncStep(const Job& job, Partition& p) {
 void ParameterShard::ApplyAsyncPush(const Job& job, Partition& p, const v1::GradientPush& push) {
   const uint64_t step = push.step();
   const uint32_t node = push.node_rank();
-  const bool finite_input = WidenInto(p.buffers ? v1::FLOAT32 : job.wire_dtype,
+  const bool finite_input = WidenInto(PartitionDtype(p.buffers, job.wire_dtype),
                                       push.data().data(), p.length, p.sum.data());
   float* grad = p.sum.data();
   if (!p.buffers) DivideInPlace(grad, p.length, static_cast<float>(push.sample_count()));

@@ -134,7 +134,10 @@ TEST(TorchScriptTrainingTest, BuffersFollowNodeZeroAndComeBackOutInTheExport) {
   shape.workers = 2;
   auto cluster = StartCluster("torchscript_buffers", shape);
   const uint64_t steps = 9;
-  const v1::JobSpec spec = TorchScriptJob("tiny_bn.pt", 40, steps, 2, 2);
+  v1::JobSpec spec = TorchScriptJob("tiny_bn.pt", 40, steps, 2, 2);
+  // Gradients narrow to FLOAT16 on the wire; buffer partitions still travel (and are
+  // accepted only) as FLOAT32.
+  spec.set_wire_dtype(v1::FLOAT16);
   const v1::Job job = RunJob(*cluster, spec);
   ASSERT_EQ(job.state(), v1::COMPLETED) << job.state_reason();
   EXPECT_GT(job.result().test_accuracy(), 0.5);

@@ -254,8 +254,7 @@ absl::Status PsClient::WritePush(Shard& shard, uint32_t partition, const Partiti
   message.set_step(state.step);
   message.set_node_rank(identity_.node_rank);
   message.set_partition_id(partition);
-  // Buffer partitions (BatchNorm statistics) always travel as FLOAT32.
-  const v1::DType dtype = info.buffers() ? v1::FLOAT32 : wire_dtype_;
+  const v1::DType dtype = PartitionDtype(info.buffers(), wire_dtype_);
   message.set_dtype(dtype);
   message.set_sample_count(state.samples);
   const size_t bytes = info.length() * WireBytes(dtype);
