@@ -21,6 +21,7 @@
 #include "bench/common/bench_json.h"
 #include "bench/common/bench_runfiles.h"
 #include "bench/common/machine.h"
+#include "bench/common/run_to_end.h"
 #include "bench/common/training_run.h"
 #include "bench/common/work_dir.h"
 #include "common/child_process.h"
@@ -64,15 +65,14 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-absl::Status RunToEnd(const std::string& name, const std::vector<std::string>& argv,
-                      const std::string& log) {
-  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
-      ChildProcess::Start(name, argv, log);
-  if (!child.ok()) return child.status();
-  while ((*child)->Running()) absl::SleepFor(absl::Milliseconds(20));
-  if ((*child)->exit_code() != 0) {
+// Runs a helper to its end; an error with its last line when it fails.
+absl::Status RunHelper(const std::string& name, const std::vector<std::string>& argv,
+                       const std::string& log) {
+  absl::StatusOr<int> exit_code = RunToEnd(name, argv, log);
+  if (!exit_code.ok()) return exit_code.status();
+  if (*exit_code != 0) {
     return absl::InternalError(
-        absl::StrCat(name, " exited with ", (*child)->exit_code(), ":\n", (*child)->LogTail(15)));
+        absl::StrCat(name, " exited with ", *exit_code, " (log ", log, "): ", LastLine(log)));
   }
   return absl::OkStatus();
 }
@@ -97,7 +97,7 @@ int Run(const char* argv0) {
 
   std::string model_path = absl::GetFlag(FLAGS_model_file);
   if (model_path.empty()) {
-    if (absl::Status made = RunToEnd(
+    if (absl::Status made = RunHelper(
             "models.py",
             {python, *models, "--model", absl::GetFlag(FLAGS_example_model), "--out", *dir},
             *dir + "/models.log");
@@ -106,7 +106,7 @@ int Run(const char* argv0) {
     }
     model_path = *dir + "/" + absl::GetFlag(FLAGS_example_model) + ".pt";
   }
-  if (absl::Status made = RunToEnd("fashion_to_npy.py", {python, *to_npy, "--out", *dir + "/data"},
+  if (absl::Status made = RunHelper("fashion_to_npy.py", {python, *to_npy, "--out", *dir + "/data"},
                                    *dir + "/fashion_to_npy.log");
       !made.ok()) {
     return Fail(made);
@@ -166,7 +166,7 @@ int Run(const char* argv0) {
 
   // PyTorch: the same file, data, batch, optimizer and threads.
   const std::string log = *dir + "/pytorch_train.log";
-  if (absl::Status ran = RunToEnd(
+  if (absl::Status ran = RunHelper(
           "pytorch_train.py",
           {python, *reference, "--model", model_path, "--train_x", *dir + "/data/train_x.npy",
            "--train_y", *dir + "/data/train_y.npy", "--batch", absl::StrCat(batch), "--steps",

@@ -23,6 +23,7 @@
 #include "bench/common/bench_json.h"
 #include "bench/common/bench_runfiles.h"
 #include "bench/common/machine.h"
+#include "bench/common/run_to_end.h"
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
 #include "bench/common/work_dir.h"
@@ -72,29 +73,6 @@ constexpr char kUsage[] =
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "vs_ddp: %s\n", status.ToString().c_str());
   return 1;
-}
-
-// Runs `argv` to its end with its output in log_path; the exit code, or the error of
-// starting it. Sets *seconds to its wall time.
-absl::StatusOr<int> RunToEnd(const std::string& name, const std::vector<std::string>& argv,
-                             const std::string& log_path, double* seconds) {
-  std::remove(log_path.c_str());
-  const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
-      ChildProcess::Start(name, argv, log_path);
-  if (!child.ok()) return child.status();
-  while ((*child)->Running()) absl::SleepFor(absl::Milliseconds(20));
-  if (seconds != nullptr) *seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  return (*child)->exit_code();
-}
-
-std::string LastLine(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return "";
-  std::string content = *text;
-  while (!content.empty() && content.back() == '\n') content.pop_back();
-  const size_t newline = content.rfind('\n');
-  return newline == std::string::npos ? content : content.substr(newline + 1);
 }
 
 struct DdpRun {
