@@ -399,14 +399,18 @@ TEST(CoordinatorServiceTest, ModelFilesTravelUpAndDownAndTorchScriptJobsNeedThem
     EXPECT_EQ(fetched, bytes);
     EXPECT_EQ(chunks, 3);
   }
-  {
+  for (const auto& [digest, code] :
+       std::vector<std::pair<std::string, grpc::StatusCode>>{
+           {std::string(64, 'e'), grpc::StatusCode::NOT_FOUND},
+           {"../../etc/passwd", grpc::StatusCode::INVALID_ARGUMENT},
+           {std::string(1 << 16, 'a'), grpc::StatusCode::INVALID_ARGUMENT}}) {
     grpc::ClientContext context;
     v1::FetchModelRequest request;
-    request.set_sha256(std::string(64, 'e'));
+    request.set_sha256(digest);
     auto reader = cluster.stub().FetchModel(&context, request);
     v1::ModelChunk chunk;
     EXPECT_FALSE(reader->Read(&chunk));
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(reader->Finish().error_code(), code) << digest.substr(0, 20);
   }
 
   auto submit = [&](const std::string& sha256, v1::Job* job) {

@@ -343,6 +343,12 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
   EXPECT_EQ((*saved)[0]->step(), 1u);
   pull.set_job_id("job-9");
   EXPECT_EQ(restarted.Pull(pull).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Ids that are not job ids are refused like unknown jobs.
+  for (const std::string& bad :
+       {std::string("../job-1"), std::string(), std::string(300, 'j')}) {
+    pull.set_job_id(bad);
+    EXPECT_EQ(restarted.Pull(pull).status().code(), absl::StatusCode::kFailedPrecondition);
+  }
 }
 
 TEST(ShardCheckpointTest, CheckpointNeedsAJobAndADirectory) {
