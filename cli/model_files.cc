@@ -27,11 +27,7 @@ std::chrono::system_clock::time_point In(int seconds) {
 absl::Status CheckModelFile(const v1::TorchScriptFile& file,
                             std::shared_ptr<const std::string> bytes,
                             const engine::Dataset* train) {
-  absl::StatusOr<engine::ModelDef> model =
-      engine::LoadTorchScriptModel(std::move(bytes), file.file_name());
-  if (!model.ok()) return model.status();
-  if (train == nullptr) return absl::OkStatus();
-  return engine::FitTorchScriptModel(*model, *train);
+  return engine::LoadTorchScriptModel(std::move(bytes), file.file_name(), train).status();
 }
 
 absl::StatusOr<v1::UploadModelResponse> UploadModelFile(

@@ -28,11 +28,7 @@ absl::StatusOr<ModelDef> BuildJobModel(const v1::ModelSpec& spec,
     return absl::DataLossError(absl::StrCat("model file ", file.file_name(), ": SHA-256 ", digest,
                                             " but the job names ", file.sha256()));
   }
-  absl::StatusOr<ModelDef> model =
-      LoadTorchScriptModel(std::move(torchscript_bytes), file.file_name());
-  if (!model.ok()) return model.status();
-  if (absl::Status fitted = FitTorchScriptModel(*model, train); !fitted.ok()) return fitted;
-  return model;
+  return LoadTorchScriptModel(std::move(torchscript_bytes), file.file_name(), &train);
 }
 
 }  // namespace tributary::engine

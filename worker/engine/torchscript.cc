@@ -450,28 +450,15 @@ absl::Status SaveAtomically(torch::jit::Module& module, const std::string& path)
   return absl::OkStatus();
 }
 
-}  // namespace
-
-bool BuiltWithTorch() { return true; }
-
-std::string TorchDescription() { return absl::StrCat("LibTorch ", TORCH_VERSION, " (CPU)"); }
-
-absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
-                                              const std::string& file_name) {
-  ModelDef model;
-  model.name = absl::StrCat("torchscript:", file_name);
-  auto source = std::make_shared<TorchScriptSource>();
-  source->file_name = file_name;
-  source->bytes = std::move(bytes);
-  model.torchscript = source;
-  absl::StatusOr<torch::jit::Module> module = LoadModule(model);
-  if (!module.ok()) return module.status();
-  ModuleTensors tensors = CollectTensors(*module);
+// Lays out the flat buffer from the module's tensors and keeps their values as the
+// initial ones.
+absl::Status Describe(const torch::jit::Module& module, ModelDef& model) {
+  ModuleTensors tensors = CollectTensors(module);
   int64_t offset = 0;
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
     const at::Tensor& t = tensors.tensors[i];
     const std::string& name = tensors.names[i];
-    const std::string what = absl::StrCat("model file ", file_name, ": ",
+    const std::string what = absl::StrCat("model file ", model.torchscript->file_name, ": ",
                                           tensors.is_buffer[i] ? "buffer " : "parameter ", name);
     if (!tensors.is_buffer[i] && t.scalar_type() != torch::kFloat32) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -504,7 +491,7 @@ absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string>
   }
   if (model.num_trained == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model file ", file_name,
+        absl::StrCat("model file ", model.torchscript->file_name,
                      ": the module has no trainable parameter (nothing with requires_grad=True)"));
   }
   auto initial = std::make_shared<std::vector<float>>(model.num_parameters);
@@ -513,41 +500,62 @@ absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string>
   }
   for (float v : *initial) {
     if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model file ", file_name, ": its initial parameters or buffers hold NaN or Inf"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model file ", model.torchscript->file_name,
+                       ": its initial parameters or buffers hold NaN or Inf"));
     }
   }
   model.initial_values = std::move(initial);
-  return model;
+  return absl::OkStatus();
 }
 
-absl::Status FitTorchScriptModel(ModelDef& model, const Dataset& train) {
-  if (model.torchscript == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " is not TorchScript"));
-  }
-  if (train.size() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset ", train.source, ": no training samples"));
-  }
-  auto source = std::make_shared<TorchScriptSource>(*model.torchscript);
-  source->sample_dims = train.SampleDims();
-  model.torchscript = source;
+// Sets the input shape and the class count from an eval-mode pass over a few of the
+// training samples (model.torchscript->sample_dims already holds the data's shape).
+absl::Status Fit(torch::jit::Module& module, ModelDef& model, const Dataset& train) {
+  const TorchScriptSource& source = *model.torchscript;
   model.input = train.sample_shape;
-  absl::StatusOr<torch::jit::Module> module = LoadModule(model);
-  if (!module.ok()) return module.status();
   const int64_t count = std::min<int64_t>(train.size(), 4);
   absl::StatusOr<at::Tensor> logits =
-      ProbeForward(*module, model, train.features.data(), count, source->sample_dims);
+      ProbeForward(module, model, train.features.data(), count, source.sample_dims);
   if (!logits.ok()) return logits.status();
   const int64_t classes = logits->size(1);
   if (classes < 2 || classes < train.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", source->file_name, ": forward returns ", classes,
+        "model file ", source.file_name, ": forward returns ", classes,
         " class scores per sample but dataset ", train.source, " has labels up to ",
         train.num_classes - 1, " (needs at least ", std::max<int64_t>(2, train.num_classes), ")"));
   }
   model.num_classes = classes;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+bool BuiltWithTorch() { return true; }
+
+std::string TorchDescription() { return absl::StrCat("LibTorch ", TORCH_VERSION, " (CPU)"); }
+
+absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
+                                              const std::string& file_name, const Dataset* fit_to) {
+  if (fit_to != nullptr && fit_to->size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset ", fit_to->source, ": no training samples"));
+  }
+  ModelDef model;
+  model.name = absl::StrCat("torchscript:", file_name);
+  auto source = std::make_shared<TorchScriptSource>();
+  source->file_name = file_name;
+  source->bytes = std::move(bytes);
+  if (fit_to != nullptr) source->sample_dims = fit_to->SampleDims();
+  model.torchscript = source;
+  // Loaded once here, for the description and the probe pass alike.
+  absl::StatusOr<torch::jit::Module> module = LoadModule(model);
+  if (!module.ok()) return module.status();
+  if (absl::Status described = Describe(*module, model); !described.ok()) return described;
+  if (fit_to != nullptr) {
+    if (absl::Status fitted = Fit(*module, model, *fit_to); !fitted.ok()) return fitted;
+  }
+  return model;
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> CreateTorchScriptReplica(const ModelDef& model,

@@ -9,8 +9,7 @@
 // Loss: the summed cross-entropy of forward(x)'s logits [N, classes], x being
 // [N, *sample_dims] float32, exactly as the native engine. Initial values: the file's.
 //
-//   absl::StatusOr<ModelDef> model = LoadTorchScriptModel(bytes, "net.pt");
-//   FitTorchScriptModel(*model, data.train);  // input shape, classes, a probe pass
+//   absl::StatusOr<ModelDef> model = LoadTorchScriptModel(bytes, "net.pt", &data.train);
 //   std::unique_ptr<Replica> r = *CreateTorchScriptReplica(*model, params.data());
 #ifndef TRIBUTARY_WORKER_ENGINE_TORCHSCRIPT_H_
 #define TRIBUTARY_WORKER_ENGINE_TORCHSCRIPT_H_
@@ -43,18 +42,16 @@ absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::stri
                                                                  int64_t max_bytes);
 
 // Loads a saved module and describes it: its tensors in the flat layout and their
-// initial values. INVALID_ARGUMENT naming file_name and the problem: not a TorchScript
-// archive, no trainable parameter, a parameter that is not float32, a buffer of a
-// type that has no float value.
-absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
-                                              const std::string& file_name);
-
-// Fits a loaded model to its data: sets the input shape (the data's sample_dims) and
-// the number of classes from one forward pass (eval mode) over the first few training
-// samples. INVALID_ARGUMENT naming the file and the problem: the forward pass fails
-// (with LibTorch's message), returns something that is not one [N, classes] tensor,
+// initial values. With `fit_to` (the training data) it also fits the model to it: the
+// input shape is the data's SampleDims(), and the class count comes from one forward
+// pass (eval mode) over the first few samples. INVALID_ARGUMENT naming file_name and
+// the problem: not a TorchScript archive, no trainable parameter, a parameter that is
+// not float32, a buffer of a type that has no float value; with fit_to, a forward pass
+// that fails (with LibTorch's message), returns anything but one [N, classes] tensor,
 // fewer classes than the labels need, or non-finite values.
-absl::Status FitTorchScriptModel(ModelDef& model, const Dataset& train);
+absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
+                                              const std::string& file_name,
+                                              const Dataset* fit_to = nullptr);
 
 // A replica of a fitted model on the CPU: its parameters are views into
 // host_parameters (shared read-only by the node's replicas, as CpuReplica's are), its

@@ -20,12 +20,9 @@ bool BuiltWithTorch() { return false; }
 std::string TorchDescription() { return "no LibTorch (built without libtorch-dev)"; }
 
 absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
-                                              const std::string& file_name) {
+                                              const std::string& file_name,
+                                              const Dataset* fit_to) {
   return Unavailable(absl::StrCat("model file ", file_name));
-}
-
-absl::Status FitTorchScriptModel(ModelDef& model, const Dataset& train) {
-  return Unavailable(absl::StrCat("model ", model.name));
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> CreateTorchScriptReplica(const ModelDef& model,

@@ -34,12 +34,9 @@ std::shared_ptr<const std::string> File(const std::string& name) {
 Dataset Data(uint64_t samples = 64) { return MakeSynthetic(5, 0, samples, 8, 3); }
 
 ModelDef Fitted(const std::string& name, const Dataset& data) {
-  absl::StatusOr<ModelDef> model = LoadTorchScriptModel(File(name), name);
+  absl::StatusOr<ModelDef> model = LoadTorchScriptModel(File(name), name, &data);
   EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return ModelDef();
-  absl::Status fitted = FitTorchScriptModel(*model, data);
-  EXPECT_TRUE(fitted.ok()) << fitted;
-  return *model;
+  return model.ok() ? *model : ModelDef();
 }
 
 testing::OwnedBatch BatchOf(const Dataset& data, int64_t first, int64_t count) {
@@ -251,10 +248,8 @@ TEST(TorchScriptTest, RefusesBadModelsNamingTheFileAndTheProblem) {
     return model.ok() ? std::string("loaded") : std::string(model.status().message());
   };
   auto fit_error = [&](const std::string& name, const Dataset& d) {
-    absl::StatusOr<ModelDef> model = LoadTorchScriptModel(File(name), name);
-    if (!model.ok()) return std::string(model.status().message());
-    absl::Status fitted = FitTorchScriptModel(*model, d);
-    return fitted.ok() ? std::string("fitted") : std::string(fitted.message());
+    absl::StatusOr<ModelDef> model = LoadTorchScriptModel(File(name), name, &d);
+    return model.ok() ? std::string("fitted") : std::string(model.status().message());
   };
   EXPECT_THAT(load_error("no_parameters.pt"),
               HasSubstr("model file no_parameters.pt: the module has no trainable parameter"));
@@ -328,9 +323,8 @@ TEST(TorchScriptTest, NativeModelsExportToAnEquivalentModule) {
     absl::Status exported = ExportTorchScript(*native, params.data(), path);
     ASSERT_TRUE(exported.ok()) << exported;
     absl::StatusOr<ModelDef> back =
-        LoadTorchScriptModel(std::make_shared<const std::string>(ReadAll(path)), name + ".pt");
+        LoadTorchScriptModel(std::make_shared<const std::string>(ReadAll(path)), name + ".pt", &d);
     ASSERT_TRUE(back.ok()) << back.status();
-    ASSERT_TRUE(FitTorchScriptModel(*back, d).ok());
     EXPECT_EQ(*back->initial_values, params);
     absl::StatusOr<LossStats> a = EvaluateParameters(*native, params.data(), d);
     absl::StatusOr<LossStats> b = EvaluateParameters(*back, params.data(), d);
