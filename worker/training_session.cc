@@ -107,7 +107,8 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   }
 
   if (assignment.node_leader()) {
-    PsIdentity identity{assignment.job_id(), assignment.generation(), assignment.node_rank()};
+    PsIdentity identity{assignment.job_id(), assignment.generation(), assignment.node_rank(),
+                        assignment.num_nodes(), assignment.resume_step()};
     session->ps_ = std::make_unique<PsClient>(
         identity, session->plan_,
         std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),

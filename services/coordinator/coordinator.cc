@@ -299,9 +299,10 @@ void Coordinator::FormGenerationIfDue() {
   }
   SaveState().IgnoreError();  // Logged inside; the generation goes ahead regardless.
 
-  // 3. Every shard learns the generation before any worker does.
+  // 3. Every shard learns the generation before any worker does. A shard holding no
+  // job yet refuses: the workers' InitPartitions installs it at this generation.
   const uint32_t num_nodes = plan.node_names.size();
-  std::set<uint32_t> pending;
+  std::vector<uint32_t> installing;
   for (const v1::ShardInfo& shard : shards) {
     v1::BeginGenerationRequest request;
     request.set_job_id(job_id);
@@ -314,9 +315,7 @@ void Coordinator::FormGenerationIfDue() {
     const bool fresh_shard = std::find(resume->empty.begin(), resume->empty.end(),
                                        shard.shard_index()) != resume->empty.end();
     if (absl::IsFailedPrecondition(begun.status()) && fresh_shard && resume_step == 0) {
-      // The shard holds no job yet: the workers' InitPartitions installs it, and
-      // PollShards repeats BeginGeneration as soon as the shard reports the job.
-      pending.insert(shard.shard_index());
+      installing.push_back(shard.shard_index());
       continue;
     }
     return FormationFailed(absl::StrCat("BeginGeneration(generation ", generation,
@@ -366,7 +365,6 @@ void Coordinator::FormGenerationIfDue() {
   generation_.formed = now;
   generation_.resume_step = resume_step;
   generation_.node_names = plan.node_names;
-  generation_.shards_pending = pending;
   for (const std::string& node : generation_.node_names) {
     const std::string id = absl::StrCat(job_id, "/g", generation, "/", node);
     rendezvous_.Open(id);
@@ -397,9 +395,9 @@ void Coordinator::FormGenerationIfDue() {
   if (restart_from_zero) {
     absl::StrAppend(&reason, " (the PS shards hold no state of this job: training restarts)");
   }
-  if (!pending.empty()) {
-    absl::StrAppend(&reason, "; shard(s) ", absl::StrJoin(pending, ", "),
-                    " join the generation after InitPartitions");
+  if (!installing.empty()) {
+    absl::StrAppend(&reason, "; shard(s) ", absl::StrJoin(installing, ", "),
+                    " get the job at this generation from the workers' InitPartitions");
   }
   jobs_.Transition(*job, v1::RENDEZVOUS, reason, now);
 }
@@ -447,67 +445,30 @@ std::optional<uint64_t> Coordinator::PauseBoundaryLocked() {
   return boundary;
 }
 
-absl::Duration Coordinator::PollShards() {
+void Coordinator::PollShards() {
   std::vector<v1::ShardInfo> shards;
-  Generation generation;
   std::string active_job;
   {
     absl::MutexLock lock(&mu_);
     shards = shards_.All();
-    if (generation_.active) {
-      generation.number = generation_.number;
-      generation.job_id = generation_.job_id;
-      generation.resume_step = generation_.resume_step;
-      generation.node_names = generation_.node_names;
-    }
     if (const v1::Job* job = jobs_.Active()) active_job = job->job_id();
   }
   for (const v1::ShardInfo& shard : shards) {
     absl::StatusOr<v1::ShardStatus> status = shard_client_->GetShardStatus(shard);
     std::string action_error;
-    bool caught_up = false;
-    if (status.ok() && generation.number != 0 && status->job_id() == generation.job_id) {
-      if (status->generation() < generation.number) {
-        v1::BeginGenerationRequest request;
-        request.set_job_id(generation.job_id);
-        request.set_generation(generation.number);
-        request.set_num_nodes(generation.node_names.size());
-        request.set_resume_step(generation.resume_step);
-        absl::StatusOr<v1::BeginGenerationResponse> begun =
-            shard_client_->BeginGeneration(shard, request);
-        if (begun.ok()) {
-          caught_up = true;
-          LOG(INFO) << "PS shard " << shard.shard_index() << " joined generation "
-                    << generation.number;
-        } else {
-          action_error =
-              absl::StrCat("BeginGeneration(", generation.number, "): ", begun.status().message());
-        }
-      } else {
-        caught_up = true;
-      }
-    } else if (status.ok() && !active_job.empty() && !status->job_id().empty() &&
-               status->job_id() != active_job) {
+    if (status.ok() && !active_job.empty() && !status->job_id().empty() &&
+        status->job_id() != active_job) {
+      // A job this coordinator no longer runs: free the shard for the active one.
       absl::Status ended = shard_client_->EndJob(shard, status->job_id());
       if (!ended.ok() && !absl::IsNotFound(ended)) {
         action_error = absl::StrCat("EndJob(", status->job_id(), "): ", ended.message());
       }
     }
     absl::MutexLock lock(&mu_);
-    if (!shards_.RecordPoll(shard, status, action_error) || !status.ok()) continue;
-    if (!action_error.empty()) {
+    if (shards_.RecordPoll(shard, status, action_error) && !action_error.empty()) {
       LOG_EVERY_N(WARNING, 20) << "PS shard " << shard.shard_index() << ": " << action_error;
     }
-    if (caught_up && generation_.active && generation_.number == generation.number) {
-      generation_.shards_pending.erase(shard.shard_index());
-    }
   }
-  absl::MutexLock lock(&mu_);
-  // A shard that still has to join the generation is polled often: the workers wait
-  // for it before their first push.
-  return generation_.active && !generation_.shards_pending.empty()
-             ? std::min(options_.shard_poll_interval, absl::Milliseconds(100))
-             : options_.shard_poll_interval;
 }
 
 Coordinator::Counters Coordinator::counters() const {

@@ -121,10 +121,10 @@ class Coordinator : public CoordinatorHandler {
   // outside the lock), tells shards that a job ended, saves the state when it changed,
   // then answers registrations that waited for this pass.
   void Tick();
-  // Asks every registered shard for its status (kept for the dashboard) and brings a
-  // shard that holds the active job but not yet the current generation up to it.
-  // Returns how long to wait before the next poll (short while a shard lags behind).
-  absl::Duration PollShards();
+  // Asks every registered shard for its status (kept for the dashboard and the job's
+  // result) and frees a shard that holds a job this coordinator no longer runs. The
+  // driver calls it every --shard_poll_interval.
+  void PollShards();
   void ExpireRendezvousDeadlines() { rendezvous_.ExpireDeadlines(); }
   RendezvousStore& rendezvous() { return rendezvous_; }
 

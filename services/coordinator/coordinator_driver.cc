@@ -45,8 +45,8 @@ void CoordinatorDriver::ControlLoop() {
 
 void CoordinatorDriver::ShardLoop() {
   while (!stopping_) {
-    const absl::Duration next = coordinator_->PollShards();
-    if (stop_.WaitForNotificationWithTimeout(next)) return;
+    coordinator_->PollShards();
+    if (stop_.WaitForNotificationWithTimeout(coordinator_->options().shard_poll_interval)) return;
   }
 }
 

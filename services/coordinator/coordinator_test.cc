@@ -21,8 +21,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // In-memory PS shards, by address. Behaves like the real shard: BeginGeneration before
-// the job is installed is noted (or refused, to test the other protocol), a generation
-// must be newer than the current one.
+// the job is installed is refused (and recorded: the shard was told), the workers'
+// InitPartitions installs the job at their generation, a generation must be newer than
+// the current one.
 class FakeShards : public ShardClient {
  public:
   struct Shard {
@@ -31,8 +32,6 @@ class FakeShards : public ShardClient {
     uint64_t generation = 0;
     uint64_t step = 0;
     uint64_t bytes_in = 0;
-    bool refuse_before_init = false;  // FAILED_PRECONDITION while holding no job.
-    std::optional<v1::BeginGenerationRequest> pending;
     std::vector<v1::BeginGenerationRequest> begun;
     std::vector<std::string> ended;
   };
@@ -42,16 +41,13 @@ class FakeShards : public ShardClient {
     return shards_[address];
   }
 
-  // What a worker's InitPartitions does to a shard.
-  void Install(const std::string& address, const std::string& job_id) {
+  // What a worker's InitPartitions does to a shard: installs the job at the
+  // worker's generation.
+  void Install(const std::string& address, const std::string& job_id, uint64_t generation = 0) {
     absl::MutexLock lock(&mu_);
     Shard& shard = shards_[address];
     shard.job_id = job_id;
-    if (shard.pending && shard.pending->job_id() == job_id) {
-      shard.generation = shard.pending->generation();
-      shard.step = shard.pending->resume_step();
-      shard.pending.reset();
-    }
+    shard.generation = generation;
   }
 
   absl::StatusOr<v1::ShardStatus> GetShardStatus(const v1::ShardInfo& info) override {
@@ -79,10 +75,8 @@ class FakeShards : public ShardClient {
     Shard& shard = shards_[info.address()];
     if (!shard.reachable) return absl::UnavailableError("connection refused");
     if (shard.job_id.empty()) {
-      if (shard.refuse_before_init) return absl::FailedPreconditionError("holds no job");
-      shard.pending = request;
       shard.begun.push_back(request);
-      return v1::BeginGenerationResponse();
+      return absl::FailedPreconditionError("holds no job");
     }
     if (request.job_id() != shard.job_id) return absl::FailedPreconditionError("other job");
     if (request.generation() <= shard.generation) {
@@ -438,8 +432,8 @@ TEST_F(CoordinatorTest, SilentWorkerEndsGenerationSurvivorsGetNewRanksAndReturni
   EXPECT_EQ(replies[b].assignment().global_rank(), 1u);
   EXPECT_EQ(replies[c].assignment().global_rank(), 2u);
   const std::string old_rendezvous = replies[a].assignment().rendezvous_id();
-  shards_.Install("ps0:1", GetJob().job_id());
-  shards_.Install("ps1:1", GetJob().job_id());
+  shards_.Install("ps0:1", GetJob().job_id(), 1);
+  shards_.Install("ps1:1", GetJob().job_id(), 1);
   BeatAll({a, b, c}, 1, v1::WORKER_TRAINING, 0);
   ASSERT_EQ(GetJob().state(), v1::RUNNING);
 
@@ -656,8 +650,8 @@ TEST_F(CoordinatorTest, ProgressCompletionAndResult) {
   const std::string b = MustRegister("b");
   coordinator_->Tick();
   BeatAll({a, b}, 0, v1::WORKER_IDLE);
-  shards_.Install("ps0:1", submitted.job_id());
-  shards_.Install("ps1:1", submitted.job_id());
+  shards_.Install("ps0:1", submitted.job_id(), 1);
+  shards_.Install("ps1:1", submitted.job_id(), 1);
   shards_["ps0:1"].bytes_in = 5000;
   coordinator_->PollShards();
   Beat(a, 1, v1::WORKER_TRAINING, 5, "", 2.0f);
@@ -841,32 +835,21 @@ TEST_F(CoordinatorTest, SubmitValidatesFieldByFieldAndRunsOneJobAtATime) {
   EXPECT_THAT(second.status.message(), HasSubstr("one active job at a time"));
 }
 
-TEST_F(CoordinatorTest, ShardThatRefusesBeginGenerationBeforeInitIsBroughtUpLater) {
-  shards_["ps0:1"].refuse_before_init = true;
-  shards_["ps1:1"].refuse_before_init = true;
+TEST_F(CoordinatorTest, EmptyShardsGetTheJobAtTheGenerationFromTheWorkers) {
   RegisterShards();
   const v1::Job job = Submit(Spec(1, 1));
   const std::string a = MustRegister("a");
   coordinator_->Tick();
+  // Told first (and refused, holding no job); nothing to catch up on later.
+  EXPECT_EQ(shards_["ps0:1"].begun.size(), 1u);
   EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
-  EXPECT_THAT(Events(), HasSubstr("join the generation after InitPartitions"));
-  EXPECT_EQ(coordinator_->PollShards(), absl::Milliseconds(100)) << "polls fast while pending";
-  shards_.Install("ps0:1", job.job_id());
-  shards_.Install("ps1:1", job.job_id());
+  EXPECT_THAT(Events(), HasSubstr("shard(s) 0, 1 get the job at this generation from the "
+                                  "workers' InitPartitions"));
+  shards_.Install("ps0:1", job.job_id(), 1);
+  shards_.Install("ps1:1", job.job_id(), 1);
   coordinator_->PollShards();
-  EXPECT_EQ(shards_["ps0:1"].generation, 1u);
-  EXPECT_EQ(shards_["ps1:1"].generation, 1u);
-  EXPECT_EQ(coordinator_->PollShards(), absl::Seconds(2));
-}
-
-TEST_F(CoordinatorTest, NotedGenerationAppliesAtInstall) {
-  RegisterShards();
-  const v1::Job job = Submit(Spec(1, 1));
-  const std::string a = MustRegister("a");
-  coordinator_->Tick();
-  shards_.Install("ps0:1", job.job_id());
-  EXPECT_EQ(shards_["ps0:1"].generation, 1u);
-  EXPECT_EQ(coordinator_->PollShards(), absl::Seconds(2));
+  EXPECT_EQ(shards_["ps0:1"].begun.size(), 1u) << "no BeginGeneration is repeated";
+  EXPECT_EQ(coordinator_->GetClusterStatus().shards(0).error(), "");
 }
 
 TEST_F(CoordinatorTest, UnreachableShardDelaysTheGenerationWithAReason) {

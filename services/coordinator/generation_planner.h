@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -37,7 +36,6 @@ struct Generation {
   std::vector<std::string> node_names;                // By node rank.
   std::vector<std::string> rendezvous_ids;            // By node rank.
   std::map<std::string, v1::Assignment> assignments;  // Worker id -> assignment.
-  std::set<uint32_t> shards_pending;                  // Shards not yet at this generation.
   std::map<std::string, std::string> failures;        // Worker id -> error it reported.
   std::string end_reason;
   bool ended_by_worker_error = false;

@@ -470,12 +470,14 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
   EXPECT_EQ(assignment_b.total_replicas(), 4u);
   ASSERT_EQ(assignment_a.shards_size(), 1);
   EXPECT_EQ(assignment_a.shards(0).address(), cluster.ps_address());
-  // The shard heard of the generation (noted before InitPartitions) before the workers.
+  // The shard heard of the generation before the workers (and refused it, holding no
+  // job: the workers' InitPartitions installs the job at their generation).
   ASSERT_EQ(cluster.ps().begun().size(), 1u);
   EXPECT_EQ(cluster.ps().begun()[0].generation(), 1u);
   EXPECT_EQ(cluster.ps().begun()[0].num_nodes(), 2u);
   EXPECT_EQ(cluster.ps().begun()[0].job_id(), job.job_id());
-  cluster.ps().Install(job.job_id());
+  cluster.ps().Install(job.job_id(), assignment_a.generation(), assignment_a.num_nodes(),
+                       assignment_a.resume_step());
   EXPECT_EQ(cluster.ps().generation(), 1u);
 
   // Rendezvous over gRPC: several waiters on node a's id, one publisher.

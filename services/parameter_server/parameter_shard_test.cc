@@ -698,18 +698,78 @@ TEST(ParameterShardInitTest, RejectsMalformedInitialValues) {
   EXPECT_THAT(init(bad_plan, values()).message(), HasSubstr("partition 1: offset must be 64"));
 }
 
-TEST(ParameterShardInitTest, AGenerationThatArrivesBeforeTheJobAppliesAtInstall) {
+TEST(ParameterShardInitTest, TheHeaderInstallsTheJobAtItsGeneration) {
   ParameterShard shard(ShardOptions{}, nullptr);
   v1::BeginGenerationRequest request;
   request.set_job_id("job-1");
   request.set_generation(4);
   request.set_num_nodes(3);
-  ASSERT_TRUE(shard.BeginGeneration(request).ok());
-  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Sgd(1.0f), 1), kElements, 1, 0);
+  // Nothing is parked: the workers' InitPartitions carries the generation.
+  absl::StatusOr<v1::BeginGenerationResponse> early = shard.BeginGeneration(request);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(early.status().message(), HasSubstr("holds no job"));
+  v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Sgd(1.0f), 1), kElements, 1, 0);
+  header.set_generation(4);
+  header.set_num_nodes(3);
   auto init = shard.Init(header, InitialValues(header, Filled(kElements, 0.0f)));
   ASSERT_TRUE(init.ok()) << init.status();
+  EXPECT_TRUE(init->created());
   EXPECT_EQ(init->generation(), 4u);
   EXPECT_EQ(shard.Status().num_nodes(), 3u);
+  EXPECT_EQ(shard.Status().generation(), 4u);
+}
+
+TEST(ParameterShardInitTest, AHeaderOfANewerGenerationMovesTheInstalledJob) {
+  ParameterShard shard(ShardOptions{}, nullptr);
+  v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Sgd(1.0f), 1), kElements, 1, 0);
+  header.set_generation(4);
+  header.set_num_nodes(1);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, Filled(kElements, 0.0f))).ok());
+  // A node of generation 6 (the shard missed BeginGeneration 6 while empty).
+  header.set_generation(6);
+  header.set_num_nodes(2);
+  auto moved = shard.Init(header, InitialValues(header, Filled(kElements, 5.0f)));
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_FALSE(moved->created());
+  EXPECT_EQ(moved->generation(), 6u);
+  EXPECT_EQ(shard.Status().num_nodes(), 2u);
+  // An older generation's header changes nothing.
+  header.set_generation(5);
+  header.set_num_nodes(7);
+  auto stale = shard.Init(header, InitialValues(header, Filled(kElements, 5.0f)));
+  ASSERT_TRUE(stale.ok());
+  EXPECT_EQ(stale->generation(), 6u);
+  EXPECT_EQ(shard.Status().num_nodes(), 2u);
+  // The trained values were never replaced.
+  v1::PullRequest pull;
+  pull.set_job_id(header.job_id());
+  EXPECT_EQ(FloatsOf(*(*shard.Pull(pull))[0])[0], 0.0f);
+  // A header whose resume step the partitions cannot reach fails like BeginGeneration.
+  header.set_generation(9);
+  header.set_num_nodes(1);
+  header.set_resume_step(40);
+  auto unreachable = shard.Init(header, InitialValues(header, Filled(kElements, 5.0f)));
+  EXPECT_EQ(unreachable.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(unreachable.status().message(), HasSubstr("InitPartitions: BeginGeneration 9"));
+}
+
+TEST(ParameterShardInitTest, NodeCountsAreBounded) {
+  ParameterShard shard(ShardOptions{}, nullptr);
+  v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Sgd(1.0f), 1), kElements, 1, 0);
+  header.set_num_nodes(UINT32_MAX);
+  auto init = shard.Init(header, InitialValues(header, Filled(kElements, 0.0f)));
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(init.status().message(), HasSubstr("num_nodes 4294967295 is above 65536"));
+  header.set_num_nodes(1);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, Filled(kElements, 0.0f))).ok());
+  v1::BeginGenerationRequest request;
+  request.set_job_id(header.job_id());
+  request.set_generation(2);
+  request.set_num_nodes(kMaxNodes + 1);
+  EXPECT_THAT(shard.BeginGeneration(request).status().message(),
+              HasSubstr("num_nodes 65537 is not in [1, 65536]"));
+  request.set_num_nodes(kMaxNodes);
+  EXPECT_TRUE(shard.BeginGeneration(request).ok());
 }
 
 TEST(ParameterShardPullTest, AnswersCurrentValuesOrNamesTheProblem) {

@@ -134,4 +134,10 @@ prometheus::Histogram& ShardMetrics::AggregationWait(uint32_t partition) {
   return aggregation_wait_seconds.Add({{"partition", std::to_string(partition)}}, SecondsBuckets());
 }
 
+uint64_t ShardMetrics::RejectedTotal() const {
+  double total = 0;
+  for (prometheus::Counter* counter : rejected) total += counter->Value();
+  return static_cast<uint64_t>(total);
+}
+
 }  // namespace tributary::ps

@@ -19,6 +19,7 @@
 #include <prometheus/registry.h>
 
 #include <array>
+#include <cstdint>
 
 namespace tributary::ps {
 
@@ -40,6 +41,7 @@ enum class RejectReason {
 
 const char* RejectReasonName(RejectReason reason);
 
+// The only place a shard counts: ShardStatus reads its totals here too.
 struct ShardMetrics {
   explicit ShardMetrics(prometheus::Registry& registry);
 
@@ -68,6 +70,8 @@ struct ShardMetrics {
   prometheus::Counter& Rejected(RejectReason reason) {
     return *rejected[static_cast<size_t>(reason)];
   }
+  // Pushes refused for any reason, since start.
+  uint64_t RejectedTotal() const;
 };
 
 }  // namespace tributary::ps

@@ -133,7 +133,7 @@ TEST(CoordinatorRestartTest, StateSurvivesACrashAndWorkersRejoin) {
   ASSERT_TRUE(first->stub->SubmitJob(Context().get(), submit, &job).ok());
   const std::string worker = RegisterWorker(*first, 7001);
   ASSERT_EQ(AwaitGeneration(*first, worker), 1u) << first->Log();
-  shard.ps().Install(job.job_id());
+  shard.ps().Install(job.job_id(), 1, 1, 0);  // Worker 1 of generation 1.
   shard.ps().SetTraffic(5, 1000, 2000, 0.001);
   ASSERT_TRUE(Train(*first, worker, 1, 5).ok());
   v1::JobControlRequest pause;

@@ -123,13 +123,17 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
 
   // Idle heartbeats until the generation forms, then training progress.
   uint64_t generation = 0;
+  v1::Assignment assignment;
   for (int attempt = 0; attempt < 3000 && generation == 0; ++attempt) {
     const v1::HeartbeatResponse reply = Beat(coordinator, a0, 0, 0, 0);
-    if (reply.action() == v1::ACTION_RENDEZVOUS) generation = reply.assignment().generation();
+    if (reply.action() == v1::ACTION_RENDEZVOUS) {
+      assignment = reply.assignment();
+      generation = assignment.generation();
+    }
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_EQ(generation, 1u) << coordinator.Log();
-  ps.Install(job.job_id());
+  ps.Install(job.job_id(), generation, assignment.num_nodes(), assignment.resume_step());
   ps.SetTraffic(12, 3ull << 30, 5ull << 30, 0.0125);
   for (uint64_t step = 0; step <= 12; ++step) {
     Beat(coordinator, a0, generation, step, 0.05);

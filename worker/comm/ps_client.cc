@@ -110,6 +110,9 @@ absl::StatusOr<uint64_t> PsClient::InitShard(Shard& shard, const v1::JobSpec& sp
   *header.mutable_plan() = plan_;
   header.set_shard_index(shard.index);
   header.set_total_steps(total_steps);
+  header.set_generation(identity_.generation);
+  header.set_num_nodes(identity_.num_nodes);
+  header.set_resume_step(identity_.resume_step);
   bool written = writer->Write(request);
   for (uint32_t id : shard.partitions) {
     if (!written) break;

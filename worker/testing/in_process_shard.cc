@@ -21,7 +21,6 @@ absl::Status InProcessShard::Start(int port) {
   server.max_receive_bytes = MaxReceiveBytesForPartition(4 << 20);
   ps::ShardOptions options;
   options.checkpoint_dir = checkpoint_dir_;
-  options.background_checkpoints = false;
   shard_ = std::make_unique<ps::ParameterShard>(options, nullptr);
   if (!checkpoint_dir_.empty()) {
     absl::StatusOr<std::string> restored = shard_->RestoreFromCheckpointDirectory();

@@ -4,15 +4,13 @@
 
 namespace tributary::coordinator::testing {
 
-void FakeParameterServer::Install(const std::string& job_id) {
+void FakeParameterServer::Install(const std::string& job_id, uint64_t generation,
+                                  uint32_t num_nodes, uint64_t resume_step) {
   absl::MutexLock lock(&mu_);
   job_id_ = job_id;
-  if (pending_ && pending_->job_id() == job_id) {
-    generation_ = pending_->generation();
-    num_nodes_ = pending_->num_nodes();
-    step_ = pending_->resume_step();
-    pending_.reset();
-  }
+  generation_ = generation;
+  num_nodes_ = num_nodes;
+  step_ = resume_step;
 }
 
 void FakeParameterServer::SetTraffic(uint64_t step, uint64_t bytes_in, uint64_t bytes_out,
@@ -76,8 +74,8 @@ grpc::ServerUnaryReactor* FakeParameterServer::BeginGeneration(
   {
     absl::MutexLock lock(&mu_);
     if (job_id_.empty()) {
-      pending_ = *request;
-      begun_.push_back(*request);
+      begun_.push_back(*request);  // Told, and refused: the workers install the job.
+      status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "shard holds no job");
     } else if (request->job_id() != job_id_) {
       status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat("shard holds job '", job_id_, "'"));
@@ -104,14 +102,12 @@ grpc::ServerUnaryReactor* FakeParameterServer::EndJob(grpc::CallbackServerContex
   grpc::Status status;
   {
     absl::MutexLock lock(&mu_);
-    if (request->job_id() != job_id_ &&
-        !(pending_.has_value() && pending_->job_id() == request->job_id())) {
+    if (request->job_id() != job_id_) {
       status = grpc::Status(grpc::StatusCode::NOT_FOUND,
                             absl::StrCat("shard holds no job '", request->job_id(), "'"));
     } else {
       ended_.push_back(request->job_id());
       job_id_.clear();
-      pending_.reset();
       generation_ = 0;
     }
   }

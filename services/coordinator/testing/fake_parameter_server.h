@@ -1,12 +1,11 @@
 // Test double of the ParameterServer service for the coordinator's tests: answers
 // GetShardStatus from settable fields and records BeginGeneration and EndJob calls,
 // following the real shard's rules (a generation before the job is installed is
-// noted; a generation must be newer than the current one). The data-path RPCs stay
+// recorded and refused; a generation must be newer than the current one). The data-path RPCs stay
 // UNIMPLEMENTED: the coordinator never calls them.
 #ifndef TRIBUTARY_SERVICES_COORDINATOR_TESTING_FAKE_PARAMETER_SERVER_H_
 #define TRIBUTARY_SERVICES_COORDINATOR_TESTING_FAKE_PARAMETER_SERVER_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +18,9 @@ class FakeParameterServer : public v1::ParameterServer::CallbackService {
  public:
   explicit FakeParameterServer(uint32_t shard_index) : shard_index_(shard_index) {}
 
-  // What a worker's InitPartitions would do: install the job (applying a noted
-  // generation).
-  void Install(const std::string& job_id);
+  // What a worker's InitPartitions does: install the job at the worker's generation.
+  void Install(const std::string& job_id, uint64_t generation, uint32_t num_nodes,
+               uint64_t resume_step);
   void SetTraffic(uint64_t step, uint64_t bytes_in, uint64_t bytes_out, double aggregation_wait);
 
   std::vector<v1::BeginGenerationRequest> begun() const;
@@ -49,7 +48,6 @@ class FakeParameterServer : public v1::ParameterServer::CallbackService {
   uint64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
   double aggregation_wait_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<v1::BeginGenerationRequest> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::BeginGenerationRequest> begun_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> ended_ ABSL_GUARDED_BY(mu_);
 };

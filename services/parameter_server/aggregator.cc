@@ -1,0 +1,48 @@
+#include <glog/logging.h>
+
+#include <cstring>
+
+#include "services/parameter_server/aggregator.h"
+#include "services/parameter_server/aggregator_internal.h"
+
+namespace tributary::ps {
+
+std::unique_ptr<Aggregator> MakeAggregator(v1::TrainingMode mode, AggregatorContext context) {
+  if (mode == v1::SYNC) return internal::MakeSyncAggregator(std::move(context));
+  return internal::MakeAsyncAggregator(std::move(context));
+}
+
+absl::Status CountRejection(ShardMetrics& metrics, RejectReason reason, absl::Status status) {
+  metrics.Rejected(reason).Increment();
+  VLOG(1) << "push rejected (" << RejectReasonName(reason) << "): " << status;
+  return status;
+}
+
+namespace internal {
+
+std::shared_ptr<v1::PartitionValues> NextUpdate(const ShardJob& job, ShardPartition& p,
+                                                uint64_t update_number, bool finite,
+                                                const AggregatorContext& context, bool* applied) {
+  std::shared_ptr<v1::PartitionValues> next = p.NextValues();
+  *applied = finite;
+  if (!finite) {
+    ++p.skipped_non_finite;
+    context.metrics->updates_skipped_non_finite.Increment();
+    return next;
+  }
+  float* params = reinterpret_cast<float*>(next->mutable_data()->data());
+  const absl::Time start = context.clock->Now();
+  if (p.buffers) {
+    std::memcpy(params, p.sum.data(), p.length * sizeof(float));  // Node 0's buffers.
+  } else {
+    job.optimizer.Apply(update_number, params, p.sum.data(), p.state.data(), p.length);
+  }
+  context.metrics->optimizer_apply_seconds.Observe(
+      absl::ToDoubleSeconds(context.clock->Now() - start));
+  next->set_version(next->version() + 1);
+  context.metrics->updates_applied.Increment();
+  return next;
+}
+
+}  // namespace internal
+}  // namespace tributary::ps

@@ -1,0 +1,146 @@
+#include "services/parameter_server/checkpointer.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "services/parameter_server/crc32c.h"
+
+namespace tributary::ps {
+
+Checkpointer::Checkpointer(int keep, ShardMetrics& metrics, const Clock* clock, TakeSnapshot take)
+    : keep_(keep), metrics_(metrics), clock_(clock), take_(std::move(take)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Checkpointer::~Checkpointer() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<v1::CheckpointResponse> Checkpointer::Write(const ShardCheckpoint& const_snapshot,
+                                                           const std::string& dir) {
+  ShardCheckpoint snapshot = const_snapshot;
+  {
+    // Names sort by time; never reuse or go back in time (clock steps, fast retries).
+    absl::MutexLock lock(&last_mu_);
+    last_written_micros_ =
+        std::max(absl::ToUnixMicros(clock_->Now()), last_written_micros_ + 1);
+    snapshot.meta.set_written_unix_micros(last_written_micros_);
+  }
+  const std::string shard_dir = ShardDirectory(dir, snapshot.meta.shard_index());
+  absl::StatusOr<WrittenCheckpoint> written = WriteCheckpoint(shard_dir, snapshot);
+  if (!written.ok()) {
+    metrics_.checkpoints_error.Increment();
+    LOG(ERROR) << "checkpoint of step " << snapshot.meta.step() << " failed: " << written.status();
+    return written.status();
+  }
+  PruneCheckpoints(shard_dir, keep_);
+  metrics_.checkpoints_ok.Increment();
+  const absl::Time now = clock_->Now();
+  {
+    absl::MutexLock lock(&last_mu_);
+    last_path_ = written->path;
+    last_step_ = snapshot.meta.step();
+    last_time_ = now;
+  }
+  metrics_.last_checkpoint_timestamp_seconds.Set(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  metrics_.checkpoint_age_seconds.Set(0);
+  LOG(INFO) << "checkpoint of job '" << snapshot.meta.job_id() << "' step " << snapshot.meta.step()
+            << " generation " << snapshot.meta.generation()
+            << (snapshot.meta.job_ended() ? " (final)" : "") << " written to " << written->path
+            << " (" << written->bytes << " bytes, crc32c " << Crc32cHex(written->crc32c) << ")";
+  v1::CheckpointResponse response;
+  response.set_path(written->path);
+  response.set_step(snapshot.meta.step());
+  response.set_generation(snapshot.meta.generation());
+  response.set_bytes(written->bytes);
+  response.set_checksum(Crc32cHex(written->crc32c));
+  return response;
+}
+
+void Checkpointer::Request(uint64_t step) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back(step);
+}
+
+void Checkpointer::Flush() {
+  absl::MutexLock lock(&queue_mu_);
+  queue_mu_.Await(absl::Condition(
+      +[](Checkpointer* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return self->queue_.empty() && !self->busy_;
+      },
+      this));
+}
+
+void Checkpointer::Loop() {
+  while (true) {
+    uint64_t step;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      queue_mu_.Await(absl::Condition(
+          +[](Checkpointer* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return self->stopping_ || !self->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;
+      step = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    {
+      absl::MutexLock writer_lock(&writer_mu_);
+      std::optional<absl::StatusOr<Pending>> pending = take_(step);
+      if (pending.has_value() && pending->ok()) {
+        (void)Write((*pending)->snapshot, (*pending)->dir);  // Logged and counted inside.
+      } else if (pending.has_value()) {
+        metrics_.checkpoints_error.Increment();
+        LOG(ERROR) << "periodic checkpoint of step " << step << " failed: " << pending->status();
+      }
+    }
+    absl::MutexLock lock(&queue_mu_);
+    busy_ = false;
+  }
+}
+
+void Checkpointer::Restored(const std::string& path, const CheckpointMeta& meta) {
+  absl::MutexLock lock(&last_mu_);
+  restored_from_ = path;
+  last_path_ = path;
+  last_step_ = meta.step();
+  last_time_ = absl::FromUnixMicros(meta.written_unix_micros());
+  last_written_micros_ = meta.written_unix_micros();
+}
+
+void Checkpointer::ClearRestored() {
+  absl::MutexLock lock(&last_mu_);
+  restored_from_.clear();
+}
+
+std::string Checkpointer::restored_from() const {
+  absl::MutexLock lock(&last_mu_);
+  return restored_from_;
+}
+
+Checkpointer::Last Checkpointer::last() const {
+  absl::MutexLock lock(&last_mu_);
+  Last last;
+  last.path = last_path_;
+  last.step = last_step_;
+  if (last_time_ != absl::InfinitePast()) {
+    last.age_seconds = absl::ToDoubleSeconds(clock_->Now() - last_time_);
+  }
+  return last;
+}
+
+void Checkpointer::RefreshGauges() {
+  absl::MutexLock lock(&last_mu_);
+  if (last_time_ != absl::InfinitePast()) {
+    metrics_.checkpoint_age_seconds.Set(absl::ToDoubleSeconds(clock_->Now() - last_time_));
+  }
+}
+
+}  // namespace tributary::ps

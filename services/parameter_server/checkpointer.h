@@ -1,0 +1,95 @@
+// A shard's checkpoints: writes them (checkpoint_file.h) under a writer lock, keeps
+// the newest --checkpoints_to_keep, writes the periodic ones on its own thread, and
+// remembers the last one for ShardStatus and the checkpoint gauges. What goes into a
+// checkpoint is the shard's (ParameterShard::Snapshot); when is the shard's step
+// bookkeeping's (every checkpoint_interval_steps of the lowest partition step).
+#ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_CHECKPOINTER_H_
+#define TRIBUTARY_SERVICES_PARAMETER_SERVER_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/parameter_server.pb.h"
+#include "services/parameter_server/checkpoint_file.h"
+#include "services/parameter_server/shard_metrics.h"
+
+namespace tributary::ps {
+
+class Checkpointer {
+ public:
+  struct Pending {
+    ShardCheckpoint snapshot;
+    std::string dir;  // The checkpoint directory (the shard's folder is made inside).
+  };
+  // For the writer thread: the snapshot of `step` to write, nullopt when there is
+  // nothing to write (no job, no directory). Runs with the writer lock held.
+  using TakeSnapshot = std::function<std::optional<absl::StatusOr<Pending>>(uint64_t step)>;
+
+  // `metrics` and `clock` are not owned. Starts the writer thread.
+  Checkpointer(int keep, ShardMetrics& metrics, const Clock* clock, TakeSnapshot take);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Taken before the shard's own lock by whatever takes and writes a snapshot or
+  // replaces the job, so that checkpoints are written one at a time and in order.
+  absl::Mutex& writer_mutex() { return writer_mu_; }
+  // Writes `snapshot` (writer lock held): counted, logged, the oldest pruned.
+  absl::StatusOr<v1::CheckpointResponse> Write(const ShardCheckpoint& snapshot,
+                                               const std::string& dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
+
+  // Queues a periodic checkpoint of `step` for the writer thread.
+  void Request(uint64_t step);
+  // Blocks until the queued checkpoints are written (tests, shutdown).
+  void Flush();
+
+  // The shard now holds the job of the checkpoint at `path` / a job from a worker.
+  void Restored(const std::string& path, const CheckpointMeta& meta);
+  void ClearRestored();
+  std::string restored_from() const;
+
+  struct Last {
+    std::string path;  // Empty: none written or restored yet.
+    uint64_t step = 0;
+    double age_seconds = -1;  // -1: none.
+  };
+  Last last() const;
+  // Refreshes tributary_ps_checkpoint_age_seconds.
+  void RefreshGauges();
+
+ private:
+  void Loop();
+
+  const int keep_;
+  ShardMetrics& metrics_;
+  const Clock* clock_;
+  const TakeSnapshot take_;
+
+  absl::Mutex writer_mu_;
+
+  mutable absl::Mutex last_mu_;
+  std::string last_path_ ABSL_GUARDED_BY(last_mu_);
+  uint64_t last_step_ ABSL_GUARDED_BY(last_mu_) = 0;
+  absl::Time last_time_ ABSL_GUARDED_BY(last_mu_) = absl::InfinitePast();
+  int64_t last_written_micros_ ABSL_GUARDED_BY(last_mu_) = 0;
+  std::string restored_from_ ABSL_GUARDED_BY(last_mu_);
+
+  absl::Mutex queue_mu_;
+  std::deque<uint64_t> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool busy_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace tributary::ps
+
+#endif  // TRIBUTARY_SERVICES_PARAMETER_SERVER_CHECKPOINTER_H_

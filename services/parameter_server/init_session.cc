@@ -1,0 +1,240 @@
+// InitPartitions: a job installed on a shard in one message exchange, at the
+// generation its header names (parameter_server.proto, InitHeader).
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/partition_plan.h"
+#include "common/wire_dtype.h"
+#include "services/parameter_server/parameter_shard.h"
+
+namespace tributary::ps {
+
+absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
+  if (have_header_) return absl::InvalidArgumentError("InitPartitions: a second InitHeader");
+  if (!ValidJobId(header.job_id())) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: job_id '", header.job_id(),
+                                                   "' must be 1-128 characters of [A-Za-z0-9._-]"));
+  }
+  spec_ = WithDefaults(header.job());
+  if (absl::Status valid = ValidateJobSpec(spec_); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: job: ", valid.message()));
+  }
+  const v1::PartitionPlan& plan = header.plan();
+  if (absl::Status valid = ValidatePartitionPlan(plan); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: ", valid.message()));
+  }
+  if (plan.partition_bytes() != spec_.partition_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitPartitions: plan.partition_bytes ", plan.partition_bytes(),
+                     " differs from the job's partition_bytes ", spec_.partition_bytes()));
+  }
+  if (plan.partition_bytes() > shard_->options_.max_partition_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitPartitions: plan.partition_bytes ", plan.partition_bytes(),
+        " exceeds this shard's --max_partition_bytes ", shard_->options_.max_partition_bytes));
+  }
+  if (header.shard_index() >= plan.num_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: shard_index ",
+                                                   header.shard_index(), " but the plan has ",
+                                                   plan.num_shards(), " shards"));
+  }
+  if (header.num_nodes() > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: num_nodes ",
+                                                   header.num_nodes(), " is above ", kMaxNodes));
+  }
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec_.optimizer(), header.total_steps());
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitPartitions: job: ", optimizer.status().message()));
+  }
+  optimizer_.emplace(*std::move(optimizer));
+  {
+    absl::ReaderMutexLock lock(&shard_->mu_);
+    if (shard_->shard_index_ >= 0 &&
+        static_cast<uint32_t>(shard_->shard_index_) != header.shard_index()) {
+      return absl::InvalidArgumentError(absl::StrCat("InitPartitions: sent to shard_index ",
+                                                     header.shard_index(), " but this is shard ",
+                                                     shard_->shard_index_));
+    }
+    if (shard_->job_ != nullptr) {
+      const ShardJob& job = *shard_->job_;
+      if (job.job_id != header.job_id() || job.plan.fingerprint() != plan.fingerprint()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("shard ", job.shard_index, " holds job '", job.job_id, "' (",
+                         PlanName(job.plan), "); InitPartitions names job '", header.job_id(),
+                         "' (", PlanName(plan), "): end the other job first"));
+      }
+      already_installed_ = true;
+    }
+  }
+  header_ = header;
+  shard_index_ = header.shard_index();
+  for (const v1::Partition& partition : plan.partitions()) {
+    if (partition.shard() != shard_index_) continue;
+    slot_of_[partition.id()] = owned_.size();
+    owned_.push_back(partition);
+  }
+  values_.resize(owned_.size());
+  have_header_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::InitSession::Values(v1::PartitionValues& values) {
+  if (!have_header_) {
+    return absl::InvalidArgumentError("InitPartitions: values before the InitHeader");
+  }
+  if (already_installed_) return absl::OkStatus();  // The installed values stand.
+  auto slot = slot_of_.find(values.partition_id());
+  if (slot == slot_of_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ",
+                                                   values.partition_id(), " is not owned by shard ",
+                                                   shard_index_, " in ", PlanName(header_.plan())));
+  }
+  const v1::Partition& partition = owned_[slot->second];
+  if (values.dtype() != v1::FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ", partition.id(),
+                                                   ": initial values must be ", "FLOAT32, got ",
+                                                   v1::DType_Name(values.dtype())));
+  }
+  const size_t expected = static_cast<size_t>(partition.length()) * 4;
+  if (values.data().size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitPartitions: partition ", partition.id(), ": expected ", partition.length(),
+        " floats (", expected, " bytes), got ", values.data().size(), " bytes"));
+  }
+  std::vector<float> check(static_cast<size_t>(partition.length()));
+  if (!WidenInto(v1::FLOAT32, values.data().data(), check.size(), check.data())) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ", partition.id(),
+                                                   ": initial values hold NaN or Inf"));
+  }
+  if (values_[slot->second].has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: initial values of partition ",
+                                                   partition.id(), " sent twice"));
+  }
+  values_[slot->second].emplace();
+  values_[slot->second]->Swap(&values);
+  ++received_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::InitPartitionsResponse> ParameterShard::InitSession::Finish() {
+  if (!have_header_) return absl::InvalidArgumentError("InitPartitions: no InitHeader");
+  v1::InitPartitionsResponse response;
+  if (!already_installed_) {
+    if (received_ != owned_.size()) {
+      std::vector<uint32_t> missing;
+      for (size_t i = 0; i < owned_.size(); ++i) {
+        if (!values_[i].has_value()) missing.push_back(owned_[i].id());
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InitPartitions: initial values missing for partitions ", absl::StrJoin(missing, ","),
+          " (got ", received_, " of ", owned_.size(), ")"));
+    }
+    for (size_t i = 1; i < values_.size(); ++i) {
+      if (values_[i]->step() != values_[0]->step()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitPartitions: partition ", owned_[i].id(), " is at step ",
+                         values_[i]->step(), " but partition ", owned_[0].id(), " at step ",
+                         values_[0]->step(), ": initial values must share one step"));
+      }
+    }
+  }
+  if (absl::Status installed = shard_->InstallJob(*this, &response); !installed.ok()) {
+    return installed;
+  }
+  return response;
+}
+
+absl::Status ParameterShard::InstallJob(InitSession& session,
+                                        v1::InitPartitionsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  const v1::InitHeader& header = session.header_;
+  const bool names_generation = header.num_nodes() > 0;
+  if (job_ != nullptr) {
+    // Installed meanwhile (another node's InitPartitions) or before: same job = no-op.
+    if (job_->job_id != header.job_id() ||
+        job_->plan.fingerprint() != header.plan().fingerprint()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", job_->shard_index, " holds job '", job_->job_id, "' (", PlanName(job_->plan),
+          "); InitPartitions names job '", header.job_id(), "' (", PlanName(header.plan()),
+          "): end the other job first"));
+    }
+    if (names_generation && header.generation() > job_->generation) {
+      // Installed by a node of an older generation: move to the caller's.
+      v1::BeginGenerationRequest request;
+      request.set_job_id(header.job_id());
+      request.set_generation(header.generation());
+      request.set_num_nodes(header.num_nodes());
+      request.set_resume_step(header.resume_step());
+      absl::StatusOr<v1::BeginGenerationResponse> begun = BeginGenerationLocked(request);
+      if (!begun.ok()) {
+        return absl::Status(begun.status().code(),
+                            absl::StrCat("InitPartitions: ", begun.status().message()));
+      }
+    }
+    response->set_created(false);
+    response->set_generation(job_->generation);
+    response->set_step(ShardStepLocked());
+    response->set_restored_from(checkpointer_.restored_from());
+    return absl::OkStatus();
+  }
+  if (session.already_installed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", header.job_id(),
+        "' was ended while its InitPartitions was in flight; send the initial values again"));
+  }
+  if (shard_index_ >= 0 && static_cast<uint32_t>(shard_index_) != session.shard_index_) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: sent to shard_index ",
+                                                   session.shard_index_, " but this is shard ",
+                                                   shard_index_));
+  }
+  JobSource source;
+  source.job_id = header.job_id();
+  source.spec = session.spec_;
+  source.plan = header.plan();
+  source.total_steps = header.total_steps();
+  source.shard_index = session.shard_index_;
+  source.generation = names_generation ? header.generation() : 0;
+  source.num_nodes = names_generation ? header.num_nodes() : session.spec_.nodes_min();
+  for (size_t i = 0; i < session.owned_.size(); ++i) {
+    JobSource::Seed& seed = source.partitions.emplace_back();
+    seed.partition = session.owned_[i];
+    seed.values = std::make_shared<v1::PartitionValues>(std::move(*session.values_[i]));
+    seed.step = seed.values->step();
+  }
+  if (names_generation && !source.partitions.empty() &&
+      source.partitions[0].step != header.resume_step()) {
+    LOG(WARNING) << "job " << source.job_id << ": generation " << source.generation
+                 << " resumes at step " << header.resume_step()
+                 << " but the initial values are for step " << source.partitions[0].step;
+  }
+  absl::StatusOr<std::unique_ptr<ShardJob>> job = BuildShardJob(
+      std::move(source), *session.optimizer_, MakeAggregator(session.spec_.mode(), Context()));
+  if (!job.ok()) return job.status();
+  InstallLocked(*std::move(job));
+  checkpointer_.ClearRestored();
+  LOG(INFO) << "shard " << job_->shard_index << ": installed job '" << job_->job_id << "' ("
+            << PlanName(job_->plan) << ", " << job_->partitions.size() << " of "
+            << job_->plan.partitions_size() << " partitions, "
+            << BytesOfShard(job_->plan, job_->shard_index) << " bytes, "
+            << v1::TrainingMode_Name(job_->mode) << ", " << job_->num_nodes << " nodes, generation "
+            << job_->generation << ")";
+  response->set_created(true);
+  response->set_generation(job_->generation);
+  response->set_step(ShardStepLocked());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::InitPartitionsResponse> ParameterShard::Init(
+    const v1::InitHeader& header, std::vector<v1::PartitionValues> values) {
+  std::unique_ptr<InitSession> session = StartInit();
+  if (absl::Status status = session->Header(header); !status.ok()) return status;
+  for (v1::PartitionValues& value : values) {
+    if (absl::Status status = session->Values(value); !status.ok()) return status;
+  }
+  return session->Finish();
+}
+
+}  // namespace tributary::ps

@@ -1,0 +1,174 @@
+// SYNC aggregation (aggregator.h): one step at a time, every node's push summed, the
+// update applied when the last one arrives.
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/wire_dtype.h"
+#include "services/parameter_server/aggregator_internal.h"
+
+namespace tributary::ps::internal {
+namespace {
+
+class SyncAggregator : public Aggregator {
+ public:
+  explicit SyncAggregator(AggregatorContext context) : context_(std::move(context)) {}
+
+  absl::StatusOr<PushResult> Push(const ShardJob& job, ShardPartition& p,
+                                  const v1::GradientPush& push, NodeSink* sink) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
+    ShardMetrics& metrics = *context_.metrics;
+    const uint64_t step = push.step();
+    const uint32_t node = push.node_rank();
+    if (step == p.step) {
+      if (p.pushed[node]) {
+        metrics.pushes_duplicate.Increment();
+        return PushResult::kDuplicate;  // Its values come with the step's completion.
+      }
+      const char* data = push.data().data();
+      if (p.pushed_count == 0) p.first_push = context_.clock->Now();
+      bool finite = true;
+      if (p.buffers) {
+        // Only node 0's buffers count; the other nodes' pushes just complete the step.
+        if (node == 0) finite = WidenInto(v1::FLOAT32, data, p.length, p.sum.data());
+      } else if (p.pushed_count == 0) {
+        finite = WidenInto(job.wire_dtype, data, p.length, p.sum.data());
+      } else {
+        finite = AccumulateInto(job.wire_dtype, data, p.length, p.sum.data());
+      }
+      if (!finite) p.non_finite_nodes.push_back(node);
+      p.pushed[node] = 1;
+      ++p.pushed_count;
+      p.samples += push.sample_count();
+      metrics.pushes_accepted.Increment();
+      metrics.bytes_in.Increment(static_cast<double>(push.data().size()));
+      if (p.pushed_count == job.num_nodes) CompleteStep(job, p);
+      return PushResult::kAccepted;
+    }
+    if (step < p.step && step >= p.generation_start_step) {
+      // Every node pushed every completed step of this generation: an exact duplicate.
+      metrics.pushes_duplicate.Increment();
+      context_.sinks->DeliverTo(sink, p.values);
+      return PushResult::kDuplicate;
+    }
+    if (step < p.step) {
+      return CountRejection(
+          metrics, RejectReason::kStaleStep,
+          absl::FailedPreconditionError(absl::StrCat(
+              "stale step ", step, " for partition ", p.id, " from node ", node, ": generation ",
+              job.generation, " began at step ", p.generation_start_step,
+              " and the partition is at step ", p.step)));
+    }
+    return CountRejection(metrics, RejectReason::kStepAhead,
+                          absl::FailedPreconditionError(absl::StrCat(
+                              "step ", step, " for partition ", p.id, " from node ", node,
+                              " is ahead: the partition is at step ", p.step,
+                              " (SYNC runs one step at a time)")));
+  }
+
+  std::string CannotResume(const ShardPartition& p, uint64_t resume,
+                           uint32_t shard) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const bool at = p.step == resume;
+    const bool one_ahead =
+        p.step == resume + 1 && p.prev_values != nullptr && p.prev_values->step() == resume;
+    if (at || one_ahead) return "";
+    return absl::StrCat("partition ", p.id, " of shard ", shard, " is at step ", p.step,
+                        p.prev_values != nullptr
+                            ? absl::StrCat(" and keeps step ", p.prev_values->step())
+                            : std::string(" and keeps no earlier step"));
+  }
+
+  void Resume(ShardPartition& p, uint64_t resume, uint32_t num_nodes, uint32_t* rolled_back,
+              uint32_t* discarded) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
+    if (p.pushed_count > 0) ++*discarded;
+    if (p.step == resume + 1) {
+      p.Retire(std::move(p.values));
+      p.values = std::move(p.prev_values);
+      p.state.swap(p.prev_state);
+      ++*rolled_back;
+    }
+    p.step = resume;
+    p.generation_start_step = resume;
+    p.ResetNodes(num_nodes);
+    p.spares.reserve(num_nodes + 2);
+  }
+
+  bool WaitingFor(const ShardPartition& p, uint32_t node) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !p.pushed[node];  // Who has not pushed this step.
+  }
+
+  std::optional<Saved> ValuesAt(const ShardPartition& p, uint64_t step) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Saved saved;
+    if (p.step == step) {
+      saved.data.values = p.values;
+      saved.data.state = p.state;
+    } else if (p.step == step + 1 && p.prev_values != nullptr && p.prev_values->step() == step) {
+      saved.data.values = p.prev_values;
+      saved.data.state = p.prev_state;
+    } else {
+      return std::nullopt;
+    }
+    saved.step = saved.data.values->step();
+    return saved;
+  }
+
+  uint64_t RestoredStep(const v1::PartitionValues& values, uint64_t recorded) const override {
+    return values.step();
+  }
+
+ private:
+  void CompleteStep(const ShardJob& job, ShardPartition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
+    const absl::Time now = context_.clock->Now();
+    float* grad = p.sum.data();
+    if (!p.buffers) DivideInPlace(grad, p.length, static_cast<float>(p.samples));
+    const bool finite = p.non_finite_nodes.empty() && AllFinite(grad, p.length);
+    p.prev_state = p.state;  // Same size every step: copies without allocating.
+    bool applied = false;
+    std::shared_ptr<v1::PartitionValues> next =
+        NextUpdate(job, p, p.step, finite, context_, &applied);
+    if (!applied) {
+      LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << p.step
+                                << ": non-finite gradient "
+                                << (p.non_finite_nodes.empty()
+                                        ? std::string("(the sum overflowed)")
+                                        : absl::StrCat("from node(s) ",
+                                                       absl::StrJoin(p.non_finite_nodes, ",")))
+                                << "; update skipped, parameters unchanged (" << google::COUNTER
+                                << " so far)";
+    }
+    next->set_step(p.step + 1);
+    const double wait = absl::ToDoubleSeconds(now - p.first_push);
+    if (p.aggregation_wait == nullptr) {
+      p.aggregation_wait = &context_.metrics->AggregationWait(p.id);
+    }
+    p.aggregation_wait->Observe(wait);
+    ++p.aggregation_waits;
+    p.aggregation_wait_seconds += wait;
+
+    p.Retire(std::move(p.prev_values));
+    p.prev_values = std::move(p.values);
+    p.values = std::move(next);
+    ++p.step;
+    std::fill(p.pushed.begin(), p.pushed.end(), 0);
+    p.pushed_count = 0;
+    p.samples = 0;
+    p.non_finite_nodes.clear();
+    context_.sinks->DeliverToAll(p.values);
+    context_.step_moved(p.step - 1, p.step);
+  }
+
+  const AggregatorContext context_;
+};
+
+}  // namespace
+
+std::unique_ptr<Aggregator> MakeSyncAggregator(AggregatorContext context) {
+  return std::make_unique<SyncAggregator>(std::move(context));
+}
+
+}  // namespace tributary::ps::internal
