@@ -1,0 +1,198 @@
+// The aggregators driven directly, without a shard: a job from BuildShardJob, a sink
+// table, metrics and a fake clock.
+#include "services/parameter_server/aggregator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/job_spec.h"
+#include "services/parameter_server/shard_test_util.h"
+
+namespace tributary::ps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::FloatsOf;
+using testing::RecordingSink;
+
+constexpr size_t kLength = 4;
+
+class AggregatorTest : public ::testing::Test {
+ protected:
+  void Make(v1::TrainingMode mode, uint32_t nodes, uint32_t staleness = 0) {
+    v1::JobSpec spec = testing::MakeSpec(mode, testing::Sgd(1.0f), nodes);
+    spec.set_staleness(staleness);
+    spec = WithDefaults(spec);
+    AggregatorContext context;
+    context.metrics = &metrics_;
+    context.sinks = &sinks_;
+    context.clock = &clock_;
+    context.step_moved = [this](uint64_t from, uint64_t to) { moves_.push_back({from, to}); };
+    JobSource source;
+    source.job_id = "job-1";
+    source.spec = spec;
+    source.num_nodes = nodes;
+    source.generation = 1;
+    JobSource::Seed& seed = source.partitions.emplace_back();
+    seed.partition.set_id(0);
+    seed.partition.set_length(kLength);
+    seed.values = std::make_shared<v1::PartitionValues>();
+    seed.values->set_dtype(v1::FLOAT32);
+    seed.values->set_data(std::string(kLength * sizeof(float), '\0'));
+    absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), 100);
+    ASSERT_TRUE(optimizer.ok());
+    absl::StatusOr<std::unique_ptr<ShardJob>> job =
+        BuildShardJob(std::move(source), *std::move(optimizer), MakeAggregator(mode, context));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *std::move(job);
+    sinks_.Reset(nodes);
+  }
+
+  absl::StatusOr<PushResult> Push(uint32_t node, uint64_t step, float value, uint64_t samples,
+                                  NodeSink* sink) {
+    v1::GradientPush push;
+    push.set_node_rank(node);
+    push.set_step(step);
+    push.set_sample_count(samples);
+    push.set_dtype(v1::FLOAT32);
+    std::vector<float> grad(kLength, value);
+    push.set_data(reinterpret_cast<const char*>(grad.data()), kLength * sizeof(float));
+    sinks_.Register(node, sink);
+    ShardPartition& p = *job_->partitions[0];
+    absl::MutexLock lock(&p.mu);
+    return job_->aggregator->Push(*job_, p, push, sink);
+  }
+
+  ShardPartition& partition() { return *job_->partitions[0]; }
+
+  FakeClock clock_;
+  prometheus::Registry registry_;
+  ShardMetrics metrics_{registry_};
+  SinkTable sinks_{metrics_};
+  std::unique_ptr<ShardJob> job_;
+  std::vector<std::pair<uint64_t, uint64_t>> moves_;
+  RecordingSink a_, b_;
+};
+
+TEST_F(AggregatorTest, SyncSumsEveryNodeThenAppliesTheMeanAndTellsEveryone) {
+  Make(v1::SYNC, 2);
+  ASSERT_EQ(*Push(0, 0, 3.0f, 1, &a_), PushResult::kAccepted);
+  EXPECT_TRUE(a_.delivered().empty()) << "nothing before the last node pushed";
+  clock_.Advance(absl::Milliseconds(250));
+  EXPECT_EQ(*Push(0, 0, 3.0f, 1, &a_), PushResult::kDuplicate);
+  ASSERT_EQ(*Push(1, 0, 5.0f, 3, &b_), PushResult::kAccepted);
+  // Mean gradient (3 + 5) / 4 samples = 2; SGD with lr 1 from 0.
+  ASSERT_NE(a_.Last(0), nullptr);
+  EXPECT_THAT(FloatsOf(*a_.Last(0)), ElementsAre(-2.0f, -2.0f, -2.0f, -2.0f));
+  EXPECT_EQ(a_.Last(0)->step(), 1u);
+  EXPECT_EQ(b_.Last(0), a_.Last(0));
+  EXPECT_THAT(moves_, ElementsAre(std::pair<uint64_t, uint64_t>{0, 1}));
+  absl::MutexLock lock(&partition().mu);
+  EXPECT_DOUBLE_EQ(partition().aggregation_wait_seconds, 0.25) << "measured on the given clock";
+  EXPECT_EQ(metrics_.updates_applied.Value(), 1);
+  EXPECT_EQ(metrics_.pushes_duplicate.Value(), 1);
+}
+
+TEST_F(AggregatorTest, SyncAnswersAPushOfADoneStepWithItsValuesAndRefusesOthers) {
+  Make(v1::SYNC, 1);
+  ASSERT_EQ(*Push(0, 0, 1.0f, 1, &a_), PushResult::kAccepted);
+  EXPECT_EQ(*Push(0, 0, 1.0f, 1, &a_), PushResult::kDuplicate);
+  EXPECT_EQ(a_.delivered().size(), 2u) << "the duplicate gets the values again";
+  EXPECT_THAT(Push(0, 5, 1.0f, 1, &a_).status().message(),
+              HasSubstr("step 5 for partition 0 from node 0 is ahead"));
+  EXPECT_EQ(metrics_.Rejected(RejectReason::kStepAhead).Value(), 1);
+}
+
+TEST_F(AggregatorTest, SyncSkipsANonFiniteUpdateButStillAdvances) {
+  Make(v1::SYNC, 1);
+  ASSERT_EQ(*Push(0, 0, std::numeric_limits<float>::infinity(), 1, &a_), PushResult::kAccepted);
+  EXPECT_THAT(FloatsOf(*a_.Last(0)), ElementsAre(0.0f, 0.0f, 0.0f, 0.0f));
+  EXPECT_EQ(a_.Last(0)->step(), 1u);
+  EXPECT_EQ(metrics_.updates_skipped_non_finite.Value(), 1);
+}
+
+TEST_F(AggregatorTest, SyncResumeRollsBackOneStepOrSaysWhyItCannot) {
+  Make(v1::SYNC, 1);
+  ASSERT_TRUE(Push(0, 0, 1.0f, 1, &a_).ok());
+  ASSERT_TRUE(Push(0, 1, 1.0f, 1, &a_).ok());
+  absl::MutexLock lock(&partition().mu);
+  const Aggregator& aggregator = *job_->aggregator;
+  EXPECT_EQ(aggregator.CannotResume(partition(), 1, 3), "");
+  EXPECT_EQ(aggregator.CannotResume(partition(), 2, 3), "");
+  EXPECT_EQ(aggregator.CannotResume(partition(), 0, 3),
+            "partition 0 of shard 3 is at step 2 and keeps step 1");
+  EXPECT_TRUE(aggregator.ValuesAt(partition(), 1).has_value());
+  EXPECT_FALSE(aggregator.ValuesAt(partition(), 0).has_value());
+  uint32_t rolled_back = 0;
+  uint32_t discarded = 0;
+  job_->aggregator->Resume(partition(), 1, 3, &rolled_back, &discarded);
+  EXPECT_EQ(rolled_back, 1u);
+  EXPECT_EQ(partition().step, 1u);
+  EXPECT_EQ(partition().values->step(), 1u);
+  EXPECT_EQ(partition().pushed.size(), 3u);
+}
+
+TEST_F(AggregatorTest, AsyncAppliesEachPushToThePusherAlone) {
+  Make(v1::ASYNC, 2);
+  ASSERT_EQ(*Push(0, 0, 4.0f, 2, &a_), PushResult::kAccepted);
+  EXPECT_THAT(FloatsOf(*a_.Last(0)), ElementsAre(-2.0f, -2.0f, -2.0f, -2.0f));
+  EXPECT_TRUE(b_.delivered().empty());
+  EXPECT_EQ(*Push(0, 0, 4.0f, 2, &a_), PushResult::kDuplicate);
+  EXPECT_EQ(*Push(0, 0, 1.0f, 1, &a_), PushResult::kDuplicate) << "the same step, whatever its data";
+  ASSERT_EQ(*Push(0, 1, 1.0f, 1, &a_), PushResult::kAccepted);
+  EXPECT_THAT(Push(0, 0, 1.0f, 1, &a_).status().message(),
+              HasSubstr("stale step 0 for partition 0 from node 0: it already pushed step 1"));
+  // The slowest node (1, nothing pushed) keeps the partition at step 0.
+  absl::MutexLock lock(&partition().mu);
+  EXPECT_EQ(partition().step, 0u);
+  EXPECT_TRUE(job_->aggregator->WaitingFor(partition(), 1));
+  EXPECT_FALSE(job_->aggregator->WaitingFor(partition(), 0));
+  EXPECT_EQ(partition().max_staleness_applied, 1u);
+}
+
+TEST_F(AggregatorTest, BoundedStalenessHoldsAPushUntilTheSlowestNodeCatchesUp) {
+  Make(v1::BOUNDED_STALENESS, 2, /*staleness=*/1);
+  ASSERT_EQ(*Push(0, 0, 1.0f, 1, &a_), PushResult::kAccepted);
+  ASSERT_EQ(*Push(0, 1, 1.0f, 1, &a_), PushResult::kAccepted);
+  EXPECT_EQ(*Push(0, 2, 1.0f, 1, &a_), PushResult::kHeld);
+  EXPECT_EQ(*Push(0, 2, 1.0f, 1, &a_), PushResult::kHeld) << "held once";
+  EXPECT_TRUE(a_.retries().empty());
+  ASSERT_EQ(*Push(1, 0, 1.0f, 1, &b_), PushResult::kAccepted);
+  EXPECT_THAT(a_.retries(), ElementsAre(0u));
+  EXPECT_THAT(moves_, ElementsAre(std::pair<uint64_t, uint64_t>{0, 1}));
+  absl::MutexLock lock(&partition().mu);
+  EXPECT_TRUE(partition().held.empty());
+  uint32_t rolled_back = 0;
+  uint32_t discarded = 0;
+  job_->aggregator->Resume(partition(), 1, 2, &rolled_back, &discarded);
+  EXPECT_EQ(rolled_back, 0u);
+  EXPECT_EQ(job_->aggregator->CannotResume(partition(), 0, 0), "") << "no rollback needed";
+}
+
+TEST(BuildShardJobTest, RefusesOptimizerStateOfTheWrongSize) {
+  JobSource source;
+  source.spec = WithDefaults(testing::MakeSpec(v1::SYNC, testing::Sgd(1.0f), 1));
+  JobSource::Seed& seed = source.partitions.emplace_back();
+  seed.partition.set_id(3);
+  seed.partition.set_length(4);
+  seed.values = std::make_shared<v1::PartitionValues>();
+  seed.state = {1.0f};  // SGD keeps no state.
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(source.spec.optimizer(), 10);
+  ASSERT_TRUE(optimizer.ok());
+  absl::StatusOr<std::unique_ptr<ShardJob>> job =
+      BuildShardJob(std::move(source), *std::move(optimizer), nullptr);
+  EXPECT_THAT(job.status().message(), HasSubstr("partition 3: optimizer state of 1 floats"));
+}
+
+TEST(ValidJobIdTest, NamesThatCanBeFileNames) {
+  EXPECT_TRUE(ValidJobId("job-1-ab.c_d"));
+  EXPECT_FALSE(ValidJobId(""));
+  EXPECT_FALSE(ValidJobId("../etc"));
+  EXPECT_FALSE(ValidJobId("a/b"));
+  EXPECT_FALSE(ValidJobId(std::string(129, 'a')));
+  EXPECT_TRUE(ValidJobId(std::string(128, 'a')));
+}
+
+}  // namespace
+}  // namespace tributary::ps
