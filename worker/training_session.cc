@@ -79,8 +79,12 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   // The node group's reducer.
   const bool gpus = assignment.devices(0).kind() == v1::GPU;
   if (assignment.local_world_size() > 1 || (gpus && assignment.node_replicas() > 1)) {
-    session->rendezvous_ =
-        MakeCoordinatorRendezvousClient(options.coordinator, assignment.rendezvous_id());
+    if (options.coordinator == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node group of ", assignment.local_world_size(),
+          " processes: no coordinator to rendezvous through"));
+    }
+    session->rendezvous_ = options.coordinator->Rendezvous(assignment.rendezvous_id());
   }
   if (gpus && engine::BuiltWithCuda() &&
       (assignment.local_world_size() > 1 || assignment.replicas() > 1)) {

@@ -28,6 +28,7 @@
 #include "worker/comm/intra_node_reducer.h"
 #include "worker/comm/ps_client.h"
 #include "worker/comm/rendezvous_client.h"
+#include "worker/coordinator_link.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
 #include "worker/engine/replica_group.h"
@@ -36,7 +37,7 @@
 namespace tributary::worker {
 
 struct SessionOptions {
-  std::shared_ptr<grpc::Channel> coordinator;  // For the rendezvous KV.
+  CoordinatorLink* coordinator = nullptr;      // For the rendezvous KV. Not owned.
   ChannelOptions ps_channel;                   // For the PS shards.
   std::string bind_host = "127.0.0.1";         // Gloo's TCP transport.
   absl::Duration collective_timeout = absl::Seconds(30);

@@ -1,7 +1,6 @@
 #include "worker/worker_runtime.h"
 
 #include <glog/logging.h>
-#include <grpcpp/client_context.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,12 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
-#include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "worker/engine/cpu_executor.h"
 #include "worker/engine/torchscript.h"
-#include "worker/model_fetch.h"
 
 namespace tributary::worker {
 namespace {
@@ -23,16 +20,12 @@ prometheus::Histogram::BucketBoundaries SecondsBuckets() {
   return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 }
 
-std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration timeout) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-  return context;
-}
-
 }  // namespace
 
-WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& registry)
+WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& registry,
+                             std::unique_ptr<CoordinatorLink> link)
     : options_(std::move(options)),
+      link_(std::move(link)),
       steps_gauge_(prometheus::BuildGauge()
                        .Name("tributary_worker_steps_completed")
                        .Help("Training steps this worker has completed in the current job.")
@@ -118,35 +111,32 @@ absl::Status WorkerRuntime::Register() {
   const absl::Time give_up = absl::Now() + options_.register_timeout;
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   while (true) {
-    v1::RegisterWorkerResponse response;
-    auto context = Deadline(absl::Seconds(10));
-    const grpc::Status status = stub_->RegisterWorker(context.get(), request, &response);
-    if (status.ok()) {
+    absl::StatusOr<v1::RegisterWorkerResponse> response = link_->RegisterWorker(request);
+    if (response.ok()) {
       absl::MutexLock lock(&mu_);
-      worker_id_ = response.worker_id();
-      if (response.heartbeat_interval_ms() > 0) {
-        heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+      worker_id_ = response->worker_id();
+      if (response->heartbeat_interval_ms() > 0) {
+        heartbeat_interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
       }
-      if (response.has_assignment() && response.assignment().generation() > 0) {
-        pending_ = response.assignment();
+      if (response->has_assignment() && response->assignment().generation() > 0) {
+        pending_ = response->assignment();
       }
       LOG(INFO) << "registered with the coordinator at " << options_.coordinator_address << " as "
                 << worker_id_ << " (node " << options_.node_name << ", " << devices_.size()
                 << " device(s))";
       return absl::OkStatus();
     }
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return FromGrpcStatus(status, "RegisterWorker");
-    }
+    const absl::Status& status = response.status();
+    if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return status;
     if (absl::Now() > give_up || (shutdown_ != nullptr && shutdown_->requested())) {
-      return FromGrpcStatus(
-          status,
-          absl::StrCat("RegisterWorker: the coordinator at ", options_.coordinator_address,
-                       " did not answer within ", absl::FormatDuration(options_.register_timeout)));
+      return absl::Status(status.code(),
+                          absl::StrCat("the coordinator at ", options_.coordinator_address,
+                                       " did not answer within ",
+                                       absl::FormatDuration(options_.register_timeout), "; last: ",
+                                       status.message()));
     }
     LOG_EVERY_N(INFO, 20) << "waiting for the coordinator at " << options_.coordinator_address
-                          << ": " << status.error_message();
+                          << ": " << status.message();
     absl::SleepFor(backoff.Next());
   }
 }
@@ -179,22 +169,21 @@ void WorkerRuntime::SendHeartbeat() {
   }
   request.set_bytes_pushed(bytes_pushed_.total());
   request.set_bytes_pulled(bytes_pulled_.total());
-  v1::HeartbeatResponse response;
-  auto context = Deadline(absl::Seconds(10));
-  const grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
-  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+  absl::StatusOr<v1::HeartbeatResponse> answer = link_->Heartbeat(request);
+  if (absl::IsNotFound(answer.status())) {
     // The coordinator forgot us (it restarted, or we were silent too long).
     LOG(WARNING) << "coordinator does not know " << request.worker_id()
-                 << "; registering again: " << status.error_message();
+                 << "; registering again: " << answer.status().message();
     if (absl::Status registered = Register(); !registered.ok()) {
       LOG(ERROR) << registered;
     }
     return;
   }
-  if (!status.ok()) {
-    LOG_EVERY_N(WARNING, 10) << "heartbeat: " << status.error_message();
+  if (!answer.ok()) {
+    LOG_EVERY_N(WARNING, 10) << answer.status().message();
     return;
   }
+  const v1::HeartbeatResponse& response = *answer;
   absl::MutexLock lock(&mu_);
   if (response.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
@@ -282,7 +271,7 @@ absl::StatusOr<std::shared_ptr<const std::string>> WorkerRuntime::ModelFileFor(
   if (model_file_ != nullptr && model_sha256_ == file.sha256()) return model_file_;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<const std::string>> fetched =
-      FetchModelFile(*stub_, file, options_.model_fetch_timeout);
+      link_->FetchModel(file, options_.model_fetch_timeout);
   if (!fetched.ok()) return fetched.status();
   model_file_ = *fetched;
   model_sha256_ = file.sha256();
@@ -500,7 +489,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     if (*model_file != nullptr) engine::SetTorchThreads(threads);
   }
   SessionOptions session_options;
-  session_options.coordinator = channel_;
+  session_options.coordinator = link_.get();
   session_options.ps_channel = options_.channel;
   session_options.ps_channel.max_receive_bytes = std::max<int64_t>(
       options_.channel.max_receive_bytes, assignment.job().partition_bytes() + (1 << 20));
@@ -555,11 +544,12 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
   absl::StatusOr<std::vector<v1::Device>> devices = DiscoverDevices(options_.devices);
   if (!devices.ok()) return devices.status();
   devices_ = *std::move(devices);
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(options_.coordinator_address, options_.channel);
-  if (!channel.ok()) return channel.status();
-  channel_ = *channel;
-  stub_ = v1::Coordinator::NewStub(channel_);
+  if (link_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<GrpcCoordinatorLink>> link =
+        GrpcCoordinatorLink::Create(options_.coordinator_address, options_.channel);
+    if (!link.ok()) return link.status();
+    link_ = *std::move(link);
+  }
   if (absl::Status registered = Register(); !registered.ok()) return registered;
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 
@@ -596,10 +586,7 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
   v1::DeregisterRequest request;
   request.set_worker_id(worker_id);
   request.set_reason(shutdown.Wait());
-  v1::DeregisterResponse response;
-  auto context = Deadline(absl::Seconds(5));
-  const grpc::Status status = stub_->Deregister(context.get(), request, &response);
-  if (!status.ok()) LOG(WARNING) << "Deregister: " << status.error_message();
+  if (absl::Status left = link_->Deregister(request); !left.ok()) LOG(WARNING) << left;
   return absl::OkStatus();
 }
 

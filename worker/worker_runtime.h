@@ -1,12 +1,13 @@
 // The worker process's control loop: registers with the coordinator, heartbeats,
 // and runs whatever generation it is assigned (a TrainingSession), obeying the
-// coordinator's actions (wait, re-rendezvous, pause, stop) at step boundaries. It
-// also answers the Worker service (GetStatus, Drain) through WorkerHandler, which
-// keeps gRPC out of the business logic.
+// coordinator's actions (wait, re-rendezvous, pause, stop) at step boundaries. The
+// coordinator is reached through a CoordinatorLink (coordinator_link.h), so the
+// control logic runs against a fake in worker_runtime_test.cc. It also answers the
+// Worker service (GetStatus, Drain) through WorkerHandler, which keeps gRPC out of
+// the business logic.
 #ifndef TRIBUTARY_WORKER_WORKER_RUNTIME_H_
 #define TRIBUTARY_WORKER_WORKER_RUNTIME_H_
 
-#include <grpcpp/channel.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -25,9 +26,10 @@
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "common/shutdown.h"
-#include "proto/coordinator.grpc.pb.h"
+#include "proto/coordinator.pb.h"
 #include "proto/worker.pb.h"
 #include "worker/byte_totals.h"
+#include "worker/coordinator_link.h"
 #include "worker/devices.h"
 #include "worker/engine/dataset.h"
 #include "worker/training_session.h"
@@ -71,7 +73,10 @@ struct WorkerOptions {
 
 class WorkerRuntime : public WorkerHandler {
  public:
-  WorkerRuntime(WorkerOptions options, prometheus::Registry& registry);
+  // `link`: how to reach the coordinator; null = gRPC to options.coordinator_address
+  // (created by Run).
+  WorkerRuntime(WorkerOptions options, prometheus::Registry& registry,
+                std::unique_ptr<CoordinatorLink> link = nullptr);
   ~WorkerRuntime() override;
 
   // Where this worker's own service listens (known once its server started); call
@@ -141,8 +146,7 @@ class WorkerRuntime : public WorkerHandler {
   void HoldAt(v1::WorkerPhase phase, uint64_t step);
 
   WorkerOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<CoordinatorLink> link_;
   std::vector<v1::Device> devices_;
   ShutdownSignal* shutdown_ = nullptr;
 

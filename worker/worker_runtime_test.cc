@@ -1,0 +1,185 @@
+// WorkerRuntime's control logic against a scripted coordinator (FakeCoordinatorLink):
+// registration and its retries, heartbeats, re-registration, failures reported in the
+// heartbeat, the end of a job and leaving.
+#include "worker/worker_runtime.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "worker/testing/fake_coordinator_link.h"
+
+namespace tributary::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FakeCoordinatorLink;
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+WorkerOptions Options() {
+  WorkerOptions options;
+  options.coordinator_address = "fake:1";
+  options.node_name = "node-a";
+  options.register_timeout = absl::Seconds(30);
+  return options;
+}
+
+// An assignment of generation `generation` whose data cannot be loaded.
+v1::Assignment BrokenAssignment(uint64_t generation) {
+  v1::Assignment assignment;
+  assignment.set_job_id("job-1");
+  assignment.set_generation(generation);
+  assignment.set_num_nodes(1);
+  assignment.set_world_size(1);
+  assignment.set_local_world_size(1);
+  assignment.set_replicas(1);
+  assignment.set_total_replicas(1);
+  assignment.set_node_leader(true);
+  v1::DatasetSpec& dataset = *assignment.mutable_job()->mutable_dataset();
+  dataset.set_format(v1::IDX);
+  dataset.set_directory("/nonexistent/fashion-mnist");
+  return assignment;
+}
+
+class WorkerRuntimeTest : public ::testing::Test {
+ protected:
+  void Start(WorkerOptions options = Options()) {
+    auto link = std::make_unique<FakeCoordinatorLink>();
+    link_ = link.get();
+    Script(*link_);
+    runtime_ = std::make_unique<WorkerRuntime>(std::move(options), registry_, std::move(link));
+    thread_ = std::thread([this] { result_ = runtime_->Run(shutdown_); });
+  }
+  // Set before Start, to script the fake before the runtime's first call.
+  std::function<void(FakeCoordinatorLink&)> Script = [](FakeCoordinatorLink&) {};
+
+  absl::Status Join() {
+    thread_.join();
+    return result_;
+  }
+
+  void TearDown() override {
+    if (thread_.joinable()) {
+      shutdown_.Request("test over");
+      thread_.join();
+    }
+  }
+
+  prometheus::Registry registry_;
+  ShutdownSignal shutdown_;
+  FakeCoordinatorLink* link_ = nullptr;
+  std::unique_ptr<WorkerRuntime> runtime_;
+  std::thread thread_;
+  absl::Status result_;
+};
+
+TEST_F(WorkerRuntimeTest, RetriesAnUnreachableCoordinatorHeartbeatsAndLeavesWhenDrained) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.FailRegistrations({absl::UnavailableError("connection refused"),
+                            absl::DeadlineExceededError("deadline")});
+  };
+  Start();
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [](const v1::HeartbeatRequest& beat) {
+        return beat.worker_id() == "w1" && beat.phase() == v1::WORKER_IDLE;
+      },
+      kWait));
+  EXPECT_EQ(runtime_->GetStatus().worker_id(), "w1");
+  EXPECT_EQ(runtime_->Drain("maintenance"), v1::WORKER_DRAINING);
+  ASSERT_TRUE(Join().ok()) << result_;
+  ASSERT_EQ(link_->deregistrations().size(), 1u);
+  EXPECT_EQ(link_->deregistrations()[0].worker_id(), "w1");
+  EXPECT_THAT(link_->deregistrations()[0].reason(), HasSubstr("drain: maintenance"));
+  EXPECT_EQ(runtime_->GetStatus().phase(), v1::WORKER_DRAINING);
+}
+
+TEST_F(WorkerRuntimeTest, ARefusedRegistrationIsReturned) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.FailRegistrations({absl::ResourceExhaustedError(
+        "RegisterWorker: node node-a: GPU 1 is already requested by worker w7")});
+  };
+  Start();
+  const absl::Status status = Join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("GPU 1 is already requested"));
+  EXPECT_TRUE(link_->deregistrations().empty());
+}
+
+TEST_F(WorkerRuntimeTest, GivesUpOnACoordinatorThatNeverAnswers) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.FailRegistrations(std::vector<absl::Status>(1000, absl::UnavailableError("refused")));
+  };
+  WorkerOptions options = Options();
+  options.register_timeout = absl::Milliseconds(300);
+  Start(options);
+  const absl::Status status = Join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(),
+              HasSubstr("the coordinator at fake:1 did not answer within 300ms; last: refused"));
+}
+
+TEST_F(WorkerRuntimeTest, AForgottenWorkerRegistersAgain) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.OnHeartbeat([](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+      if (beat.worker_id() == "w1") return absl::NotFoundError("unknown worker id 'w1'");
+      v1::HeartbeatResponse wait;
+      wait.set_action(v1::ACTION_WAIT);
+      return wait;
+    });
+  };
+  Start();
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [](const v1::HeartbeatRequest& beat) { return beat.worker_id() == "w2"; }, kWait));
+  EXPECT_EQ(link_->registrations(), 2);
+}
+
+TEST_F(WorkerRuntimeTest, AJobWhoseDataCannotLoadIsReportedAsFailedNamingTheFile) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.OnHeartbeat([](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+      v1::HeartbeatResponse response;
+      response.set_action(v1::ACTION_WAIT);
+      if (beat.generation() == 0) {
+        response.set_action(v1::ACTION_RENDEZVOUS);
+        *response.mutable_assignment() = BrokenAssignment(3);
+      }
+      return response;
+    });
+  };
+  Start();
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [](const v1::HeartbeatRequest& beat) {
+        return beat.generation() == 3 && beat.phase() == v1::WORKER_FAILED;
+      },
+      kWait));
+  const v1::WorkerStatus status = runtime_->GetStatus();
+  EXPECT_EQ(status.phase(), v1::WORKER_FAILED);
+  EXPECT_THAT(status.error(), HasSubstr("/nonexistent/fashion-mnist"));
+  EXPECT_EQ(status.assignment().generation(), 3u);
+}
+
+TEST_F(WorkerRuntimeTest, WithExitAfterJobItLeavesOnceTheJobStops) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.OnHeartbeat([](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+      v1::HeartbeatResponse response;
+      if (beat.generation() == 0) {
+        response.set_action(v1::ACTION_RENDEZVOUS);
+        *response.mutable_assignment() = BrokenAssignment(5);
+      } else {
+        response.set_action(v1::ACTION_STOP);
+        response.set_message("job job-1 FAILED: every registered worker (1) failed");
+      }
+      return response;
+    });
+  };
+  WorkerOptions options = Options();
+  options.exit_after_job = true;
+  Start(options);
+  ASSERT_TRUE(Join().ok()) << result_;
+  ASSERT_EQ(link_->deregistrations().size(), 1u);
+  EXPECT_EQ(link_->deregistrations()[0].reason(), "job finished");
+}
+
+}  // namespace
+}  // namespace tributary::worker
