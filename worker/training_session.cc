@@ -66,7 +66,6 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     absl::MutexLock lock(&session->mu_);
     session->final_from_.assign(assignment.replicas(), session->model_.num_parameters);
     session->parameters_wait_seconds_.assign(assignment.replicas(), 0);
-    session->applied_until_ = session->model_.num_parameters;
   }
   // The next step's forward waits, layer by layer, only for the partitions it reads.
   for (int i = 0; i < session->replicas_->size(); ++i) {
@@ -113,10 +112,14 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   if (assignment.node_leader()) {
     PsIdentity identity{assignment.job_id(), assignment.generation(), assignment.node_rank(),
                         assignment.num_nodes(), assignment.resume_step()};
-    session->ps_ = std::make_unique<PsClient>(
-        identity, session->plan_,
-        std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
-        options.ps_channel, spec.mode(), spec.wire_dtype());
+    if (options.ps_connection) {
+      session->ps_ = options.ps_connection(identity, session->plan_);
+    } else {
+      session->ps_ = std::make_unique<PsClient>(
+          identity, session->plan_,
+          std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
+          options.ps_channel, spec.mode(), spec.wire_dtype());
+    }
   }
   session->comm_thread_ = std::thread([s = session.get()] { s->CommLoop(); });
   LOG(INFO) << "generation " << assignment.generation() << ": " << assignment.replicas()
@@ -141,7 +144,8 @@ TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datase
       sampler_(assignment_.job(), data.train.size()),
       params_(model_.num_parameters),
       node_grad_(model_.num_parameters),
-      incoming_(assignment_.node_leader() ? model_.num_parameters : 0) {
+      incoming_(assignment_.node_leader() ? model_.num_parameters : 0),
+      gate_(model_.num_parameters) {
   // Every party generates the same initial parameters from the job's seed; the PS
   // keeps whatever it already holds, and Prepare() pulls that.
   engine::InitParameters(model_, assignment_.job().seed(), params_.data());
@@ -152,6 +156,8 @@ TrainingSession::~TrainingSession() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  gate_.Close();
+  if (ps_ != nullptr) ps_->Interrupt("session closing");
   if (comm_thread_.joinable()) comm_thread_.join();
   if (ps_ != nullptr) ps_->Close();
 }
@@ -235,19 +241,16 @@ void TrainingSession::CommLoop() {
       } else {
         comm_pending_ = false;
         step = comm_step_;
-        if (!update_status_.ok()) {
+        if (absl::Status updated = gate_.status(); !updated.ok()) {
           // The replicas computed on parameters that never arrived: push nothing.
-          comm_status_ = update_status_;
+          comm_status_ = updated;
           comm_done_ = true;
           continue;
         }
       }
     }
     if (apply) {
-      absl::Status status = ApplyUpdate(step);
-      absl::MutexLock lock(&mu_);
-      if (!status.ok() && update_status_.ok()) update_status_ = status;
-      update_done_ = true;
+      gate_.Finish(ApplyUpdate(step));
     } else {
       absl::Status status = ReduceAndPush(step);
       absl::MutexLock lock(&mu_);
@@ -300,26 +303,18 @@ absl::Status TrainingSession::ApplyPartition(uint64_t step, const v1::Partition&
                                              double* waited) {
   if (leader()) {
     const absl::Time start = absl::Now();
-    const absl::Time give_up = start + options_.update_timeout;
-    while (true) {
-      absl::Status status = ps_->WaitUpdated(partition.id(), step, absl::Milliseconds(200));
-      if (status.ok()) break;
-      if (status.code() != absl::StatusCode::kDeadlineExceeded) return status;
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return absl::CancelledError("session closing");
-      }
-      if (options_.interrupted) {
-        if (std::string why = options_.interrupted(); !why.empty()) {
-          return absl::AbortedError(absl::StrCat("update of step ", step, " interrupted: ", why));
-        }
-      }
-      if (absl::Now() > give_up) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "step ", step, ": partition ", partition.id(), " got no update from shard ",
-            partition.shard(), " within ", absl::FormatDuration(options_.update_timeout)));
-      }
+    // Woken by the update, a refusal, or Interrupt (a new generation, a stop).
+    absl::Status status = ps_->WaitUpdated(partition.id(), step, options_.update_timeout);
+    if (absl::IsDeadlineExceeded(status)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "step ", step, ": partition ", partition.id(), " got no update from shard ",
+          partition.shard(), " within ", absl::FormatDuration(options_.update_timeout)));
     }
+    if (absl::IsAborted(status)) {
+      return absl::AbortedError(
+          absl::StrCat("update of step ", step, " interrupted: ", status.message()));
+    }
+    if (!status.ok()) return status;
     *waited += SecondsSince(start);
     std::memcpy(params_.data() + partition.offset(), incoming_.data() + partition.offset(),
                 partition.length() * sizeof(float));
@@ -332,31 +327,30 @@ absl::Status TrainingSession::ApplyUpdate(uint64_t step) {
   for (const v1::Partition& partition : plan_.partitions()) {
     double waited = 0;
     absl::Status applied = ApplyPartition(step, partition, &waited);
-    absl::MutexLock lock(&mu_);
-    update_wait_seconds_ += waited;
+    {
+      absl::MutexLock lock(&mu_);
+      update_wait_seconds_ += waited;
+    }
     if (!applied.ok()) return applied;
-    applied_until_ = partition.offset() + partition.length();
+    gate_.Applied(partition.offset() + partition.length());
   }
   return absl::OkStatus();
 }
 
 void TrainingSession::WaitForParameters(int replica, int64_t offset, int64_t length) {
   const int64_t end = offset + length;
+  if (gate_.Ready(end)) return;
   uint64_t step;
   {
     absl::MutexLock lock(&mu_);
-    if (update_done_ || applied_until_ >= end || stopping_) return;
     step = running_step_;
   }
   if (options_.on_parameters_wait) options_.on_parameters_wait(step, offset, length);
   const absl::Time start = absl::Now();
-  absl::MutexLock lock(&mu_);
   // A failed update releases the forward too: it computes on stale values, and the
   // step reports the update's error instead of pushing anything.
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return update_done_ || applied_until_ >= end || stopping_;
-  };
-  mu_.Await(absl::Condition(&ready));
+  gate_.WaitFor(end);
+  absl::MutexLock lock(&mu_);
   parameters_wait_seconds_[replica] += SecondsSince(start);
 }
 
@@ -369,7 +363,7 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   for (int i = 0; i < replicas_->size(); ++i) batches[i] = GatherReplica(i, global);
   {
     absl::MutexLock lock(&mu_);
-    if (!update_status_.ok()) return update_status_;
+    if (absl::Status updated = gate_.status(); !updated.ok()) return updated;
     final_from_.assign(replicas_->size(), model_.num_parameters);
     parameters_wait_seconds_.assign(replicas_->size(), 0);
     running_step_ = step;
@@ -409,7 +403,7 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&comm_done_));
     communicated = comm_status_;
-    updated = update_status_;
+    updated = gate_.status();
     stats.reduce_seconds = reduce_seconds_;
     stats.push_wait_seconds = update_wait_seconds_;
     for (double waited : parameters_wait_seconds_) {
@@ -427,9 +421,8 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     absl::MutexLock lock(&mu_);
     update_step_ = step;
     update_queued_ = true;
-    update_done_ = false;
-    applied_until_ = 0;
     update_wait_seconds_ = 0;
+    gate_.Begin();
   }
   if (!options_.overlap_updates) {
     if (absl::Status updated = FinishUpdate(); !updated.ok()) return updated;
@@ -438,11 +431,10 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   return stats;
 }
 
-absl::Status TrainingSession::FinishUpdate() {
-  absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return update_done_ || stopping_; };
-  mu_.Await(absl::Condition(&done));
-  return update_status_;
+absl::Status TrainingSession::FinishUpdate() { return gate_.WaitDone(); }
+
+void TrainingSession::Interrupt(const std::string& reason) {
+  if (ps_ != nullptr) ps_->Interrupt(reason);
 }
 
 absl::StatusOr<engine::LossStats> TrainingSession::Evaluate() {

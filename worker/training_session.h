@@ -27,12 +27,14 @@
 #include "proto/coordinator.pb.h"
 #include "worker/comm/intra_node_reducer.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/ps_connection.h"
 #include "worker/comm/rendezvous_client.h"
 #include "worker/coordinator_link.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
 #include "worker/engine/replica_group.h"
 #include "worker/engine/sampler.h"
+#include "worker/update_gate.h"
 
 namespace tributary::worker {
 
@@ -44,9 +46,11 @@ struct SessionOptions {
   // How long a step may wait for one partition's update before it fails.
   absl::Duration update_timeout = absl::Seconds(120);
   int64_t eval_batch_size = 1000;
-  // Checked while waiting: returns a reason to give up the step (a new generation,
-  // a stop), or an empty string to keep waiting.
-  std::function<std::string()> interrupted;
+  // The node leader's connection to the PS shards; unset: a PsClient over the
+  // assignment's shard map (tests pass an in-memory one).
+  std::function<std::unique_ptr<PsConnection>(const PsIdentity& identity,
+                                              const v1::PartitionPlan& plan)>
+      ps_connection;
   // Apply a step's update while the next step's forward runs (true), or finish it
   // before RunStep returns (false: the plain blocking path, for comparison).
   bool overlap_updates = true;
@@ -102,6 +106,11 @@ class TrainingSession {
   // evaluation, pauses and the end of training.
   absl::Status FinishUpdate();
 
+  // Gives up the update being applied, and every later one, with ABORTED naming
+  // `reason` (a new generation, a stop, shutdown): waits end now, not at a timeout.
+  // Thread-safe; the session cannot train on afterwards.
+  void Interrupt(const std::string& reason);
+
   // Loss and accuracy of the current parameters on the test split (after FinishUpdate).
   absl::StatusOr<engine::LossStats> Evaluate();
 
@@ -154,7 +163,7 @@ class TrainingSession {
   std::unique_ptr<engine::ReplicaGroup> replicas_;
   std::unique_ptr<RendezvousClient> rendezvous_;
   std::unique_ptr<IntraNodeReducer> reducer_;
-  std::unique_ptr<PsClient> ps_;
+  std::unique_ptr<PsConnection> ps_;
 
   struct Scratch {
     std::vector<uint64_t> ids;
@@ -163,7 +172,10 @@ class TrainingSession {
   };
   std::vector<Scratch> scratch_;
 
-  // Backward progress shared with the communication thread.
+  // The step pipeline, in stages: the replicas' forward/backward marks gradients
+  // final (final_from_); the communication thread reduces and pushes them (comm_*),
+  // then applies the step's update through the gate; the next forward waits at the
+  // gate for the parameters it reads.
   absl::Mutex mu_;
   std::vector<int64_t> final_from_ ABSL_GUARDED_BY(mu_);  // Per replica: grads [x, end) final.
   uint64_t comm_step_ ABSL_GUARDED_BY(mu_) = 0;
@@ -175,18 +187,12 @@ class TrainingSession {
   double reduce_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t running_step_ ABSL_GUARDED_BY(mu_) = 0;                    // The step RunStep computes.
   std::vector<double> parameters_wait_seconds_ ABSL_GUARDED_BY(mu_);  // Per replica.
-
-  // The update being applied (at most one: step s's is applied before step s + 1's
+  // The update to apply next (at most one: step s's is applied before step s + 1's
   // gradients are reduced, both on the communication thread).
   uint64_t update_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool update_queued_ ABSL_GUARDED_BY(mu_) = false;  // For the comm thread to start.
-  bool update_done_ ABSL_GUARDED_BY(mu_) = true;     // Applied, or failed.
-  // [0, applied_until_) of the parameters hold the newest update (partitions are
-  // applied in buffer order).
-  int64_t applied_until_ ABSL_GUARDED_BY(mu_) = 0;
-  // The first update that failed; sticky: the session cannot train on after it.
-  absl::Status update_status_ ABSL_GUARDED_BY(mu_);
   double update_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // Leader: waiting for the PS.
+  UpdateGate gate_;
   std::thread comm_thread_;
 };
 

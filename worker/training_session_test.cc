@@ -1,5 +1,6 @@
 // A TrainingSession (node 0: two CPU replicas, the node leader) against a real PS
-// shard served in-process, with the test playing node 1 by hand so that it can hold
+// shard in memory (ParameterShard reached through InMemoryPsConnection: no server),
+// with the test playing node 1 by hand so that it can hold
 // back its push of one partition. This makes the overlap observable: step 0 returns
 // while the update of its last partition cannot have arrived, and the forward pass of
 // step 1 starts and reaches the last layer before that partition is in. Training
@@ -22,13 +23,14 @@
 #include "worker/engine/cpu_replica.h"
 #include "worker/engine/model_registry.h"
 #include "worker/engine/trainer.h"
-#include "worker/testing/in_process_shard.h"
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/testing/in_memory_ps.h"
 
 namespace tributary::worker {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::InProcessShard;
+using ps::testing::InMemoryPsConnection;
 
 constexpr uint32_t kTotalReplicas = 3;               // Node 0: replicas 0 and 1; node 1: replica 2.
 constexpr absl::Duration kHang = absl::Seconds(60);  // Only ever reached when broken.
@@ -56,7 +58,7 @@ v1::JobSpec Spec() {
   return WithDefaults(spec);
 }
 
-v1::Assignment NodeZero(const v1::JobSpec& spec, const InProcessShard& shard) {
+v1::Assignment NodeZero(const v1::JobSpec& spec) {
   v1::Assignment a;
   a.set_job_id("job-1");
   a.set_generation(1);
@@ -74,7 +76,9 @@ v1::Assignment NodeZero(const v1::JobSpec& spec, const InProcessShard& shard) {
     cpu->set_name("cpu");
   }
   a.set_replicas(2);
-  *a.add_shards() = shard.info(0);
+  v1::ShardInfo& shard = *a.add_shards();
+  shard.set_shard_index(0);
+  shard.set_address("in-memory:0");
   *a.mutable_job() = spec;
   a.set_resume_step(0);
   a.set_total_replicas(kTotalReplicas);
@@ -88,7 +92,7 @@ v1::Assignment NodeZero(const v1::JobSpec& spec, const InProcessShard& shard) {
 class ManualNode {
  public:
   ManualNode(const v1::JobSpec& spec, const engine::Datasets& data, const v1::PartitionPlan& plan,
-             const InProcessShard& shard)
+             ps::ParameterShard& shard)
       : spec_(spec),
         data_(data),
         plan_(plan),
@@ -98,20 +102,14 @@ class ManualNode {
         grads_(model_.num_parameters),
         replica_(model_, params_.data()),
         sampler_(spec, data.train.size()),
-        ps_(PsIdentity{"job-1", 1, 1}, plan, {shard.info(0)}, ChannelOptions(), v1::SYNC,
-            v1::FLOAT32) {
+        // Generation 1 of two nodes: its InitPartitions installs the job at it.
+        ps_({&shard}, PsIdentity{"job-1", 1, 1, 2, 0}, plan, v1::SYNC, v1::FLOAT32) {
     engine::InitParameters(model_, spec.seed(), params_.data());
   }
 
-  // Installs the job and begins generation 1 of two nodes (the coordinator's part).
-  void Install(InProcessShard& shard) {
+  // Installs the job at generation 1 of two nodes.
+  void Install() {
     ASSERT_TRUE(ps_.InitPartitions(spec_, spec_.max_steps(), params_.data()).ok());
-    v1::BeginGenerationRequest begin;
-    begin.set_job_id("job-1");
-    begin.set_generation(1);
-    begin.set_num_nodes(2);
-    begin.set_resume_step(0);
-    ASSERT_TRUE(shard.shard().BeginGeneration(begin).ok());
     ASSERT_TRUE(ps_.Open(incoming_.data()).ok());
   }
 
@@ -154,7 +152,7 @@ class ManualNode {
   std::vector<float> params_, incoming_, grads_;
   engine::CpuReplica replica_;
   engine::Sampler sampler_;
-  PsClient ps_;
+  InMemoryPsConnection ps_;
   std::vector<uint64_t> ids_;
   std::vector<float> features_;
   std::vector<int32_t> labels_;
@@ -168,21 +166,24 @@ class TrainingSessionTest : public ::testing::Test {
     absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec_.dataset(), spec_.seed());
     ASSERT_TRUE(data.ok()) << data.status();
     data_ = *std::move(data);
-    ASSERT_TRUE(shard_.Start().ok());
   }
 
   // Creates node 0's session and node 1, installs the job, prepares the session.
   void StartBoth(SessionOptions options) {
     options.update_timeout =
         options.update_timeout == absl::Seconds(120) ? kHang : options.update_timeout;
+    options.ps_connection = [this](const PsIdentity& identity, const v1::PartitionPlan& plan) {
+      return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard_},
+                                                    identity, plan, v1::SYNC, v1::FLOAT32);
+    };
     absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-        TrainingSession::Create(NodeZero(spec_, shard_), data_, options);
+        TrainingSession::Create(NodeZero(spec_), data_, options);
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = *std::move(session);
     plan_ = session_->plan();
     ASSERT_GE(plan_.partitions_size(), 10);
     node1_ = std::make_unique<ManualNode>(spec_, data_, plan_, shard_);
-    node1_->Install(shard_);
+    node1_->Install();
     absl::StatusOr<uint64_t> first = session_->Prepare();
     ASSERT_TRUE(first.ok()) << first.status();
     ASSERT_EQ(*first, 0u);
@@ -205,7 +206,7 @@ class TrainingSessionTest : public ::testing::Test {
 
   v1::JobSpec spec_;
   engine::Datasets data_;
-  InProcessShard shard_;
+  ps::ParameterShard shard_{ps::ShardOptions{}, nullptr};
   std::unique_ptr<TrainingSession> session_;
   v1::PartitionPlan plan_;
   std::unique_ptr<ManualNode> node1_;
@@ -336,16 +337,13 @@ TEST_F(TrainingSessionTest, AnUpdateThatNeverComesFailsTheStepThatNeedsIt) {
 }
 
 TEST_F(TrainingSessionTest, AnInterruptionWhileTheUpdateIsPendingSurfacesFromTheDrain) {
-  std::atomic<bool> new_generation{false};
-  SessionOptions options;
-  options.interrupted = [&]() -> std::string { return new_generation ? "new generation 2" : ""; };
-  StartBoth(options);
+  StartBoth(SessionOptions());
   node1_->Compute(0);
   for (uint32_t p = 0; p + 1 < static_cast<uint32_t>(plan_.partitions_size()); ++p) {
     node1_->Push(0, p);
   }
   ASSERT_TRUE(session_->RunStep(0).ok());
-  new_generation = true;
+  session_->Interrupt("new generation 2");
   absl::Status drained = session_->FinishUpdate();
   EXPECT_EQ(drained.code(), absl::StatusCode::kAborted) << drained;
   EXPECT_THAT(drained.message(), HasSubstr("update of step 0 interrupted: new generation 2"));

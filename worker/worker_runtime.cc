@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
@@ -224,6 +225,8 @@ void WorkerRuntime::SendHeartbeat() {
     default:
       break;
   }
+  // A wait for the PS ends now rather than at its timeout.
+  InterruptSessionLocked();
 }
 
 void WorkerRuntime::HeartbeatLoop() {
@@ -249,13 +252,22 @@ void WorkerRuntime::SetPhase(v1::WorkerPhase phase, const std::string& error) {
 }
 
 std::string WorkerRuntime::Interruption() {
-  if (shutdown_ != nullptr && shutdown_->requested()) return "shutting down";
   absl::MutexLock lock(&mu_);
+  return InterruptionLocked();
+}
+
+std::string WorkerRuntime::InterruptionLocked() {
+  if (shutdown_ != nullptr && shutdown_->requested()) return "shutting down";
   if (pending_.generation() > current_.generation()) {
     return absl::StrCat("new generation ", pending_.generation());
   }
   if (job_stopped_) return "job stopped";
   return "";
+}
+
+void WorkerRuntime::InterruptSessionLocked() {
+  if (active_session_ == nullptr) return;
+  if (std::string why = InterruptionLocked(); !why.empty()) active_session_->Interrupt(why);
 }
 
 absl::StatusOr<std::shared_ptr<const std::string>> WorkerRuntime::ModelFileFor(
@@ -497,7 +509,6 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.collective_timeout = options_.collective_timeout;
   session_options.update_timeout = options_.update_timeout;
   session_options.eval_batch_size = options_.eval_batch_size;
-  session_options.interrupted = [this] { return Interruption(); };
   session_options.overlap_updates = options_.overlap_updates;
   session_options.torchscript_bytes = *model_file;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
@@ -514,11 +525,17 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   bytes_pulled_.BeginSession();
   {
     absl::MutexLock lock(&mu_);
+    active_session_ = session->get();
+    InterruptSessionLocked();  // Already overtaken while it was being built.
     reduce_backend_ = (*session)->reduce_backend();
     replica_devices_ = (*session)->replica_devices();
     progress_.steps_per_epoch = (*session)->steps_per_epoch();
     progress_.total_steps = (*session)->total_steps();
   }
+  absl::Cleanup forget_session = [this] {
+    absl::MutexLock lock(&mu_);
+    active_session_ = nullptr;
+  };
   absl::StatusOr<uint64_t> first_step = (*session)->Prepare();
   AccountBytes(**session);
   if (!first_step.ok()) {
@@ -552,6 +569,12 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
   }
   if (absl::Status registered = Register(); !registered.ok()) return registered;
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  // Shutdown (SIGTERM, Drain) ends a wait for the PS at once.
+  std::thread shutdown_watcher([this, &shutdown] {
+    shutdown.Wait();
+    absl::MutexLock lock(&mu_);
+    InterruptSessionLocked();
+  });
 
   while (!shutdown.requested()) {
     v1::Assignment next;
@@ -583,6 +606,7 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
   }
   stopping_ = true;
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  shutdown_watcher.join();  // The loop above ends only once shutdown was requested.
   v1::DeregisterRequest request;
   request.set_worker_id(worker_id);
   request.set_reason(shutdown.Wait());

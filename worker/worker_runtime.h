@@ -139,7 +139,10 @@ class WorkerRuntime : public WorkerHandler {
   // The job's TorchScript file (null for native models), fetched once per file.
   absl::StatusOr<std::shared_ptr<const std::string>> ModelFileFor(const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
-  std::string Interruption();
+  std::string Interruption() ABSL_LOCKS_EXCLUDED(mu_);
+  std::string InterruptionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Interrupts the running session when there is a reason to.
+  void InterruptSessionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetPhase(v1::WorkerPhase phase, const std::string& error = "");
   // Reports `phase` holding at `step` until the pause is lifted (or the boundary
   // becomes known, for WORKER_PAUSING), the job stops, a new generation or shutdown.
@@ -161,6 +164,7 @@ class WorkerRuntime : public WorkerHandler {
   std::optional<uint64_t> pause_at_ ABSL_GUARDED_BY(mu_);
   bool job_stopped_ ABSL_GUARDED_BY(mu_) = false;  // ACTION_STOP for the current job.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  TrainingSession* active_session_ ABSL_GUARDED_BY(mu_) = nullptr;  // While one trains.
   std::string reduce_backend_ ABSL_GUARDED_BY(mu_) = "none";
   std::vector<std::string> replica_devices_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> replica_batches_ ABSL_GUARDED_BY(mu_);

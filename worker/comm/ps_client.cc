@@ -383,6 +383,11 @@ void PsClient::ReadLoop(Shard* shard) {
   }
 }
 
+void PsClient::Interrupt(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (failure_.ok()) failure_ = absl::AbortedError(reason);
+}
+
 void PsClient::Close() {
   {
     absl::MutexLock lock(&mu_);

@@ -27,6 +27,7 @@
 #include "common/channel.h"
 #include "proto/coordinator.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "worker/comm/ps_connection.h"
 
 namespace tributary::worker {
 
@@ -47,13 +48,13 @@ struct PsIdentity {
 // reconnecting.
 inline constexpr absl::Duration kDefaultPsRetryBudget = absl::Seconds(60);
 
-class PsClient {
+class PsClient : public PsConnection {
  public:
   // plan: the job's partition plan; shards: the Assignment's shard map (index order).
   PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
            ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
            absl::Duration retry_budget = kDefaultPsRetryBudget);
-  ~PsClient();
+  ~PsClient() override;
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
@@ -64,32 +65,35 @@ class PsClient {
   // each retry logged) for up to the retry budget; any other error (a
   // FAILED_PRECONDITION refusal above all) is returned at once. Likewise PullAll.
   absl::StatusOr<uint64_t> InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
-                                          const float* params);
+                                          const float* params) override;
 
   // Current values of every partition, written into params (the whole flat buffer).
   // Returns the lowest step they are for.
-  absl::StatusOr<uint64_t> PullAll(float* params);
+  absl::StatusOr<uint64_t> PullAll(float* params) override;
 
   // Opens the PushPull streams. Updates land in incoming (the whole flat buffer),
   // which must outlive the client.
-  absl::Status Open(float* incoming);
+  absl::Status Open(float* incoming) override;
 
   // Sends partition p's gradient sum for `step`. grad_sum points at the partition's
   // first element and must stay valid until WaitUpdated(p, step) returns: after a
   // reconnect it is sent again (the shard ignores exact duplicates).
   absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
-                    uint64_t sample_count);
+                    uint64_t sample_count) override;
 
   // Blocks until partition p holds the update that followed our push for `step`.
   // FAILED_PRECONDITION when a shard refused the push as stale (a new generation:
   // re-rendezvous); DEADLINE_EXCEEDED after `timeout`.
-  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout);
+  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) override;
+
+  // Fails every wait, now and later, with ABORTED naming `reason`.
+  void Interrupt(const std::string& reason) override;
 
   // Closes every stream (pending waits fail with CANCELLED).
-  void Close();
+  void Close() override;
 
-  uint64_t bytes_pushed() const { return bytes_pushed_; }
-  uint64_t bytes_pulled() const { return bytes_pulled_; }
+  uint64_t bytes_pushed() const override { return bytes_pushed_; }
+  uint64_t bytes_pulled() const override { return bytes_pulled_; }
   int reconnects() const { return reconnects_; }
   // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.
   int rpc_retries() const { return rpc_retries_; }

@@ -12,13 +12,13 @@
 
 #include "absl/time/clock.h"
 #include "services/parameter_server/shard_test_util.h"
-#include "worker/testing/in_process_shard.h"
+#include "services/parameter_server/testing/in_process_shard.h"
 
 namespace tributary::worker {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::InProcessShard;
+using ps::testing::InProcessShard;
 
 constexpr int64_t kElements = 320;  // Five partitions of 64 floats (partition_bytes 256).
 

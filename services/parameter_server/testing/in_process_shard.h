@@ -1,8 +1,8 @@
 // Test helper: a real parameter-server shard (ParameterShard, its executor and the
 // gRPC service) on loopback inside the test process, which can be stopped and
 // started again on the same port to play a shard that comes up late or restarts.
-#ifndef TRIBUTARY_WORKER_TESTING_IN_PROCESS_SHARD_H_
-#define TRIBUTARY_WORKER_TESTING_IN_PROCESS_SHARD_H_
+#ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_TESTING_IN_PROCESS_SHARD_H_
+#define TRIBUTARY_SERVICES_PARAMETER_SERVER_TESTING_IN_PROCESS_SHARD_H_
 
 #include <memory>
 #include <string>
@@ -15,7 +15,7 @@
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
 
-namespace tributary::worker::testing {
+namespace tributary::ps::testing {
 
 class InProcessShard {
  public:
@@ -36,17 +36,17 @@ class InProcessShard {
   // For an Assignment's shard map.
   v1::ShardInfo info(uint32_t shard_index) const;
   // Direct calls into the running shard (no gRPC): BeginGeneration, checkpoints.
-  ps::ParameterShard& shard() { return *shard_; }
+  ParameterShard& shard() { return *shard_; }
 
  private:
   const std::string checkpoint_dir_;
   int port_ = 0;
-  std::unique_ptr<ps::ParameterShard> shard_;
-  std::unique_ptr<ps::PartitionExecutor> executor_;
-  std::unique_ptr<ps::ParameterServerService> service_;
+  std::unique_ptr<ParameterShard> shard_;
+  std::unique_ptr<PartitionExecutor> executor_;
+  std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<ServiceHost> host_;
 };
 
-}  // namespace tributary::worker::testing
+}  // namespace tributary::ps::testing
 
-#endif  // TRIBUTARY_WORKER_TESTING_IN_PROCESS_SHARD_H_
+#endif  // TRIBUTARY_SERVICES_PARAMETER_SERVER_TESTING_IN_PROCESS_SHARD_H_

@@ -1,8 +1,8 @@
-#include "worker/testing/in_process_shard.h"
+#include "services/parameter_server/testing/in_process_shard.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace tributary::worker::testing {
+namespace tributary::ps::testing {
 
 InProcessShard::InProcessShard(std::string checkpoint_dir)
     : checkpoint_dir_(std::move(checkpoint_dir)) {}
@@ -19,15 +19,15 @@ absl::Status InProcessShard::Start(int port) {
   server.http_port = -1;
   server.drain_grace = absl::ZeroDuration();
   server.max_receive_bytes = MaxReceiveBytesForPartition(4 << 20);
-  ps::ShardOptions options;
+  ShardOptions options;
   options.checkpoint_dir = checkpoint_dir_;
-  shard_ = std::make_unique<ps::ParameterShard>(options, nullptr);
+  shard_ = std::make_unique<ParameterShard>(options, nullptr);
   if (!checkpoint_dir_.empty()) {
     absl::StatusOr<std::string> restored = shard_->RestoreFromCheckpointDirectory();
     if (!restored.ok()) return restored.status();
   }
-  executor_ = std::make_unique<ps::PartitionExecutor>(2);
-  service_ = std::make_unique<ps::ParameterServerService>(shard_.get(), executor_.get());
+  executor_ = std::make_unique<PartitionExecutor>(2);
+  service_ = std::make_unique<ParameterServerService>(shard_.get(), executor_.get());
   host_ = std::make_unique<ServiceHost>(server);
   host_->AddService(service_.get(), v1::ParameterServer::service_full_name());
   if (absl::Status started = host_->Start(); !started.ok()) {
@@ -57,4 +57,4 @@ v1::ShardInfo InProcessShard::info(uint32_t shard_index) const {
   return info;
 }
 
-}  // namespace tributary::worker::testing
+}  // namespace tributary::ps::testing

@@ -1,0 +1,49 @@
+// What a node leader's training session needs of the parameter server, in ps-lite's
+// verbs: install the job, pull the current values, push a partition's gradient sum,
+// wait for its update. PsClient (ps_client.h) speaks gRPC to the shards;
+// services/parameter_server/testing/in_memory_ps.h calls ParameterShard objects
+// directly, so that TrainingSession's tests need no server.
+#ifndef TRIBUTARY_WORKER_COMM_PS_CONNECTION_H_
+#define TRIBUTARY_WORKER_COMM_PS_CONNECTION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/job.pb.h"
+
+namespace tributary::worker {
+
+class PsConnection {
+ public:
+  virtual ~PsConnection() = default;
+
+  // Installs the job on every shard (idempotent): the spec and the initial values
+  // (params: the whole flat buffer). The lowest step the shards stand at.
+  virtual absl::StatusOr<uint64_t> InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
+                                                  const float* params) = 0;
+  // Current values of every partition into params; the lowest step they are for.
+  virtual absl::StatusOr<uint64_t> PullAll(float* params) = 0;
+  // Starts receiving updates into `incoming` (the whole flat buffer; outlives this).
+  virtual absl::Status Open(float* incoming) = 0;
+  // Partition p's gradient sum for `step`; grad_sum stays valid until WaitUpdated(p,
+  // step) returned (it may be sent again).
+  virtual absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
+                            uint64_t sample_count) = 0;
+  // Blocks until `incoming` holds partition p's update after our push for `step`.
+  // FAILED_PRECONDITION: a shard refused the push (a new generation); ABORTED after
+  // Interrupt; DEADLINE_EXCEEDED after `timeout`.
+  virtual absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) = 0;
+  // Fails every wait, now and later, with ABORTED naming `reason` (a new generation,
+  // a stop, shutdown): the session is over.
+  virtual void Interrupt(const std::string& reason) = 0;
+  virtual void Close() = 0;
+
+  virtual uint64_t bytes_pushed() const = 0;
+  virtual uint64_t bytes_pulled() const = 0;
+};
+
+}  // namespace tributary::worker
+
+#endif  // TRIBUTARY_WORKER_COMM_PS_CONNECTION_H_
