@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: the subcommands share their flags and helpers here, and
+// each is a short function; the cluster launcher itself is local_cluster.cc.
 // tributary: the command-line front end.
 //   tributary local  [job flags]  a whole cluster on loopback, trains, prints a summary
 //   tributary submit [job flags]  submits a job to a running coordinator

@@ -15,78 +15,12 @@
 #include "worker/engine/torchscript.h"
 
 namespace tributary::worker {
-namespace {
-
-prometheus::Histogram::BucketBoundaries SecondsBuckets() {
-  return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-}
-
-}  // namespace
-
 WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& registry,
                              std::unique_ptr<CoordinatorLink> link)
     : options_(std::move(options)),
       link_(std::move(link)),
-      steps_gauge_(prometheus::BuildGauge()
-                       .Name("tributary_worker_steps_completed")
-                       .Help("Training steps this worker has completed in the current job.")
-                       .Register(registry)
-                       .Add({})),
-      generation_gauge_(prometheus::BuildGauge()
-                            .Name("tributary_worker_generation")
-                            .Help("Generation this worker trains in (0: none).")
-                            .Register(registry)
-                            .Add({})),
-      samples_per_second_gauge_(prometheus::BuildGauge()
-                                    .Name("tributary_worker_samples_per_second")
-                                    .Help("This worker's recent training throughput.")
-                                    .Register(registry)
-                                    .Add({})),
-      test_accuracy_gauge_(prometheus::BuildGauge()
-                               .Name("tributary_worker_test_accuracy")
-                               .Help("Latest test accuracy this worker measured (-1: none).")
-                               .Register(registry)
-                               .Add({})),
-      step_seconds_(prometheus::BuildHistogram()
-                        .Name("tributary_worker_step_seconds")
-                        .Help("Wall time of a training step, compute through update.")
-                        .Register(registry)
-                        .Add({}, SecondsBuckets())),
-      push_wait_seconds_(prometheus::BuildHistogram()
-                             .Name("tributary_worker_push_wait_seconds")
-                             .Help("Per step: time the node leader waited for the PS's "
-                                   "updates of the previous step (overlapped with this "
-                                   "step's forward pass).")
-                             .Register(registry)
-                             .Add({}, SecondsBuckets())),
-      reduce_seconds_(prometheus::BuildHistogram()
-                          .Name("tributary_worker_reduce_seconds")
-                          .Help("Per step: intra-node gradient reduction time.")
-                          .Register(registry)
-                          .Add({}, SecondsBuckets())),
-      parameters_wait_seconds_(
-          prometheus::BuildHistogram()
-              .Name("tributary_worker_parameters_wait_seconds")
-              .Help("Per step: longest time a replica's forward pass waited for the previous "
-                    "step's updated parameters (the part of the update not overlapped).")
-              .Register(registry)
-              .Add({}, SecondsBuckets())),
-      bytes_pushed_counter_(prometheus::BuildCounter()
-                                .Name("tributary_worker_bytes_pushed_total")
-                                .Help("Gradient bytes this worker pushed to the PS.")
-                                .Register(registry)
-                                .Add({})),
-      bytes_pulled_counter_(prometheus::BuildCounter()
-                                .Name("tributary_worker_bytes_pulled_total")
-                                .Help("Parameter bytes this worker received from the PS.")
-                                .Register(registry)
-                                .Add({})),
-      step_failures_(prometheus::BuildCounter()
-                         .Name("tributary_worker_step_failures_total")
-                         .Help("Steps or set-ups abandoned, by reason.")
-                         .Register(registry)) {
-  test_accuracy_gauge_.Set(-1);
-}
+      metrics_(registry) {}
+
 
 WorkerRuntime::~WorkerRuntime() {
   stopping_ = true;
@@ -357,22 +291,22 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session) {
     LOG_FIRST_N(WARNING, 1) << "no evaluation: " << evaluated.status();
     return;
   }
-  test_accuracy_gauge_.Set(evaluated->accuracy());
+  metrics_.test_accuracy.Set(evaluated->accuracy());
   absl::MutexLock lock(&mu_);
   progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
 }
 
 void WorkerRuntime::AccountBytes(const TrainingSession& session) {
-  bytes_pushed_counter_.Increment(
+  metrics_.bytes_pushed.Increment(
       static_cast<double>(bytes_pushed_.Update(session.bytes_pushed())));
-  bytes_pulled_counter_.Increment(
+  metrics_.bytes_pulled.Increment(
       static_cast<double>(bytes_pulled_.Update(session.bytes_pulled())));
 }
 
 void WorkerRuntime::StepFailed(uint64_t step, const absl::Status& status) {
   const std::string why = Interruption();
-  step_failures_.Add({{"reason", why.empty() ? "error" : "interrupted"}}).Increment();
+  metrics_.step_failures.Add({{"reason", why.empty() ? "error" : "interrupted"}}).Increment();
   if (!why.empty()) {
     LOG(INFO) << "step " << step << " abandoned: " << why;
     return;
@@ -389,7 +323,7 @@ bool WorkerRuntime::FinishUpdate(TrainingSession& session, uint64_t steps_done) 
     StepFailed(steps_done == 0 ? 0 : steps_done - 1, updated);
     return false;
   }
-  steps_gauge_.Set(static_cast<double>(steps_done));
+  metrics_.steps.Set(static_cast<double>(steps_done));
   absl::MutexLock lock(&mu_);
   progress_.step = std::max(progress_.step, steps_done);
   return true;
@@ -429,15 +363,15 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     const double samples_per_second =
         stats->step_seconds > 0 ? stats->loss.samples / stats->step_seconds : 0;
     throughput = throughput == 0 ? samples_per_second : 0.9 * throughput + 0.1 * samples_per_second;
-    step_seconds_.Observe(stats->step_seconds);
-    push_wait_seconds_.Observe(stats->push_wait_seconds);
-    reduce_seconds_.Observe(stats->reduce_seconds);
-    parameters_wait_seconds_.Observe(stats->parameters_wait_seconds);
+    metrics_.step_seconds.Observe(stats->step_seconds);
+    metrics_.push_wait_seconds.Observe(stats->push_wait_seconds);
+    metrics_.reduce_seconds.Observe(stats->reduce_seconds);
+    metrics_.parameters_wait_seconds.Observe(stats->parameters_wait_seconds);
     // Step `step` is pushed and (overlapping) its update on the way; the steps before
     // it are complete (its forward pass needed their updates).
     const uint64_t completed = options_.overlap_updates ? step : step + 1;
-    steps_gauge_.Set(static_cast<double>(completed));
-    samples_per_second_gauge_.Set(throughput);
+    metrics_.steps.Set(static_cast<double>(completed));
+    metrics_.samples_per_second.Set(throughput);
     {
       absl::MutexLock lock(&mu_);
       progress_.step = completed;
@@ -470,19 +404,19 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     progress_.generation = assignment.generation();
     progress_.error.clear();
   }
-  generation_gauge_.Set(static_cast<double>(assignment.generation()));
+  metrics_.generation.Set(static_cast<double>(assignment.generation()));
   absl::StatusOr<const engine::Datasets*> data = DatasetsFor(assignment.job());
   if (!data.ok()) {
     // The data is this job's problem, not a passing one: report it as fatal.
     LOG(ERROR) << "cannot load the job's data: " << data.status();
-    step_failures_.Add({{"reason", "data"}}).Increment();
+    metrics_.step_failures.Add({{"reason", "data"}}).Increment();
     SetPhase(v1::WORKER_FAILED, std::string(data.status().message()));
     return;
   }
   absl::StatusOr<std::shared_ptr<const std::string>> model_file = ModelFileFor(assignment.job());
   if (!model_file.ok()) {
     LOG(ERROR) << "cannot get the job's model file: " << model_file.status();
-    step_failures_.Add({{"reason", "model"}}).Increment();
+    metrics_.step_failures.Add({{"reason", "model"}}).Increment();
     // A worker without LibTorch will never run it; a fetch may succeed next time.
     const bool fatal = model_file.status().code() == absl::StatusCode::kUnavailable &&
                        !engine::BuiltWithTorch();
@@ -515,7 +449,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
       TrainingSession::Create(assignment, **data, session_options);
   if (!session.ok()) {
     LOG(ERROR) << "generation " << assignment.generation() << ": " << session.status();
-    step_failures_.Add({{"reason", "setup"}}).Increment();
+    metrics_.step_failures.Add({{"reason", "setup"}}).Increment();
     const bool fatal = session.status().code() == absl::StatusCode::kInvalidArgument;
     SetPhase(fatal ? v1::WORKER_FAILED : v1::WORKER_RENDEZVOUS,
              std::string(session.status().message()));
@@ -541,7 +475,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   if (!first_step.ok()) {
     LOG(WARNING) << "generation " << assignment.generation()
                  << " could not start: " << first_step.status();
-    step_failures_.Add({{"reason", "prepare"}}).Increment();
+    metrics_.step_failures.Add({{"reason", "prepare"}}).Increment();
     SetPhase(v1::WORKER_RENDEZVOUS, std::string(first_step.status().message()));
     return;
   }

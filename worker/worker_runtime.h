@@ -8,9 +8,6 @@
 #ifndef TRIBUTARY_WORKER_WORKER_RUNTIME_H_
 #define TRIBUTARY_WORKER_WORKER_RUNTIME_H_
 
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <atomic>
@@ -33,6 +30,7 @@
 #include "worker/devices.h"
 #include "worker/engine/dataset.h"
 #include "worker/training_session.h"
+#include "worker/worker_metrics.h"
 
 namespace tributary::worker {
 
@@ -181,17 +179,7 @@ class WorkerRuntime : public WorkerHandler {
   std::string model_sha256_;
   std::shared_ptr<const std::string> model_file_;
 
-  prometheus::Gauge& steps_gauge_;
-  prometheus::Gauge& generation_gauge_;
-  prometheus::Gauge& samples_per_second_gauge_;
-  prometheus::Gauge& test_accuracy_gauge_;
-  prometheus::Histogram& step_seconds_;
-  prometheus::Histogram& push_wait_seconds_;
-  prometheus::Histogram& reduce_seconds_;
-  prometheus::Histogram& parameters_wait_seconds_;
-  prometheus::Counter& bytes_pushed_counter_;
-  prometheus::Counter& bytes_pulled_counter_;
-  prometheus::Family<prometheus::Counter>& step_failures_;
+  WorkerMetrics metrics_;
 };
 
 }  // namespace tributary::worker

@@ -13,8 +13,8 @@
 namespace tributary::worker {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeCoordinatorLink;
+using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
@@ -77,8 +77,8 @@ class WorkerRuntimeTest : public ::testing::Test {
 
 TEST_F(WorkerRuntimeTest, RetriesAnUnreachableCoordinatorHeartbeatsAndLeavesWhenDrained) {
   Script = [](FakeCoordinatorLink& link) {
-    link.FailRegistrations({absl::UnavailableError("connection refused"),
-                            absl::DeadlineExceededError("deadline")});
+    link.FailRegistrations(
+        {absl::UnavailableError("connection refused"), absl::DeadlineExceededError("deadline")});
   };
   Start();
   ASSERT_TRUE(link_->AwaitHeartbeat(

@@ -5,25 +5,18 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/proto_time.h"
+#include "common/random_hex.h"
 
 namespace tributary::coordinator {
 namespace {
 
 // Ended generations remembered so that a worker still acting in one learns why.
 constexpr size_t kEndedGenerationsKept = 64;
-
-std::string RandomHex(int digits) {
-  absl::BitGen random;
-  std::string hex;
-  for (int i = 0; i < digits; ++i) hex.push_back("0123456789abcdef"[absl::Uniform(random, 0, 16)]);
-  return hex;
-}
 
 std::string Seconds(absl::Duration duration) {
   return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(duration));
@@ -58,9 +51,9 @@ absl::Status Coordinator::Start() {
                     std::vector<v1::Job>(state.state.jobs().begin(), state.state.jobs().end()));
       last_generation_ = state.state.last_generation();
       for (const v1::ShardInfo& info : state.state.shards()) shards_.Restore(info, clock_->Now());
-      LOG(INFO) << "coordinator state loaded from " << state.source << ": "
-                << jobs_.jobs().size() << " job(s), " << state.state.shards_size()
-                << " PS shard(s), last generation " << last_generation_;
+      LOG(INFO) << "coordinator state loaded from " << state.source << ": " << jobs_.jobs().size()
+                << " job(s), " << state.state.shards_size() << " PS shard(s), last generation "
+                << last_generation_;
       if (v1::Job* job = jobs_.Active()) {
         const std::string problem =
             state.problem.empty() ? "" : absl::StrCat(" (", state.problem, ")");
@@ -192,7 +185,7 @@ void Coordinator::ApplySameErrorRuleLocked(const std::string& worker_id, uint64_
   std::vector<std::optional<std::string>> registered;
   for (const auto& [id, worker] : workers_.all()) {
     registered.push_back(worker.failed_job == job->job_id() ? std::optional(worker.note)
-                                                             : std::nullopt);
+                                                            : std::nullopt);
   }
   if (std::optional<std::string> fail =
           SameErrorEverywhere(number, size, failures, registered, error)) {
@@ -318,10 +311,9 @@ void Coordinator::FormGenerationIfDue() {
       installing.push_back(shard.shard_index());
       continue;
     }
-    return FormationFailed(absl::StrCat("BeginGeneration(generation ", generation,
-                                        ", resume step ", resume_step, ") on PS shard ",
-                                        shard.shard_index(), " at ", shard.address(), ": ",
-                                        begun.status().message()));
+    return FormationFailed(absl::StrCat("BeginGeneration(generation ", generation, ", resume step ",
+                                        resume_step, ") on PS shard ", shard.shard_index(), " at ",
+                                        shard.address(), ": ", begun.status().message()));
   }
 
   // 4. Hand out the assignments, unless the world changed meanwhile.

@@ -36,8 +36,7 @@ void Coordinator::HandleRegisterWorker(const v1::RegisterWorkerRequest& request,
       candidates.push_back(Candidate{next_id, workers_.NextSequence(), request});
       GenerationPlan plan = PlanGeneration(job->spec(), candidates);
       auto left_out = plan.left_out.find(next_id);
-      if (left_out != plan.left_out.end() &&
-          left_out->second.kind == LeftOut::Kind::kTooFewGpus) {
+      if (left_out != plan.left_out.end() && left_out->second.kind == LeftOut::Kind::kTooFewGpus) {
         return absl::ResourceExhaustedError(left_out->second.reason);
       }
     }
@@ -269,9 +268,9 @@ void Coordinator::HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* 
       }
       absl::StatusOr<uint64_t> size = options_.model_size(file.sha256());
       if (!size.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat("spec.model.torchscript.sha256: model file ",
-                                                          file.file_name(), ": ",
-                                                          size.status().message()));
+        return absl::FailedPreconditionError(
+            absl::StrCat("spec.model.torchscript.sha256: model file ", file.file_name(), ": ",
+                         size.status().message()));
       }
       file.set_size_bytes(*size);
     }
@@ -385,8 +384,8 @@ void Coordinator::HandleStopJob(const v1::JobControlRequest& request, v1::Job* r
       absl::StatusOr<v1::Job*> job = jobs_.ControlTarget(request.job_id());
       if (!job.ok()) return job.status();
       if (IsTerminal((*job)->state())) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", (*job)->job_id(), " is already ", v1::JobState_Name((*job)->state())));
+        return absl::FailedPreconditionError(absl::StrCat("job ", (*job)->job_id(), " is already ",
+                                                          v1::JobState_Name((*job)->state())));
       }
       FinishJobLocked(
           **job, v1::STOPPED,

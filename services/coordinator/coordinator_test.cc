@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: the facade's end-to-end rules share one fixture (fake
+// clock, fake shards, registration helpers); each part has its own small test.
 // The coordinator's core driven directly, with a fake clock and in-memory fake PS
 // shards: generations forming (settle window, nodes_min/max, late registration),
 // assignments, failure detection and re-forming, job-level failure rules, progress

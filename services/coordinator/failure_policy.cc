@@ -11,8 +11,7 @@ ReportKind ClassifyReport(const v1::HeartbeatRequest& report, bool in_current_ge
   // shard failed) and waits for a new one. Nobody else may notice (every process is
   // still alive), so the generation ends here; it counts as a worker error, so that a
   // cause that persists fails the job by rule B instead of re-forming forever.
-  if (report.phase() == v1::WORKER_RENDEZVOUS && !report.error().empty() &&
-      in_current_generation) {
+  if (report.phase() == v1::WORKER_RENDEZVOUS && !report.error().empty() && in_current_generation) {
     return ReportKind::kLeftStep;
   }
   if (had_failed) return ReportKind::kRecovered;
@@ -31,8 +30,8 @@ std::optional<std::string> SameErrorEverywhere(
   bool same = generation_size >= 2 && generation_failures.size() == generation_size;
   for (const auto& [id, text] : generation_failures) same = same && text == error;
   if (same) {
-    return absl::StrCat("every worker of generation ", generation, " (",
-                        generation_failures.size(), ") failed with: ", error);
+    return absl::StrCat("every worker of generation ", generation, " (", generation_failures.size(),
+                        ") failed with: ", error);
   }
   // Second form: every registered worker.
   if (registered.empty()) return std::nullopt;

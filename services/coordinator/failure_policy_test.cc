@@ -45,8 +45,7 @@ TEST(SameErrorEverywhereTest, EveryWorkerOfAGenerationOfTwoOrMore) {
   EXPECT_THAT(SameErrorEverywhere(4, 2, both, {std::nullopt}, "no file"),
               Optional(HasSubstr("every worker of generation 4 (2) failed with: no file")));
   // One worker, or a different error, or one that has not failed: no verdict.
-  EXPECT_EQ(SameErrorEverywhere(4, 1, {{"a", "no file"}}, {std::nullopt}, "no file"),
-            std::nullopt);
+  EXPECT_EQ(SameErrorEverywhere(4, 1, {{"a", "no file"}}, {std::nullopt}, "no file"), std::nullopt);
   EXPECT_EQ(SameErrorEverywhere(4, 2, {{"a", "no file"}, {"b", "oom"}}, {std::nullopt}, "oom"),
             std::nullopt);
   EXPECT_EQ(SameErrorEverywhere(4, 3, both, {std::nullopt}, "no file"), std::nullopt);
@@ -57,8 +56,7 @@ TEST(SameErrorEverywhereTest, EveryRegisteredWorker) {
               Optional(HasSubstr("every registered worker (1) failed with: bad spec")));
   EXPECT_EQ(SameErrorEverywhere(0, 0, {}, {std::string("bad spec"), std::nullopt}, "bad spec"),
             std::nullopt);
-  EXPECT_EQ(SameErrorEverywhere(0, 0, {}, {std::string("x"), std::string("y")}, "y"),
-            std::nullopt);
+  EXPECT_EQ(SameErrorEverywhere(0, 0, {}, {std::string("x"), std::string("y")}, "y"), std::nullopt);
   EXPECT_EQ(SameErrorEverywhere(0, 0, {}, {}, "y"), std::nullopt);
 }
 

@@ -92,10 +92,9 @@ FormationDecision GenerationPlanner::Decide(const FormationInputs& inputs, absl:
   }
   if (!settle_since_) settle_since_ = now;
   if (plan.node_names.size() < spec.nodes_max() && now - *settle_since_ < settle_window_) {
-    waiting_reason_ = absl::StrCat("settling: ", plan.node_names.size(),
-                                   " of nodes_max=", spec.nodes_max(),
-                                   " node group(s) present; forming in ",
-                                   Seconds(*settle_since_ + settle_window_ - now));
+    waiting_reason_ = absl::StrCat(
+        "settling: ", plan.node_names.size(), " of nodes_max=", spec.nodes_max(),
+        " node group(s) present; forming in ", Seconds(*settle_since_ + settle_window_ - now));
     return decision;
   }
   waiting_reason_ = absl::StrCat("forming generation ", inputs.next_generation);

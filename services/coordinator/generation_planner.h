@@ -60,9 +60,9 @@ struct FormationInputs {
 
 struct FormationDecision {
   enum class Action {
-    kWait,            // Nothing to do now; waiting_reason() says why.
-    kEndForScaleUp,   // End the running generation (`reason`), then Decide again.
-    kForm,            // Form a generation from `plan`.
+    kWait,           // Nothing to do now; waiting_reason() says why.
+    kEndForScaleUp,  // End the running generation (`reason`), then Decide again.
+    kForm,           // Form a generation from `plan`.
   };
   Action action = Action::kWait;
   // PlanGeneration over the candidates; empty without an active job. Its left_out
@@ -103,10 +103,10 @@ class GenerationPlanner {
 
 // Where a job's training resumes, from what its shards say.
 struct ResumePoint {
-  uint64_t step = 0;                  // The lowest step of the shards holding the job.
-  uint64_t newest_generation = 0;     // The highest generation any shard has seen.
-  std::vector<uint32_t> holding;      // Shards holding the job.
-  std::vector<uint32_t> empty;        // Shards holding no job.
+  uint64_t step = 0;               // The lowest step of the shards holding the job.
+  uint64_t newest_generation = 0;  // The highest generation any shard has seen.
+  std::vector<uint32_t> holding;   // Shards holding the job.
+  std::vector<uint32_t> empty;     // Shards holding no job.
 };
 // `statuses`: every shard of the map, after a shard holding another job was told to
 // end it (its job_id then empty). FAILED_PRECONDITION when some shards hold the job at

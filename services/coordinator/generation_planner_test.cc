@@ -156,7 +156,8 @@ TEST(ResumePointOfTest, TheLowestStepOfTheShardsHoldingTheJob) {
 }
 
 TEST(ResumePointOfTest, AFreshJobStartsAtZero) {
-  absl::StatusOr<ResumePoint> point = ResumePointOf("job-1", {Status(0, "", 0, 2), Status(1, "", 0, 0)});
+  absl::StatusOr<ResumePoint> point =
+      ResumePointOf("job-1", {Status(0, "", 0, 2), Status(1, "", 0, 0)});
   ASSERT_TRUE(point.ok());
   EXPECT_EQ(point->step, 0u);
   EXPECT_THAT(point->empty, ElementsAre(0, 1));

@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: one in-process server fixture for every RPC's wire
+// behaviour (status codes, streaming, tokens, the dashboard).
 // The coordinator as the binary runs it, in-process on port 0, through the real gRPC
 // client: jobs submitted as JSON, invalid specs rejected field by field, the control
 // token, workers and a fake ParameterServer service going through a whole job,

@@ -5,23 +5,16 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/proto_time.h"
+#include "common/random_hex.h"
 
 namespace tributary::coordinator {
 namespace {
 
 // Jobs kept in memory and in the state file; the oldest finished ones go first.
 constexpr size_t kMaxJobsKept = 100;
-
-std::string RandomHex(int digits) {
-  absl::BitGen random;
-  std::string hex;
-  for (int i = 0; i < digits; ++i) hex.push_back("0123456789abcdef"[absl::Uniform(random, 0, 16)]);
-  return hex;
-}
 
 // Training steps are counted: a worker's `step` is how many steps it has completed,
 // which is also the index of the next step it runs.
@@ -109,15 +102,14 @@ absl::StatusOr<v1::Job*> JobBook::Submit(const v1::JobSpec& spec, absl::Time now
   }
   jobs_.push_back(std::move(job));
   Transition(jobs_.back(), v1::PENDING,
-             absl::StrCat("submitted: '", spec.name(), "', model ", spec.model().name(),
-                          ", nodes ", spec.nodes_min(), "..", spec.nodes_max()),
+             absl::StrCat("submitted: '", spec.name(), "', model ", spec.model().name(), ", nodes ",
+                          spec.nodes_min(), "..", spec.nodes_max()),
              now);
   while (jobs_.size() > kMaxJobsKept && IsTerminal(jobs_.front().state())) jobs_.pop_front();
   return &jobs_.back();
 }
 
-void JobBook::Transition(v1::Job& job, v1::JobState to, const std::string& reason,
-                         absl::Time now) {
+void JobBook::Transition(v1::Job& job, v1::JobState to, const std::string& reason, absl::Time now) {
   v1::JobEvent* event = job.add_events();
   *event->mutable_time() = ToProto(now);
   event->set_from_state(job.state());
@@ -140,8 +132,7 @@ void JobBook::Finish(v1::Job& job, v1::JobState to, const std::string& reason, a
 }
 
 JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uint64_t resume_step,
-                                          const std::vector<ReportView>& workers,
-                                          absl::Time now) {
+                                          const std::vector<ReportView>& workers, absl::Time now) {
   Progress progress;
   progress.all_training = true;
   progress.all_finished = true;

@@ -35,7 +35,13 @@ TEST(StateSnapshotterTest, DisabledWithoutADirectory) {
     EXPECT_FALSE(snapshotter.Due());
   }
   bool taken = false;
-  EXPECT_TRUE(snapshotter.Save(mu, [&] { taken = true; return State(1); }).ok());
+  EXPECT_TRUE(snapshotter
+                  .Save(mu,
+                        [&] {
+                          taken = true;
+                          return State(1);
+                        })
+                  .ok());
   EXPECT_FALSE(taken);
   EXPECT_FALSE(snapshotter.Load()->has_value());
 }

@@ -90,10 +90,12 @@ TEST(WorkerRegistryTest, CandidatesLeaveOutDrainingAndFailedWorkers) {
   registry.Add(Worker("n0", 5001), kT0).phase = v1::WORKER_DRAINING;
   registry.Add(Worker("n0", 5002), kT0).failed_job = "job-1";
   std::vector<std::string> ids;
-  for (const Candidate& candidate : registry.Candidates("job-1")) ids.push_back(candidate.worker_id);
+  for (const Candidate& candidate : registry.Candidates("job-1"))
+    ids.push_back(candidate.worker_id);
   EXPECT_THAT(ids, ElementsAre("w1-x"));
   ids.clear();
-  for (const Candidate& candidate : registry.Candidates("job-2")) ids.push_back(candidate.worker_id);
+  for (const Candidate& candidate : registry.Candidates("job-2"))
+    ids.push_back(candidate.worker_id);
   EXPECT_THAT(ids, ElementsAre("w1-x", "w3-x"));
 }
 

@@ -1,8 +1,9 @@
+#include "services/parameter_server/aggregator.h"
+
 #include <glog/logging.h>
 
 #include <cstring>
 
-#include "services/parameter_server/aggregator.h"
 #include "services/parameter_server/aggregator_internal.h"
 
 namespace tributary::ps {

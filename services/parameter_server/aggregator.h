@@ -67,8 +67,8 @@ class Aggregator {
                                    uint32_t shard) const = 0;
   // Puts the partition at `resume` for `num_nodes` nodes; counts a one-step rollback
   // and the partial aggregates or held pushes dropped.
-  virtual void Resume(ShardPartition& p, uint64_t resume, uint32_t num_nodes,
-                      uint32_t* rolled_back, uint32_t* discarded) = 0;
+  virtual void Resume(ShardPartition& p, uint64_t resume, uint32_t num_nodes, uint32_t* rolled_back,
+                      uint32_t* discarded) = 0;
 
   // Whether the partition waits for `node` (ShardStatus.waiting_for).
   virtual bool WaitingFor(const ShardPartition& p, uint32_t node) const = 0;

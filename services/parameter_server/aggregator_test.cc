@@ -12,8 +12,8 @@ namespace tributary::ps {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::FloatsOf;
+using ::testing::HasSubstr;
 using testing::RecordingSink;
 
 constexpr size_t kLength = 4;
@@ -139,7 +139,8 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushToThePusherAlone) {
   EXPECT_THAT(FloatsOf(*a_.Last(0)), ElementsAre(-2.0f, -2.0f, -2.0f, -2.0f));
   EXPECT_TRUE(b_.delivered().empty());
   EXPECT_EQ(*Push(0, 0, 4.0f, 2, &a_), PushResult::kDuplicate);
-  EXPECT_EQ(*Push(0, 0, 1.0f, 1, &a_), PushResult::kDuplicate) << "the same step, whatever its data";
+  EXPECT_EQ(*Push(0, 0, 1.0f, 1, &a_), PushResult::kDuplicate)
+      << "the same step, whatever its data";
   ASSERT_EQ(*Push(0, 1, 1.0f, 1, &a_), PushResult::kAccepted);
   EXPECT_THAT(Push(0, 0, 1.0f, 1, &a_).status().message(),
               HasSubstr("stale step 0 for partition 0 from node 0: it already pushed step 1"));

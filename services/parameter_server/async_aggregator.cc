@@ -25,8 +25,8 @@ class AsyncAggregator : public Aggregator {
       return CountRejection(
           metrics, RejectReason::kStaleStep,
           absl::FailedPreconditionError(absl::StrCat(
-              "stale step ", step, " for partition ", p.id, " from node ", node,
-              ": generation ", job.generation, " began at step ", p.generation_start_step)));
+              "stale step ", step, " for partition ", p.id, " from node ", node, ": generation ",
+              job.generation, " began at step ", p.generation_start_step)));
     }
     if (p.has_pushed[node]) {
       if (step == p.last_step[node]) {
@@ -35,12 +35,10 @@ class AsyncAggregator : public Aggregator {
         return PushResult::kDuplicate;
       }
       if (step < p.last_step[node]) {
-        return CountRejection(
-            metrics, RejectReason::kStaleStep,
-            absl::FailedPreconditionError(absl::StrCat("stale step ", step, " for partition ",
-                                                       p.id, " from node ", node,
-                                                       ": it already pushed step ",
-                                                       p.last_step[node])));
+        return CountRejection(metrics, RejectReason::kStaleStep,
+                              absl::FailedPreconditionError(absl::StrCat(
+                                  "stale step ", step, " for partition ", p.id, " from node ", node,
+                                  ": it already pushed step ", p.last_step[node])));
       }
     }
     if (job.mode == v1::BOUNDED_STALENESS && step > p.step + job.staleness) {
@@ -93,14 +91,14 @@ class AsyncAggregator : public Aggregator {
     p.spares.reserve(num_nodes + 2);
   }
 
-  bool WaitingFor(const ShardPartition& p, uint32_t node) const override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitingFor(const ShardPartition& p,
+                  uint32_t node) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // The slowest node(s).
     return (p.has_pushed[node] ? p.last_step[node] + 1 : p.generation_start_step) == p.step;
   }
 
-  std::optional<Saved> ValuesAt(const ShardPartition& p, uint64_t step) const override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::optional<Saved> ValuesAt(const ShardPartition& p,
+                                uint64_t step) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Saved saved;
     saved.data.values = p.values;
     saved.data.state = p.state;
@@ -123,10 +121,9 @@ class AsyncAggregator : public Aggregator {
     std::shared_ptr<v1::PartitionValues> next = NextUpdate(
         job, p, p.values->version(), finite_input && AllFinite(grad, p.length), context_, &applied);
     if (!applied) {
-      LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << push.step()
-                                << " from node " << push.node_rank()
-                                << ": non-finite gradient; update skipped (" << google::COUNTER
-                                << " so far)";
+      LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << push.step() << " from node "
+                                << push.node_rank() << ": non-finite gradient; update skipped ("
+                                << google::COUNTER << " so far)";
     }
     next->set_step(push.step() + 1);
     p.Retire(std::move(p.values));

@@ -27,8 +27,7 @@ absl::StatusOr<v1::CheckpointResponse> Checkpointer::Write(const ShardCheckpoint
   {
     // Names sort by time; never reuse or go back in time (clock steps, fast retries).
     absl::MutexLock lock(&last_mu_);
-    last_written_micros_ =
-        std::max(absl::ToUnixMicros(clock_->Now()), last_written_micros_ + 1);
+    last_written_micros_ = std::max(absl::ToUnixMicros(clock_->Now()), last_written_micros_ + 1);
     snapshot.meta.set_written_unix_micros(last_written_micros_);
   }
   const std::string shard_dir = ShardDirectory(dir, snapshot.meta.shard_index());
@@ -70,9 +69,8 @@ void Checkpointer::Request(uint64_t step) {
 void Checkpointer::Flush() {
   absl::MutexLock lock(&queue_mu_);
   queue_mu_.Await(absl::Condition(
-      +[](Checkpointer* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return self->queue_.empty() && !self->busy_;
-      },
+      +[](Checkpointer* self)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->queue_.empty() && !self->busy_; },
       this));
 }
 
@@ -82,9 +80,8 @@ void Checkpointer::Loop() {
     {
       absl::MutexLock lock(&queue_mu_);
       queue_mu_.Await(absl::Condition(
-          +[](Checkpointer* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return self->stopping_ || !self->queue_.empty();
-          },
+          +[](Checkpointer* self)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->stopping_ || !self->queue_.empty(); },
           this));
       if (queue_.empty()) return;
       step = queue_.front();

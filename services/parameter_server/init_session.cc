@@ -41,8 +41,8 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
                                                    plan.num_shards(), " shards"));
   }
   if (header.num_nodes() > kMaxNodes) {
-    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: num_nodes ",
-                                                   header.num_nodes(), " is above ", kMaxNodes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitPartitions: num_nodes ", header.num_nodes(), " is above ", kMaxNodes));
   }
   absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec_.optimizer(), header.total_steps());
   if (!optimizer.ok()) {
@@ -156,10 +156,10 @@ absl::Status ParameterShard::InstallJob(InitSession& session,
     // Installed meanwhile (another node's InitPartitions) or before: same job = no-op.
     if (job_->job_id != header.job_id() ||
         job_->plan.fingerprint() != header.plan().fingerprint()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", job_->shard_index, " holds job '", job_->job_id, "' (", PlanName(job_->plan),
-          "); InitPartitions names job '", header.job_id(), "' (", PlanName(header.plan()),
-          "): end the other job first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", job_->shard_index, " holds job '", job_->job_id, "' (",
+                       PlanName(job_->plan), "); InitPartitions names job '", header.job_id(),
+                       "' (", PlanName(header.plan()), "): end the other job first"));
     }
     if (names_generation && header.generation() > job_->generation) {
       // Installed by a node of an older generation: move to the caller's.

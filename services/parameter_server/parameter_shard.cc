@@ -118,19 +118,19 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
   const v1::DType dtype = PartitionDtype(p.buffers, job.wire_dtype);
   const size_t element_bytes = WireBytes(dtype);
   if (push.dtype() != dtype) {
-    return reject(RejectReason::kWrongDtype,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", p.id, " of step ", push.step(), ": dtype ",
-                      v1::DType_Name(push.dtype()), " but ",
-                      p.buffers ? "buffer partitions travel as " : "the job's wire dtype is ",
-                      v1::DType_Name(dtype))));
+    return reject(
+        RejectReason::kWrongDtype,
+        absl::InvalidArgumentError(absl::StrCat(
+            "partition ", p.id, " of step ", push.step(), ": dtype ", v1::DType_Name(push.dtype()),
+            " but ", p.buffers ? "buffer partitions travel as " : "the job's wire dtype is ",
+            v1::DType_Name(dtype))));
   }
   if (push.data().size() != p.length * element_bytes) {
     return reject(RejectReason::kWrongLength,
                   absl::InvalidArgumentError(absl::StrCat(
                       "partition ", p.id, " of step ", push.step(), ": expected ", p.length,
-                      " elements (", p.length * element_bytes, " bytes of ",
-                      v1::DType_Name(dtype), "), got ", push.data().size(), " bytes")));
+                      " elements (", p.length * element_bytes, " bytes of ", v1::DType_Name(dtype),
+                      "), got ", push.data().size(), " bytes")));
   }
   // A node whose share of a short last batch is empty still pushes (SYNC waits for
   // every node), with zero samples and a zero gradient. Buffers are values, not
@@ -213,10 +213,11 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGeneration(
   }
   absl::MutexLock lock(&mu_);
   if (job_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "BeginGeneration ", request.generation(), " of job '", request.job_id(), "': shard ",
-        shard_index_, " holds no job; the workers' InitPartitions installs it at their "
-        "generation"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("BeginGeneration ", request.generation(), " of job '", request.job_id(),
+                     "': shard ", shard_index_,
+                     " holds no job; the workers' InitPartitions installs it at their "
+                     "generation"));
   }
   return BeginGenerationLocked(request);
 }
@@ -239,17 +240,17 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGenerationLocke
   std::string unreachable;
   for (auto& partition : job.partitions) {
     absl::MutexLock partition_lock(&partition->mu);
-    if (unreachable.empty()) unreachable = job.aggregator->CannotResume(*partition, resume, job.shard_index);
+    if (unreachable.empty())
+      unreachable = job.aggregator->CannotResume(*partition, resume, job.shard_index);
   }
   if (!unreachable.empty()) {
     // Another shard went back to a checkpoint (it restarted): rewind to this shard's
     // own checkpoint of that step, which the same checkpoint interval wrote.
     absl::StatusOr<uint32_t> rewound = RewindToCheckpointLocked(resume);
     if (!rewound.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "BeginGeneration ", request.generation(), ": resume_step ", resume,
-          " cannot be reached: ", unreachable, ", and ",
-          rewound.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("BeginGeneration ", request.generation(), ": resume_step ", resume,
+                       " cannot be reached: ", unreachable, ", and ", rewound.status().message()));
     }
     rolled_back = *rewound;
   }

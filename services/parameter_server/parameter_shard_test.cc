@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: the shard's whole RPC contract against one fixture; the
+// aggregators, sink table and checkpointer have their own tests.
 #include "services/parameter_server/parameter_shard.h"
 
 #include <gmock/gmock.h>

@@ -23,9 +23,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Paramete
   {
     absl::ReaderMutexLock lock(&mu_);
     const ShardJob* held = job_ != nullptr ? job_.get() : ended_job_.get();
-    const bool holds = (job_ != nullptr && job_->job_id == request.job_id()) ||
-                       (job_ == nullptr && ended_job_ != nullptr &&
-                        ended_job_->job_id == request.job_id());
+    const bool holds =
+        (job_ != nullptr && job_->job_id == request.job_id()) ||
+        (job_ == nullptr && ended_job_ != nullptr && ended_job_->job_id == request.job_id());
     if (!holds && shard_index_ >= 0 && ValidJobId(request.job_id())) {
       // Not the job in memory: its newest checkpoint here, if any (export of a job
       // that ended before another was installed, or before this shard restarted).
@@ -94,9 +94,8 @@ ParameterShard::PullFromCheckpoint(const v1::PullRequest& request, const std::st
         }
       }
       if (!found) {
-        return absl::InvalidArgumentError(absl::StrCat("Pull: partition ", id,
-                                                       " is not in shard ", shard_index,
-                                                       "'s checkpoint ", path));
+        return absl::InvalidArgumentError(absl::StrCat("Pull: partition ", id, " is not in shard ",
+                                                       shard_index, "'s checkpoint ", path));
       }
     }
     if (request.partition_ids().empty()) {
@@ -105,8 +104,8 @@ ParameterShard::PullFromCheckpoint(const v1::PullRequest& request, const std::st
     LOG(INFO) << "Pull for job '" << request.job_id() << "' served from checkpoint " << path;
     return values;
   }
-  return absl::NotFoundError(absl::StrCat("no checkpoint of job '", request.job_id(), "' in ",
-                                          shard_dir));
+  return absl::NotFoundError(
+      absl::StrCat("no checkpoint of job '", request.job_id(), "' in ", shard_dir));
 }
 
 void ParameterShard::RecordPulledBytes(size_t bytes) {

@@ -78,9 +78,9 @@ absl::StatusOr<std::unique_ptr<ShardJob>> BuildShardJob(JobSource source, Optimi
     absl::MutexLock lock(&p.mu);
     if (seed.state.empty()) seed.state.assign(p.length * slots, 0.0f);
     if (seed.state.size() != p.length * slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("partition ", p.id, ": optimizer state of ", seed.state.size(),
-                       " floats, expected ", p.length * slots));
+      return absl::InvalidArgumentError(absl::StrCat("partition ", p.id, ": optimizer state of ",
+                                                     seed.state.size(), " floats, expected ",
+                                                     p.length * slots));
     }
     p.values = std::move(seed.values);
     p.values->set_partition_id(p.id);

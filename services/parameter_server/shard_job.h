@@ -128,7 +128,7 @@ struct JobSource {
   uint64_t generation = 0;
   uint32_t num_nodes = 1;
   struct Seed {
-    v1::Partition partition;  // From the plan; owned by shard_index.
+    v1::Partition partition;                      // From the plan; owned by shard_index.
     std::shared_ptr<v1::PartitionValues> values;  // FLOAT32, partition.length floats.
     std::vector<float> state;                     // Empty: zeros (a fresh job).
     uint64_t step = 0;

@@ -56,21 +56,20 @@ class SyncAggregator : public Aggregator {
     if (step < p.step) {
       return CountRejection(
           metrics, RejectReason::kStaleStep,
-          absl::FailedPreconditionError(absl::StrCat(
-              "stale step ", step, " for partition ", p.id, " from node ", node, ": generation ",
-              job.generation, " began at step ", p.generation_start_step,
-              " and the partition is at step ", p.step)));
+          absl::FailedPreconditionError(
+              absl::StrCat("stale step ", step, " for partition ", p.id, " from node ", node,
+                           ": generation ", job.generation, " began at step ",
+                           p.generation_start_step, " and the partition is at step ", p.step)));
     }
-    return CountRejection(metrics, RejectReason::kStepAhead,
-                          absl::FailedPreconditionError(absl::StrCat(
-                              "step ", step, " for partition ", p.id, " from node ", node,
-                              " is ahead: the partition is at step ", p.step,
-                              " (SYNC runs one step at a time)")));
+    return CountRejection(
+        metrics, RejectReason::kStepAhead,
+        absl::FailedPreconditionError(absl::StrCat(
+            "step ", step, " for partition ", p.id, " from node ", node,
+            " is ahead: the partition is at step ", p.step, " (SYNC runs one step at a time)")));
   }
 
   std::string CannotResume(const ShardPartition& p, uint64_t resume,
-                           uint32_t shard) const override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                           uint32_t shard) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const bool at = p.step == resume;
     const bool one_ahead =
         p.step == resume + 1 && p.prev_values != nullptr && p.prev_values->step() == resume;
@@ -96,13 +95,13 @@ class SyncAggregator : public Aggregator {
     p.spares.reserve(num_nodes + 2);
   }
 
-  bool WaitingFor(const ShardPartition& p, uint32_t node) const override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitingFor(const ShardPartition& p,
+                  uint32_t node) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return !p.pushed[node];  // Who has not pushed this step.
   }
 
-  std::optional<Saved> ValuesAt(const ShardPartition& p, uint64_t step) const override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::optional<Saved> ValuesAt(const ShardPartition& p,
+                                uint64_t step) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Saved saved;
     if (p.step == step) {
       saved.data.values = p.values;

@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: every file that includes LibTorch's headers adds tens of
+// seconds of compile time on the 2-core CI machine, so the engine stays one file.
 // The TorchScript engine over LibTorch (built only when @local_torch found it;
 // torchscript_absent.cc stands in otherwise). See torchscript.h for the contract.
 #include "worker/engine/torchscript.h"

@@ -159,9 +159,8 @@ void InMemoryPsConnection::RetryLoop() {
     uint32_t partition;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closing_ || !retries_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_ || !retries_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (closing_) return;
       partition = retries_.front();
