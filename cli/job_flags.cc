@@ -19,8 +19,9 @@
 
 // --- The job as a whole ---
 ABSL_FLAG(std::string, job_json, "",
-          "Read the JobSpec from this JSON file (proto3 JSON, as for grpcurl's SubmitJob "
-          "'spec'); flags given on the command line override its fields. Default: empty.");
+          "Read the JobSpec from this JSON file, or take the JSON itself when the value starts "
+          "with '{' (proto3 JSON, as for grpcurl's SubmitJob 'spec'); flags given on the "
+          "command line override its fields. Default: empty.");
 ABSL_FLAG(std::string, job_name, "job", "Job name shown on the dashboard. Default: job.");
 
 // --- Model ---
@@ -167,12 +168,15 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   const std::string json_path = absl::GetFlag(FLAGS_job_json);
   const bool from_json = !json_path.empty();
   if (from_json) {
-    absl::StatusOr<std::string> json = ReadFileToString(json_path);
+    // A file, or the JSON itself when it starts with '{'.
+    absl::StatusOr<std::string> json =
+        json_path[0] == '{' ? absl::StatusOr<std::string>(json_path) : ReadFileToString(json_path);
     if (!json.ok()) return json.status();
     const auto parsed = google::protobuf::util::JsonStringToMessage(*json, &spec);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--job_json=", json_path, ": ", parsed.message().as_string()));
+          absl::StrCat("--job_json=", json_path.size() > 80 ? json_path.substr(0, 80) + "..." : json_path,
+                       ": ", parsed.message().as_string()));
     }
   }
   // Without --job_json every flag applies (its default included); with it, only the

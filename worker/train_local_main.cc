@@ -6,66 +6,22 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "cli/job_flags.h"
 #include "common/job_spec.h"
 #include "common/process.h"
-#include "common/sha256.h"
 #include "proto/job.pb.h"
 #include "worker/engine/torchscript.h"
 #include "worker/engine/trainer.h"
 
-// --- The job (flags override the fields of --job_json that they name) ---
-ABSL_FLAG(std::string, job_json, "",
-          "JobSpec as proto3 JSON: a file path, or the JSON itself when it starts with '{'. "
-          "Default: none (flags and WithDefaults only).");
-ABSL_FLAG(std::string, model, "mlp", "Model name: logreg, mlp or cnn. Default: mlp.");
-ABSL_FLAG(std::string, layer_sizes, "",
-          "Comma-separated layer sizes (mlp: inputs,hidden...,classes; cnn: hidden...,classes). "
-          "Default: the model's (mlp 784,256,128,10).");
-ABSL_FLAG(std::string, conv_channels, "", "cnn: channels of its two convolutions, e.g. 32,64.");
-ABSL_FLAG(double, dropout, 0, "Dropout probability after hidden layers, in [0, 1). Default: 0.");
-ABSL_FLAG(std::string, model_file, "",
-          "Train this TorchScript file (model torchscript) instead of a built-in model. "
-          "Default: empty.");
-ABSL_FLAG(std::string, dataset, "idx",
-          "Dataset format: idx, csv, npy or synthetic. Default: idx.");
-ABSL_FLAG(std::string, data_dir, "", "IDX directory. Default: /usr/share/datasets/fashion-mnist.");
-ABSL_FLAG(std::string, train_csv, "", "CSV training file.");
-ABSL_FLAG(std::string, test_csv, "", "CSV test file (optional).");
-ABSL_FLAG(std::string, train_npy, "", "npy: training features file.");
-ABSL_FLAG(std::string, train_labels_npy, "", "npy: training labels file.");
-ABSL_FLAG(std::string, test_npy, "", "npy: test features file (optional).");
-ABSL_FLAG(std::string, test_labels_npy, "", "npy: test labels file (with --test_npy).");
-ABSL_FLAG(uint64_t, train_limit, 0, "Use the first N training samples; 0 = all. Default: 0.");
-ABSL_FLAG(uint64_t, test_limit, 0, "Use the first N test samples; 0 = all. Default: 0.");
-ABSL_FLAG(bool, normalize, false, "Standardise features with the training set's statistics.");
-ABSL_FLAG(uint32_t, batch, 64, "Global batch size in samples. Default: 64.");
-ABSL_FLAG(uint32_t, epochs, 1, "Epochs (0 = bounded by --max_steps). Default: 1.");
-ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps; 0 = no cap. Default: 0.");
-ABSL_FLAG(std::string, optimizer, "sgd", "sgd, momentum, nesterov, adam or adamw. Default: sgd.");
-ABSL_FLAG(double, lr, 0, "Learning rate; 0 = the optimizer's default (0.1 SGD, 0.001 Adam).");
-ABSL_FLAG(double, momentum, 0, "momentum/nesterov: momentum; 0 = default 0.9.");
-ABSL_FLAG(double, weight_decay, 0, "Weight decay. Default: 0.");
-ABSL_FLAG(std::string, lr_schedule, "constant", "constant, step or cosine. Default: constant.");
-ABSL_FLAG(uint64_t, lr_step_size, 0, "step schedule: steps between decays.");
-ABSL_FLAG(uint64_t, warmup_steps, 0, "Linear warm-up steps. Default: 0.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of parameters, data order and dropout. Default: 1.");
-ABSL_FLAG(uint64_t, eval_interval, 0,
-          "Evaluate on the test split every N steps; 0 = at the end of each epoch. Default: 0.");
+// The job: every job flag of `tributary local` (cli/job_flags.h, docs/cli.md), on top
+// of --job_json; --replicas is the number of in-process replicas here.
 
 // --- How it runs ---
-ABSL_FLAG(uint32_t, replicas, 1, "In-process replicas the batch is split over. Default: 1.");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu or gpu (gpu needs a --config=cuda build). Default: cpu.");
 ABSL_FLAG(int, threads, 0, "CPU cores for matrix products in all; 0 = all. Default: 0.");
@@ -80,171 +36,6 @@ namespace {
 
 using tributary::v1::JobSpec;
 
-// The flags named on the command line: these override what --job_json says.
-std::vector<std::string>& GivenFlags() {
-  static std::vector<std::string>* given = new std::vector<std::string>;
-  return *given;
-}
-
-void RecordGivenFlags(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
-    const std::string name(arg.substr(0, arg.find('=')));
-    GivenFlags().push_back(name);
-    if (absl::StartsWith(name, "no")) GivenFlags().push_back(name.substr(2));
-  }
-}
-
-bool Specified(const char* name) {
-  for (const std::string& given : GivenFlags()) {
-    if (given == name) return true;
-  }
-  return false;
-}
-
-absl::Status ParseSizes(const std::string& text, const char* flag,
-                        google::protobuf::RepeatedField<uint32_t>* out) {
-  out->Clear();
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    uint32_t value;
-    if (!absl::SimpleAtoi(part, &value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": '", part, "' is not a number (in '", text, "')"));
-    }
-    out->Add(value);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<JobSpec> SpecFromFlags() {
-  JobSpec spec;
-  std::string json = absl::GetFlag(FLAGS_job_json);
-  if (!json.empty()) {
-    if (json[0] != '{') {
-      std::ifstream in(json);
-      if (!in) return absl::NotFoundError(absl::StrCat("--job_json: cannot read file ", json));
-      std::stringstream content;
-      content << in.rdbuf();
-      json = content.str();
-    }
-    const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
-    if (!status.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--job_json: not a JobSpec: ", status.ToString()));
-    }
-  }
-  const bool from_json = !absl::GetFlag(FLAGS_job_json).empty();
-  // A flag applies when given, or when there is no JSON to take the field from.
-  auto use = [&](const char* name) { return Specified(name) || !from_json; };
-
-  tributary::v1::ModelSpec& model = *spec.mutable_model();
-  if (use("model")) model.set_name(absl::GetFlag(FLAGS_model));
-  if (Specified("layer_sizes")) {
-    if (auto s = ParseSizes(absl::GetFlag(FLAGS_layer_sizes), "layer_sizes",
-                            model.mutable_layer_sizes());
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (Specified("conv_channels")) {
-    if (auto s = ParseSizes(absl::GetFlag(FLAGS_conv_channels), "conv_channels",
-                            model.mutable_conv_channels());
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (use("dropout")) model.set_dropout(static_cast<float>(absl::GetFlag(FLAGS_dropout)));
-  if (Specified("model_file")) {
-    // The digest is filled in by main() once the file is read.
-    model.set_name(tributary::kTorchScriptModel);
-    const std::string path = absl::GetFlag(FLAGS_model_file);
-    model.mutable_torchscript()->set_file_name(path.substr(path.find_last_of('/') + 1));
-  }
-
-  tributary::v1::DatasetSpec& dataset = *spec.mutable_dataset();
-  if (use("dataset")) {
-    const std::string format = absl::AsciiStrToLower(absl::GetFlag(FLAGS_dataset));
-    if (format == "idx") {
-      dataset.set_format(tributary::v1::IDX);
-    } else if (format == "csv") {
-      dataset.set_format(tributary::v1::CSV);
-    } else if (format == "synthetic") {
-      dataset.set_format(tributary::v1::SYNTHETIC);
-    } else if (format == "npy") {
-      dataset.set_format(tributary::v1::NPY);
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--dataset: must be idx, csv, npy or synthetic, got '", format, "'"));
-    }
-  }
-  if (Specified("train_npy")) dataset.set_train_path(absl::GetFlag(FLAGS_train_npy));
-  if (Specified("train_labels_npy")) {
-    dataset.set_train_labels_path(absl::GetFlag(FLAGS_train_labels_npy));
-  }
-  if (Specified("test_npy")) dataset.set_test_path(absl::GetFlag(FLAGS_test_npy));
-  if (Specified("test_labels_npy")) {
-    dataset.set_test_labels_path(absl::GetFlag(FLAGS_test_labels_npy));
-  }
-  if (Specified("data_dir")) dataset.set_directory(absl::GetFlag(FLAGS_data_dir));
-  if (Specified("train_csv")) dataset.set_train_path(absl::GetFlag(FLAGS_train_csv));
-  if (Specified("test_csv")) dataset.set_test_path(absl::GetFlag(FLAGS_test_csv));
-  if (use("train_limit")) dataset.set_train_limit(absl::GetFlag(FLAGS_train_limit));
-  if (use("test_limit")) dataset.set_test_limit(absl::GetFlag(FLAGS_test_limit));
-  if (use("normalize")) dataset.set_normalize(absl::GetFlag(FLAGS_normalize));
-
-  if (use("batch")) spec.set_global_batch_size(absl::GetFlag(FLAGS_batch));
-  if (use("epochs")) spec.set_epochs(absl::GetFlag(FLAGS_epochs));
-  if (use("max_steps")) spec.set_max_steps(absl::GetFlag(FLAGS_max_steps));
-  if (use("seed")) spec.set_seed(absl::GetFlag(FLAGS_seed));
-  if (use("eval_interval")) spec.set_eval_interval_steps(absl::GetFlag(FLAGS_eval_interval));
-  if (Specified("replicas")) spec.set_replicas_per_worker(absl::GetFlag(FLAGS_replicas));
-
-  tributary::v1::OptimizerSpec& optimizer = *spec.mutable_optimizer();
-  if (use("optimizer")) {
-    const std::string name = absl::AsciiStrToLower(absl::GetFlag(FLAGS_optimizer));
-    optimizer.set_nesterov(false);
-    if (name == "sgd") {
-      optimizer.set_type(tributary::v1::SGD);
-    } else if (name == "momentum") {
-      optimizer.set_type(tributary::v1::MOMENTUM);
-    } else if (name == "nesterov") {
-      optimizer.set_type(tributary::v1::MOMENTUM);
-      optimizer.set_nesterov(true);
-    } else if (name == "adam") {
-      optimizer.set_type(tributary::v1::ADAM);
-    } else if (name == "adamw") {
-      optimizer.set_type(tributary::v1::ADAMW);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--optimizer: must be sgd, momentum, nesterov, adam or adamw, got '", name, "'"));
-    }
-  }
-  if (use("lr")) optimizer.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
-  if (use("momentum")) optimizer.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
-  if (use("weight_decay")) {
-    optimizer.set_weight_decay(static_cast<float>(absl::GetFlag(FLAGS_weight_decay)));
-  }
-  tributary::v1::LrSchedule& schedule = *optimizer.mutable_schedule();
-  if (use("lr_schedule")) {
-    const std::string kind = absl::AsciiStrToLower(absl::GetFlag(FLAGS_lr_schedule));
-    if (kind == "constant") {
-      schedule.set_kind(tributary::v1::CONSTANT);
-    } else if (kind == "step") {
-      schedule.set_kind(tributary::v1::STEP);
-    } else if (kind == "cosine") {
-      schedule.set_kind(tributary::v1::COSINE);
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--lr_schedule: must be constant, step or cosine, got '", kind, "'"));
-    }
-  }
-  if (use("lr_step_size")) schedule.set_step_size(absl::GetFlag(FLAGS_lr_step_size));
-  if (use("warmup_steps")) schedule.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
-  return spec;
-}
-
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "train_local: %s\n", status.ToString().c_str());
   return 1;
@@ -253,30 +44,18 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  RecordGivenFlags(argc, argv);
+  tributary::cli::RememberGivenFlags(argc, argv);
   tributary::InitProcess(argc, argv,
                          "train_local: trains a model in one process (the SYNC reference).\n"
                          "Usage: train_local [--job_json=FILE|JSON] [--model=mlp] [--batch=64] "
-                         "[--epochs=1] [--optimizer=adam] [--replicas=R] ...");
-  absl::StatusOr<JobSpec> submitted = SpecFromFlags();
+                         "[--epochs=3] [--optimizer=adam] [--replicas=R] ...");
+  std::shared_ptr<const std::string> model_file;
+  absl::StatusOr<JobSpec> submitted = tributary::cli::JobSpecFromFlags(&model_file);
   if (!submitted.ok()) return Fail(submitted.status());
 
   tributary::engine::TrainerOptions options;
-  if (tributary::IsTorchScript(submitted->model())) {
-    const std::string path = absl::GetFlag(FLAGS_model_file);
-    if (path.empty()) {
-      return Fail(absl::InvalidArgumentError("model torchscript needs --model_file=PATH"));
-    }
-    absl::StatusOr<std::shared_ptr<const std::string>> bytes =
-        tributary::engine::ReadModelFile(path, tributary::engine::kDefaultMaxModelBytes);
-    if (!bytes.ok()) return Fail(bytes.status());
-    submitted->mutable_model()->mutable_torchscript()->set_sha256(tributary::Sha256Hex(**bytes));
-    options.torchscript_bytes = *bytes;
-  }
-  options.replicas = absl::GetFlag(FLAGS_replicas);
-  if (!Specified("replicas") && submitted->replicas_per_worker() > 0) {
-    options.replicas = submitted->replicas_per_worker();
-  }
+  options.torchscript_bytes = model_file;
+  options.replicas = submitted->replicas_per_worker();
   options.cpu_threads = absl::GetFlag(FLAGS_threads);
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "gpu") {
