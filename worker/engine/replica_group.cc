@@ -12,50 +12,14 @@ ReplicaGroup::ReplicaGroup(std::vector<std::unique_ptr<Replica>> replicas)
     : replicas_(std::move(replicas)),
       scratch_(replicas_.size()),
       part_stats_(replicas_.size()),
-      results_(replicas_.size()) {
-  for (int i = 1; i < size(); ++i) threads_.emplace_back([this, i] { ThreadLoop(i); });
-}
+      results_(replicas_.size()),
+      lanes_(std::max(0, static_cast<int>(replicas_.size()) - 1)) {}
 
-ReplicaGroup::~ReplicaGroup() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    work_.SignalAll();
-  }
-  for (std::thread& thread : threads_) thread.join();
-}
-
-void ReplicaGroup::ThreadLoop(int index) {
-  uint64_t seen = 0;
-  while (true) {
-    const std::function<absl::Status(int)>* task;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!stopping_ && generation_ == seen) work_.Wait(&mu_);
-      if (stopping_) return;
-      seen = generation_;
-      task = task_;
-    }
-    results_[index] = (*task)(index);
-    absl::MutexLock lock(&mu_);
-    if (--pending_ == 0) done_.Signal();
-  }
-}
+ReplicaGroup::~ReplicaGroup() = default;
 
 absl::Status ReplicaGroup::RunOnAll(const std::function<absl::Status(int)>& fn) {
-  {
-    absl::MutexLock lock(&mu_);
-    task_ = &fn;
-    pending_ = size() - 1;
-    ++generation_;
-    work_.SignalAll();
-  }
-  results_[0] = fn(0);
-  {
-    absl::MutexLock lock(&mu_);
-    while (pending_ > 0) done_.Wait(&mu_);
-    task_ = nullptr;
-  }
+  // Replica i always runs on the same thread (0: the caller's).
+  lanes_.RunEach(size(), [&](int i) { results_[i] = fn(i); });
   for (const absl::Status& status : results_) {
     if (!status.ok()) return status;
   }

@@ -7,12 +7,11 @@
 
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/lane_pool.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/replica.h"
 
@@ -56,21 +55,13 @@ class ReplicaGroup {
   };
   // Gathers replica i's part of `samples` into its scratch and returns it as a Batch.
   Batch GatherPart(int i, const Dataset& data, const uint64_t* samples, int64_t count);
-  void ThreadLoop(int index);
 
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<Scratch> scratch_;
   std::vector<LossStats> part_stats_;
 
-  absl::Mutex mu_;
-  absl::CondVar work_;  // A new task (generation_ moved) or stopping_.
-  absl::CondVar done_;  // pending_ reached 0.
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  const std::function<absl::Status(int)>* task_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<absl::Status> results_;
-  std::vector<std::thread> threads_;
+  LanePool lanes_;  // Replicas 1..n-1, one lane each.
 };
 
 }  // namespace tributary::engine
