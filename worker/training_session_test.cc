@@ -349,5 +349,18 @@ TEST_F(TrainingSessionTest, AnInterruptionWhileTheUpdateIsPendingSurfacesFromThe
   EXPECT_THAT(drained.message(), HasSubstr("update of step 0 interrupted: new generation 2"));
 }
 
+TEST_F(TrainingSessionTest, AnInterruptionAfterTheUpdateArrivedStillAppliesIt) {
+  StartBoth(SessionOptions());
+  node1_->Compute(0);
+  for (const v1::Partition& partition : plan_.partitions()) node1_->Push(0, partition.id());
+  // The in-memory shard completes each partition inside the session's push: by the
+  // time RunStep returns, every update has arrived.
+  ASSERT_TRUE(session_->RunStep(0).ok());
+  session_->Interrupt("shutting down");
+  EXPECT_TRUE(session_->FinishUpdate().ok()) << "an update that arrived is applied";
+  node1_->Finish(0);
+  EXPECT_EQ(session_->parameters(), node1_->parameters());
+}
+
 }  // namespace
 }  // namespace tributary::worker

@@ -112,6 +112,8 @@ void WorkerRuntime::SendHeartbeat() {
     if (absl::Status registered = Register(); !registered.ok()) {
       LOG(ERROR) << registered;
     }
+    absl::MutexLock lock(&mu_);
+    InterruptSessionLocked();  // The answer may have carried a newer assignment.
     return;
   }
   if (!answer.ok()) {

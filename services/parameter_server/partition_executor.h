@@ -5,11 +5,18 @@
 #ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_PARTITION_EXECUTOR_H_
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_PARTITION_EXECUTOR_H_
 
+#include <algorithm>
+
 #include "common/lane_pool.h"
 
 namespace tributary::ps {
 
-using PartitionExecutor = LanePool;
+class PartitionExecutor : public LanePool {
+ public:
+  // At least one lane, whatever `threads` says: the service relies on Submit running
+  // the task later, off the shard's locks (a stream's completion re-enters the shard).
+  explicit PartitionExecutor(int threads) : LanePool(std::max(1, threads)) {}
+};
 
 }  // namespace tributary::ps
 

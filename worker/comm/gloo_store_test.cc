@@ -1,5 +1,5 @@
-// KvGlooStore over the coordinator's rendezvous KV through real gRPC: an in-process
-// coordinator service on port 0, several threads playing the worker processes of one
+// KvGlooStore over the coordinator's rendezvous KV through real gRPC: the KV served
+// in-process on port 0 (services/coordinator/testing/rendezvous_server.h), several threads playing the worker processes of one
 // node, each with its own rendezvous client. set/get/wait, timeouts, conflicting
 // writes, scoping and an expired id first; then Gloo builds a full mesh through the
 // store and runs a real allreduce and broadcast across the threads.
@@ -21,12 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/channel.h"
-#include "common/service_host.h"
-#include "services/coordinator/coordinator.h"
-#include "services/coordinator/coordinator_driver.h"
-#include "services/coordinator/grpc_service.h"
-#include "services/coordinator/grpc_shard_client.h"
+#include "services/coordinator/rendezvous_store.h"
+#include "services/coordinator/testing/rendezvous_server.h"
 #include "worker/comm/rendezvous_client.h"
 
 namespace tributary::worker {
@@ -44,59 +40,22 @@ void SumFloats(void* out, const void* a, const void* b, size_t n) {
   }
 }
 
-// The coordinator wired as coordinator_main.cc wires it (no PS shard needed: the
-// rendezvous ids are opened directly, as forming a generation would).
+// The coordinator's rendezvous KV, served alone (services/coordinator/testing).
 class CoordinatorServer {
  public:
-  CoordinatorServer()
-      : shard_client_(ChannelOptions(), absl::Seconds(5)),
-        coordinator_(Options(), &clock_, &shard_client_),
-        service_(&coordinator_, std::nullopt),
-        host_(Loopback()),
-        driver_(&coordinator_, [] {}) {
-    EXPECT_TRUE(coordinator_.Start().ok());
-    host_.AddService(&service_, v1::Coordinator::service_full_name());
-    EXPECT_TRUE(host_.Start().ok());
-    host_.SetServing(true);
-    driver_.Start();
-  }
-  ~CoordinatorServer() {
-    host_.Shutdown(absl::Seconds(1));
-    driver_.Stop();
-  }
+  CoordinatorServer() { EXPECT_TRUE(server_.started().ok()) << server_.started(); }
 
   // A client of its own, as each worker process has.
   std::unique_ptr<RendezvousClient> Client(const std::string& rendezvous_id) {
     return MakeCoordinatorRendezvousClient(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", host_.grpc_port()),
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_.port()),
                             grpc::InsecureChannelCredentials()),
         rendezvous_id);
   }
-  coordinator::RendezvousStore& rendezvous() { return coordinator_.rendezvous(); }
+  coordinator::RendezvousStore& rendezvous() { return server_.store(); }
 
  private:
-  static coordinator::CoordinatorOptions Options() {
-    coordinator::CoordinatorOptions options;
-    options.ps_shards = 1;
-    options.heartbeat_timeout = absl::Minutes(5);
-    return options;
-  }
-  static ServerOptions Loopback() {
-    ServerOptions options;
-    options.name = "coordinator";
-    options.listen_address = "127.0.0.1:0";
-    options.http_host = "127.0.0.1";
-    options.http_port = -1;
-    options.drain_grace = absl::ZeroDuration();
-    return options;
-  }
-
-  RealClock clock_;
-  coordinator::GrpcShardClient shard_client_;
-  coordinator::Coordinator coordinator_;
-  coordinator::CoordinatorGrpcService service_;
-  ServiceHost host_;
-  coordinator::CoordinatorDriver driver_;
+  coordinator::testing::RendezvousServer server_;
 };
 
 // Until `count` waits are pending on the coordinator; false after 30 s (a hang).

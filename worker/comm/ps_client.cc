@@ -313,6 +313,9 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
         "no update of partition ", partition, " for step ", step, " from shard ",
         plan_.partitions(partition).shard(), " within ", absl::FormatDuration(timeout)));
   }
+  // An update that arrived counts, even after an interruption or a later failure.
+  const PartitionState& state = partitions_[partition];
+  if (!state.awaiting || state.step != step) return absl::OkStatus();
   return failure_;
 }
 

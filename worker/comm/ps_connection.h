@@ -31,9 +31,10 @@ class PsConnection {
   // step) returned (it may be sent again).
   virtual absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
                             uint64_t sample_count) = 0;
-  // Blocks until `incoming` holds partition p's update after our push for `step`.
-  // FAILED_PRECONDITION: a shard refused the push (a new generation); ABORTED after
-  // Interrupt; DEADLINE_EXCEEDED after `timeout`.
+  // Blocks until `incoming` holds partition p's update after our push for `step` (OK
+  // whenever it arrived, even after an Interrupt). FAILED_PRECONDITION: a shard
+  // refused the push (a new generation); ABORTED after Interrupt while the update is
+  // still missing; DEADLINE_EXCEEDED after `timeout`.
   virtual absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) = 0;
   // Fails every wait, now and later, with ABORTED naming `reason` (a new generation,
   // a stop, shutdown): the session is over.
