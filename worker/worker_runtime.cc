@@ -256,9 +256,8 @@ void WorkerRuntime::HoldAt(v1::WorkerPhase phase, uint64_t step) {
            pending_.generation() > current_.generation() ||
            (shutdown_ != nullptr && shutdown_->requested());
   };
-  // The timeout only notices a shutdown request, which does not signal mu_.
-  while (!mu_.AwaitWithTimeout(absl::Condition(&release), absl::Milliseconds(200))) {
-  }
+  // Woken by a heartbeat's answer, or by the shutdown watcher (it takes mu_).
+  mu_.Await(absl::Condition(&release));
   progress_.phase = previous;
   progress_.holding_at_step = 0;
 }
@@ -520,7 +519,8 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
         return pending_.generation() > current_.generation() || shutdown.requested() ||
                (options_.exit_after_job && job_stopped_ && current_.generation() > 0);
       };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      // Woken by a heartbeat's answer, or by the shutdown watcher (it takes mu_).
+      mu_.Await(absl::Condition(&ready));
       if (options_.exit_after_job && job_stopped_ && current_.generation() > 0) {
         LOG(INFO) << "the job is over; leaving (--exit_after_job)";
         shutdown.Request("job finished");
