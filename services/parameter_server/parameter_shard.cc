@@ -132,6 +132,13 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
                       " elements (", p.length * element_bytes, " bytes of ", v1::DType_Name(dtype),
                       "), got ", push.data().size(), " bytes")));
   }
+  if (push.sample_count() > kMaxSamplesPerPush) {
+    return reject(RejectReason::kTooManySamples,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "partition ", p.id, " of step ", push.step(), " from node ",
+                      push.node_rank(), ": sample_count ", push.sample_count(),
+                      " is above the limit of ", kMaxSamplesPerPush, " per push")));
+  }
   // A node whose share of a short last batch is empty still pushes (SYNC waits for
   // every node), with zero samples and a zero gradient. Buffers are values, not
   // gradients: node 0 sends them whatever its samples.

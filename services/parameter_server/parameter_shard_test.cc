@@ -373,6 +373,24 @@ TEST(ParameterShardSyncTest, EveryRejectionHasItsStatusAndCounterAndChangesNothi
   EXPECT_EQ(status.partitions(0).version(), 1u);
 }
 
+TEST(ParameterShardSyncTest, SampleCountsAreBoundedSoTheirSumCannotWrap) {
+  Fixture f(MakeSpec(v1::SYNC, Sgd(1.0f), 2), Filled(kElements, 0.0f));
+  RecordingSink sink;
+  const std::vector<float> grad = Filled(kElements, 3.0f * kMaxSamplesPerPush);
+  // 2^64-1 + 2 would wrap to 1: an update 1e19 times too large.
+  auto huge = f.shard.Push(MakePush(f.header, 0, 0, 0, 0, grad, UINT64_MAX), &sink);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr("sample_count 18446744073709551615 is above the limit of 1099511627776"));
+  EXPECT_EQ(f.shard.metrics().Rejected(RejectReason::kTooManySamples).Value(), 1);
+  // At the limit on every node: the mean is exact.
+  ExpectOk(f.shard.Push(MakePush(f.header, 0, 0, 0, 0, grad, kMaxSamplesPerPush), &sink),
+           PushResult::kAccepted);
+  ExpectOk(f.shard.Push(MakePush(f.header, 0, 0, 1, 0, grad, kMaxSamplesPerPush), &sink),
+           PushResult::kAccepted);
+  EXPECT_EQ(FloatsOf(*sink.Last(0)), Filled(64, -3.0f));
+}
+
 TEST(ParameterShardGenerationTest, NewGenerationDiscardsPartialAggregatesAndEndsOldStreams) {
   Fixture f(MakeSpec(v1::SYNC, Sgd(1.0f), 2), Filled(kElements, 0.0f));
   RecordingSink old_stream, a, b;

@@ -28,6 +28,9 @@ class NodeSink;
 // The most nodes a generation may have (BeginGeneration, InitHeader.num_nodes): every
 // partition keeps a few bytes per node.
 inline constexpr uint32_t kMaxNodes = 65536;
+// The most samples one push may count (2^40): with at most kMaxNodes pushes per step,
+// a partition's sample sum stays below 2^56 and cannot wrap.
+inline constexpr uint64_t kMaxSamplesPerPush = uint64_t{1} << 40;
 
 // BOUNDED_STALENESS: a push that waits for the slowest node.
 struct HeldPush {

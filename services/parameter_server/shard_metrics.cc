@@ -38,6 +38,8 @@ const char* RejectReasonName(RejectReason reason) {
       return "wrong_length";
     case RejectReason::kZeroSamples:
       return "zero_samples";
+    case RejectReason::kTooManySamples:
+      return "too_many_samples";
     case RejectReason::kStaleStep:
       return "stale_step";
     case RejectReason::kStepAhead:

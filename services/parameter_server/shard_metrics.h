@@ -34,6 +34,7 @@ enum class RejectReason {
   kWrongDtype,        // INVALID_ARGUMENT.
   kWrongLength,       // INVALID_ARGUMENT.
   kZeroSamples,       // INVALID_ARGUMENT.
+  kTooManySamples,    // INVALID_ARGUMENT: sample_count above kMaxSamplesPerPush.
   kStaleStep,         // FAILED_PRECONDITION.
   kStepAhead,         // FAILED_PRECONDITION: SYNC step not begun yet.
   kCount,
