@@ -1,20 +1,32 @@
 // engine_bench: samples/s of forward+backward for each registered model at batch 64
 // and 256 on one replica, and the MLP's achieved GFLOP/s against an Eigen sgemm
 // (1024 x 1024 x 1024 on every thread at once) timed in the same run. The last line
-// is one JSON object with every number.
+// is one JSON object with every number. With --torch_python (default /usr/bin/python3)
+// PyTorch runs the same models on the same device and thread count afterwards
+// (torch_engine.py), and each row gets its ratio to PyTorch; without torch the rows say so.
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/common/bench_runfiles.h"
+#include "common/child_process.h"
 #include "common/process.h"
+#include "common/tls.h"
 #include "proto/job.pb.h"
 #include "worker/engine/counter_rng.h"
 #include "worker/engine/cpu_executor.h"
@@ -27,6 +39,9 @@ ABSL_FLAG(double, min_seconds, 1.0,
           "Default: 1.0.");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu or gpu (gpu needs --config=cuda and a device). Default: cpu.");
+ABSL_FLAG(std::string, torch_python, "/usr/bin/python3",
+          "Python that runs PyTorch on the same models for the side-by-side ratio; empty = "
+          "skip PyTorch. Default: /usr/bin/python3.");
 
 namespace tributary::engine {
 namespace {
@@ -116,7 +131,65 @@ struct Result {
   double gflops;
 };
 
-int Run() {
+// PyTorch's samples/s per (model, batch), from torch_engine.py on the same device and
+// threads, and its version; or why there are none.
+struct TorchFigures {
+  std::string version;
+  std::map<std::pair<std::string, int>, double> samples_per_second;
+};
+
+absl::StatusOr<TorchFigures> MeasureTorch(const char* argv0, const std::string& python, bool gpu,
+                                          int threads, double min_seconds) {
+  absl::StatusOr<bench::BenchRunfiles> runfiles = bench::BenchRunfiles::Create(argv0);
+  if (!runfiles.ok()) return runfiles.status();
+  absl::StatusOr<std::string> script =
+      runfiles->Find("tributary/bench/engine_bench/torch_engine.py");
+  if (!script.ok()) return script.status();
+  char log_template[] = "/tmp/engine_bench_torch_XXXXXX";
+  const int fd = mkstemp(log_template);
+  if (fd < 0) return absl::InternalError("cannot create a log file under /tmp");
+  close(fd);
+  const std::string log_path = log_template;
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
+      "torch_engine",
+      {python, *script, absl::StrCat("--device=", gpu ? "cuda" : "cpu"),
+       absl::StrCat("--threads=", threads), absl::StrCat("--min_seconds=", min_seconds)},
+      log_path);
+  if (!child.ok()) return child.status();
+  if (!(*child)->Wait(absl::Seconds(60 + 12 * min_seconds))) {
+    (*child)->KillGroup();
+    return absl::DeadlineExceededError(
+        absl::StrCat("torch_engine.py did not finish; log ", log_path));
+  }
+  absl::StatusOr<std::string> text = ReadFileToString(log_path);
+  unlink(log_path.c_str());
+  if (!text.ok()) return text.status();
+  if ((*child)->exit_code() != 0) {
+    return absl::UnavailableError(absl::StrCat(python, " torch_engine.py ",
+                                               (*child)->ExitDescription(), ": ",
+                                               absl::StripAsciiWhitespace(*text)));
+  }
+  TorchFigures figures;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() < 4 || words[0] != "torch_engine") continue;
+    if (words[1] == "version") {
+      figures.version = words[2];
+      continue;
+    }
+    int batch = 0;
+    double samples = 0;
+    if (absl::SimpleAtoi(words[2], &batch) && absl::SimpleAtod(words[3], &samples)) {
+      figures.samples_per_second[{words[1], batch}] = samples;
+    }
+  }
+  if (figures.samples_per_second.empty()) {
+    return absl::DataLossError(absl::StrCat("torch_engine.py printed no figures: ", *text));
+  }
+  return figures;
+}
+
+int Run(const char* argv0) {
   const int threads = absl::GetFlag(FLAGS_threads) > 0
                           ? absl::GetFlag(FLAGS_threads)
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -176,6 +249,26 @@ int Run() {
   std::vector<std::string> fields = {absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
                                      absl::StrFormat("\"threads\":%d", threads),
                                      absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm)};
+  const std::string python = absl::GetFlag(FLAGS_torch_python);
+  if (!python.empty()) {
+    absl::StatusOr<TorchFigures> torch = MeasureTorch(argv0, python, gpu, threads, min_seconds);
+    if (!torch.ok()) {
+      std::printf("PyTorch: not measured (%s)\n", torch.status().ToString().c_str());
+    } else {
+      std::printf("PyTorch %s, same models, device and threads:\n", torch->version.c_str());
+      fields.push_back(absl::StrFormat("\"torch_version\":\"%s\"", torch->version));
+      for (const Result& r : results) {
+        auto it = torch->samples_per_second.find({r.model, r.batch});
+        if (it == torch->samples_per_second.end()) continue;
+        std::printf("%-6s batch %3d: PyTorch %9.0f samples/s; Tributary %.2fx PyTorch\n",
+                    r.model.c_str(), r.batch, it->second, r.samples_per_second / it->second);
+        fields.push_back(
+            absl::StrFormat("\"torch_%s_b%d_samples_per_s\":%.1f", r.model, r.batch, it->second));
+        fields.push_back(absl::StrFormat("\"%s_b%d_vs_torch\":%.3f", r.model, r.batch,
+                                         r.samples_per_second / it->second));
+      }
+    }
+  }
   for (const Result& r : results) {
     fields.push_back(
         absl::StrFormat("\"%s_b%d_samples_per_s\":%.1f", r.model, r.batch, r.samples_per_second));
@@ -195,6 +288,7 @@ int Run() {
 int main(int argc, char** argv) {
   tributary::InitProcess(argc, argv,
                          "engine_bench: forward+backward throughput of the engine's models.\n"
-                         "Usage: engine_bench [--threads=N] [--min_seconds=S] [--device=cpu]");
-  return tributary::engine::Run();
+                         "Usage: engine_bench [--threads=N] [--min_seconds=S] [--device=cpu] "
+                         "[--torch_python=/usr/bin/python3]");
+  return tributary::engine::Run(argv[0]);
 }
