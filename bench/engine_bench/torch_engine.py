@@ -14,7 +14,8 @@ import time
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda. Default: cpu.")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads. Default: 1.")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads (device cpu only). Default: 1.")
     parser.add_argument("--min_seconds", type=float, default=1.0,
                         help="Seconds per measurement (5 windows). Default: 1.0.")
     args = parser.parse_args()
@@ -27,7 +28,8 @@ def main():
     if args.device == "cuda" and not torch.cuda.is_available():
         print("torch_engine: torch has no CUDA device here", file=sys.stderr)
         return 3
-    torch.set_num_threads(max(1, args.threads))
+    if args.device == "cpu":  # On a GPU PyTorch keeps its own CPU threads, as in real use.
+        torch.set_num_threads(max(1, args.threads))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"torch_engine version {torch.__version__} {args.device}", flush=True)
