@@ -1,7 +1,9 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -124,6 +126,16 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
   }
   const auto& sizes = model.layer_sizes();
   if (!AllPositive(sizes)) return Bad("model.layer_sizes", Sizes(sizes), "sizes must be > 0");
+  if (sizes.size() > kMaxLayers) {
+    return Bad("model.layer_sizes", absl::StrCat(sizes.size(), " sizes"),
+               absl::StrCat("at most ", kMaxLayers, " are allowed"));
+  }
+  for (uint32_t size : sizes) {
+    if (size > kMaxLayerSize) {
+      return Bad("model.layer_sizes", Sizes(sizes),
+                 absl::StrCat("each size must be <= ", kMaxLayerSize));
+    }
+  }
   if (name == "logreg" && sizes.size() != 2) {
     return Bad("model.layer_sizes", Sizes(sizes), "logreg needs [inputs, classes]");
   }
@@ -138,9 +150,21 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
       return Bad("model.conv_channels", Sizes(model.conv_channels()),
                  "cnn needs two positive channel counts");
     }
+    for (uint32_t channels : model.conv_channels()) {
+      if (channels > kMaxConvChannels) {
+        return Bad("model.conv_channels", Sizes(model.conv_channels()),
+                   absl::StrCat("each must be <= ", kMaxConvChannels));
+      }
+    }
     if (model.input_shape().size() != 3 || !AllPositive(model.input_shape())) {
       return Bad("model.input_shape", Sizes(model.input_shape()),
                  "cnn needs [channels, height, width]");
+    }
+    for (uint32_t extent : model.input_shape()) {
+      if (extent > kMaxInputExtent) {
+        return Bad("model.input_shape", Sizes(model.input_shape()),
+                   absl::StrCat("each extent must be <= ", kMaxInputExtent));
+      }
     }
     if (model.input_shape(1) < 4 || model.input_shape(2) < 4) {
       return Bad("model.input_shape", Sizes(model.input_shape()),
@@ -166,8 +190,31 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
       }
       break;
     case v1::SYNTHETIC:
-      if (dataset.synthetic_classes() < 2) {
-        return Bad("dataset.synthetic_classes", dataset.synthetic_classes(), "must be >= 2");
+      if (dataset.synthetic_classes() < 2 || dataset.synthetic_classes() > kMaxSyntheticClasses) {
+        return Bad("dataset.synthetic_classes", dataset.synthetic_classes(),
+                   absl::StrCat("must be in [2, ", kMaxSyntheticClasses, "]"));
+      }
+      if (dataset.synthetic_train_samples() > kMaxSyntheticSamples) {
+        return Bad("dataset.synthetic_train_samples", dataset.synthetic_train_samples(),
+                   absl::StrCat("must be <= ", kMaxSyntheticSamples));
+      }
+      if (dataset.synthetic_test_samples() > kMaxSyntheticSamples) {
+        return Bad("dataset.synthetic_test_samples", dataset.synthetic_test_samples(),
+                   absl::StrCat("must be <= ", kMaxSyntheticSamples));
+      }
+      if (dataset.synthetic_features() > kMaxSyntheticFeatures) {
+        return Bad("dataset.synthetic_features", dataset.synthetic_features(),
+                   absl::StrCat("must be <= ", kMaxSyntheticFeatures));
+      }
+      if ((dataset.synthetic_train_samples() + dataset.synthetic_test_samples()) *
+              dataset.synthetic_features() >
+          kMaxSyntheticFloats) {
+        return Bad("dataset.synthetic_train_samples",
+                   absl::StrCat(dataset.synthetic_train_samples(), " (+",
+                                dataset.synthetic_test_samples(), " test) x ",
+                                dataset.synthetic_features(), " features"),
+                   absl::StrCat("the synthetic data may hold at most ", kMaxSyntheticFloats,
+                                " floats"));
       }
       break;
     case v1::NPY:
@@ -188,6 +235,46 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
       break;
     default:
       return Bad("dataset.format", dataset.format(), "must be IDX, CSV, SYNTHETIC or NPY");
+  }
+  return absl::OkStatus();
+}
+
+// Parameters and the widest activation of a built-in model for the whole batch,
+// against kMaxModelParameters and kMaxActivationFloats. The sizes are already bounded
+// (each <= 65536, at most 64 layers), so the sums cannot overflow 64 bits.
+absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
+  if (IsTorchScript(model)) return absl::OkStatus();  // Checked when the file is loaded.
+  uint64_t parameters = 0, widest = 0;
+  std::vector<uint64_t> widths;
+  uint64_t in = 0;
+  if (model.name() == "cnn") {
+    const uint64_t c = model.input_shape(0), h = model.input_shape(1), w = model.input_shape(2);
+    const uint64_t c1 = model.conv_channels(0), c2 = model.conv_channels(1);
+    parameters += c * c1 * 9 + c1 + c1 * c2 * 9 + c2;
+    widest = std::max({c * h * w, c1 * h * w, c2 * (h / 2) * (w / 2)});
+    in = c2 * (h / 4) * (w / 4);
+    for (uint32_t size : model.layer_sizes()) widths.push_back(size);
+  } else {
+    in = model.layer_sizes(0);
+    for (int i = 1; i < model.layer_sizes_size(); ++i) widths.push_back(model.layer_sizes(i));
+  }
+  widest = std::max(widest, in);
+  for (uint64_t out : widths) {
+    parameters += in * out + out;
+    widest = std::max(widest, out);
+    in = out;
+  }
+  if (parameters > kMaxModelParameters) {
+    return Bad("model.layer_sizes", Sizes(model.layer_sizes()),
+               absl::StrCat("the model would have ", parameters, " parameters; at most ",
+                            kMaxModelParameters, " are allowed"));
+  }
+  if (widest * batch > kMaxActivationFloats) {
+    return Bad("global_batch_size", batch,
+               absl::StrCat("with a layer of ", widest, " values per sample the batch's "
+                            "activations would hold ",
+                            widest * batch, " floats; at most ", kMaxActivationFloats,
+                            " are allowed"));
   }
   return absl::OkStatus();
 }
@@ -225,9 +312,22 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Bad("name", spec.name().size(), "must be <= 128 chars");
   if (absl::Status model = ValidateModel(spec.model()); !model.ok()) return model;
   if (absl::Status dataset = ValidateDataset(spec.dataset()); !dataset.ok()) return dataset;
-  if (spec.global_batch_size() == 0) return Bad("global_batch_size", 0, "must be > 0");
+  if (spec.global_batch_size() == 0 || spec.global_batch_size() > kMaxGlobalBatch) {
+    return Bad("global_batch_size", spec.global_batch_size(),
+               absl::StrCat("must be in [1, ", kMaxGlobalBatch, "]"));
+  }
   if (spec.epochs() == 0 && spec.max_steps() == 0) {
     return Bad("epochs", 0, "epochs or max_steps must be > 0");
+  }
+  if (spec.epochs() > kMaxJobEpochs) {
+    return Bad("epochs", spec.epochs(), absl::StrCat("must be <= ", kMaxJobEpochs));
+  }
+  if (spec.max_steps() > kMaxJobSteps) {
+    return Bad("max_steps", spec.max_steps(), absl::StrCat("must be <= ", kMaxJobSteps));
+  }
+  if (absl::Status size = ValidateModelSize(spec.model(), spec.global_batch_size());
+      !size.ok()) {
+    return size;
   }
   if (absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), 1);
       !optimizer.ok()) {
@@ -239,7 +339,15 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.mode() == v1::BOUNDED_STALENESS && spec.staleness() == 0) {
     return Bad("staleness", 0, "must be > 0 for BOUNDED_STALENESS");
   }
-  if (spec.nodes_min() == 0) return Bad("nodes_min", 0, "must be > 0");
+  if (spec.staleness() > kMaxStaleness) {
+    return Bad("staleness", spec.staleness(), absl::StrCat("must be <= ", kMaxStaleness));
+  }
+  if (spec.nodes_min() == 0 || spec.nodes_min() > kMaxJobNodes) {
+    return Bad("nodes_min", spec.nodes_min(), absl::StrCat("must be in [1, ", kMaxJobNodes, "]"));
+  }
+  if (spec.nodes_max() > kMaxJobNodes) {
+    return Bad("nodes_max", spec.nodes_max(), absl::StrCat("must be <= ", kMaxJobNodes));
+  }
   if (spec.nodes_max() < spec.nodes_min()) {
     return Bad("nodes_max", spec.nodes_max(),
                absl::StrCat("must be >= nodes_min (", spec.nodes_min(), ")"));

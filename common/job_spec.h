@@ -15,6 +15,27 @@ namespace tributary {
 inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
 inline constexpr int64_t kMinPartitionBytes = 256;
 inline constexpr int64_t kMaxPartitionBytes = 256 << 20;
+// Bounds on what a job may ask for, checked by ValidateJobSpec before anything is
+// allocated (docs/security.md, "Limits"). A job past them is refused, naming the field.
+inline constexpr uint64_t kMaxGlobalBatch = 65536;
+inline constexpr uint32_t kMaxJobEpochs = 1000000;
+inline constexpr uint64_t kMaxJobSteps = uint64_t{1} << 40;
+inline constexpr uint32_t kMaxJobNodes = 65536;
+inline constexpr uint32_t kMaxStaleness = 1000000;
+inline constexpr int kMaxLayers = 64;
+inline constexpr uint64_t kMaxLayerSize = 65536;      // Any entry of layer_sizes.
+inline constexpr uint64_t kMaxConvChannels = 4096;
+inline constexpr uint64_t kMaxInputExtent = 4096;     // input_shape's channels, height, width.
+inline constexpr uint64_t kMaxModelParameters = uint64_t{1} << 28;  // 1 GiB of float32.
+// Floats in one layer's activations for the whole global batch (one replica may hold
+// the whole batch): 1 GiB.
+inline constexpr uint64_t kMaxActivationFloats = uint64_t{1} << 28;
+inline constexpr uint64_t kMaxSyntheticSamples = uint64_t{1} << 24;
+inline constexpr uint64_t kMaxSyntheticFeatures = 65536;
+inline constexpr uint64_t kMaxSyntheticClasses = 65536;
+// Floats of a synthetic dataset (train + test) a worker makes: 1 GiB.
+inline constexpr uint64_t kMaxSyntheticFloats = uint64_t{1} << 28;
+
 inline constexpr char kDefaultIdxDirectory[] = "/usr/share/datasets/fashion-mnist";
 // ModelSpec.name of the user's own TorchScript module.
 inline constexpr char kTorchScriptModel[] = "torchscript";
@@ -31,8 +52,10 @@ v1::JobSpec WithDefaults(v1::JobSpec spec);
 
 // OK, or INVALID_ARGUMENT naming the first bad field and its value, e.g.
 // "global_batch_size: must be > 0, got 0". Expects WithDefaults to have been applied.
-// Checks what can be checked without the data: a missing dataset file is the
-// worker's to report.
+// Checks what can be checked without the data (a missing dataset file is the
+// worker's to report), every size against the bounds above, and the built-in model's
+// parameter count and widest activation against kMaxModelParameters and
+// kMaxActivationFloats.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // ceil(train_samples / global_batch_size): the last batch of an epoch may be short.

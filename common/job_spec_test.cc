@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 namespace tributary {
 namespace {
 
@@ -67,6 +71,141 @@ TEST(JobSpecTest, InvalidFieldsAreNamedOneByOne) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.expected;
     EXPECT_NE(status.message().find(c.expected), std::string::npos)
         << "wanted '" << c.expected << "' in: " << status.message();
+  }
+}
+
+// Every bound of job_spec.h: a spec at the limit is accepted, one past it is refused
+// naming the field (before any worker allocates anything for it).
+TEST(JobSpecTest, EveryBoundHoldsAtItsLimitAndRefusesOnePast) {
+  struct Case {
+    std::string field;
+    std::function<void(v1::JobSpec&, bool past)> set;
+  };
+  auto synthetic = [](v1::JobSpec& s) {
+    s.mutable_dataset()->set_format(v1::SYNTHETIC);
+    s.mutable_dataset()->set_synthetic_features(16);
+    s.mutable_dataset()->set_synthetic_classes(4);
+    s.mutable_model()->clear_layer_sizes();
+    for (uint32_t size : {16, 8, 4}) s.mutable_model()->add_layer_sizes(size);
+  };
+  const std::vector<Case> cases = {
+      {"global_batch_size",
+       [](v1::JobSpec& s, bool past) { s.set_global_batch_size(kMaxGlobalBatch + past); }},
+      {"epochs", [](v1::JobSpec& s, bool past) { s.set_epochs(kMaxJobEpochs + past); }},
+      {"max_steps", [](v1::JobSpec& s, bool past) { s.set_max_steps(kMaxJobSteps + past); }},
+      {"nodes_min",
+       [](v1::JobSpec& s, bool past) {
+         s.set_nodes_min(kMaxJobNodes + past);
+         s.set_nodes_max(kMaxJobNodes + past);
+       }},
+      {"nodes_max", [](v1::JobSpec& s, bool past) { s.set_nodes_max(kMaxJobNodes + past); }},
+      {"staleness",
+       [](v1::JobSpec& s, bool past) {
+         s.set_mode(v1::BOUNDED_STALENESS);
+         s.set_staleness(kMaxStaleness + past);
+       }},
+      {"model.layer_sizes",
+       [](v1::JobSpec& s, bool past) {
+         s.mutable_model()->clear_layer_sizes();
+         for (int i = 0; i < kMaxLayers + past; ++i) s.mutable_model()->add_layer_sizes(8);
+       }},
+      {"model.layer_sizes",  // One size past 65536 (batch 1 keeps the activations small).
+       [](v1::JobSpec& s, bool past) {
+         s.set_global_batch_size(1);
+         s.mutable_model()->set_layer_sizes(1, kMaxLayerSize + past);
+         s.mutable_model()->set_layer_sizes(2, 2);
+       }},
+      {"model.layer_sizes",  // 2^28 parameters: [16383, 16383, 2] has 268,402,689 + ...
+       [](v1::JobSpec& s, bool past) {
+         s.set_global_batch_size(1);
+         s.mutable_model()->clear_layer_sizes();
+         // in*out + out = 2^28 exactly for in = 2^14 - 1, out = 2^14; one more input past.
+         s.mutable_model()->add_layer_sizes((1 << 14) - 1 + past);
+         s.mutable_model()->add_layer_sizes(1 << 14);
+       }},
+      {"global_batch_size",  // A 65536-wide layer takes the batch's activations to 2^28.
+       [](v1::JobSpec& s, bool past) {
+         s.set_global_batch_size(4096 + past);
+         s.mutable_model()->clear_layer_sizes();
+         for (uint32_t size : {65536, 2}) s.mutable_model()->add_layer_sizes(size);
+       }},
+      {"model.conv_channels",
+       [](v1::JobSpec& s, bool past) {
+         s.set_global_batch_size(1);
+         s.mutable_model()->set_name("cnn");
+         s.mutable_model()->clear_layer_sizes();
+         for (uint32_t size : {4, 2}) s.mutable_model()->add_layer_sizes(size);
+         s.mutable_model()->clear_input_shape();
+         for (uint32_t extent : {1, 4, 4}) s.mutable_model()->add_input_shape(extent);
+         s.mutable_model()->clear_conv_channels();
+         for (uint64_t c : {uint64_t{1}, kMaxConvChannels + past}) {
+           s.mutable_model()->add_conv_channels(c);
+         }
+       }},
+      {"model.input_shape",
+       [](v1::JobSpec& s, bool past) {
+         s.set_global_batch_size(1);
+         s.mutable_model()->set_name("cnn");
+         s.mutable_model()->clear_layer_sizes();
+         for (uint32_t size : {2, 2}) s.mutable_model()->add_layer_sizes(size);
+         s.mutable_model()->clear_input_shape();
+         for (uint64_t extent : {uint64_t{1}, uint64_t{4}, kMaxInputExtent + past}) {
+           s.mutable_model()->add_input_shape(extent);
+         }
+         s.mutable_model()->clear_conv_channels();
+         for (uint32_t c : {1, 1}) s.mutable_model()->add_conv_channels(c);
+       }},
+      {"dataset.synthetic_train_samples",
+       [&](v1::JobSpec& s, bool past) {
+         synthetic(s);
+         s.mutable_dataset()->set_synthetic_features(1);
+         s.mutable_dataset()->set_synthetic_test_samples(1);
+         s.mutable_model()->set_layer_sizes(0, 1);
+         s.mutable_dataset()->set_synthetic_train_samples(kMaxSyntheticSamples + past);
+       }},
+      {"dataset.synthetic_test_samples",
+       [&](v1::JobSpec& s, bool past) {
+         synthetic(s);
+         s.mutable_dataset()->set_synthetic_features(1);
+         s.mutable_model()->set_layer_sizes(0, 1);
+         s.mutable_dataset()->set_synthetic_test_samples(kMaxSyntheticSamples + past);
+       }},
+      {"dataset.synthetic_features",
+       [&](v1::JobSpec& s, bool past) {
+         synthetic(s);
+         s.set_global_batch_size(1);
+         s.mutable_dataset()->set_synthetic_train_samples(1);
+         s.mutable_dataset()->set_synthetic_test_samples(1);
+         s.mutable_dataset()->set_synthetic_features(kMaxSyntheticFeatures + past);
+         s.mutable_model()->set_layer_sizes(0, kMaxSyntheticFeatures);
+       }},
+      {"dataset.synthetic_classes",
+       [&](v1::JobSpec& s, bool past) {
+         synthetic(s);
+         s.mutable_dataset()->set_synthetic_classes(kMaxSyntheticClasses + past);
+       }},
+      {"dataset.synthetic_train_samples",  // 2^28 floats of synthetic data in all.
+       [&](v1::JobSpec& s, bool past) {
+         synthetic(s);
+         s.mutable_dataset()->set_synthetic_features(16);
+         s.mutable_dataset()->set_synthetic_train_samples((1 << 24) - 1024 + past);
+         s.mutable_dataset()->set_synthetic_test_samples(1024);
+       }},
+  };
+  for (const Case& c : cases) {
+    for (bool past : {false, true}) {
+      v1::JobSpec spec = WithDefaults(v1::JobSpec());
+      c.set(spec, past);
+      spec = WithDefaults(spec);
+      const absl::Status status = ValidateJobSpec(spec);
+      if (!past) {
+        EXPECT_TRUE(status.ok()) << c.field << " at its limit: " << status;
+      } else {
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field << " past it";
+        EXPECT_EQ(status.message().find(c.field + ":"), 0u)
+            << "wanted '" << c.field << "' first in: " << status.message();
+      }
+    }
   }
 }
 

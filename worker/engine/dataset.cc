@@ -90,9 +90,10 @@ absl::Status CheckMagic(const std::string& path, const std::string& data, size_t
   }
   const uint32_t found = BigEndian32(data, 0);
   if (found != magic) {
+    // Not the bytes found: the path may point at a file that is not data at all.
     return absl::DataLossError(absl::StrCat("dataset file ", path, ": not an IDX ", kind,
-                                            " file: magic 0x", absl::Hex(found, absl::kZeroPad8),
-                                            ", expected 0x", absl::Hex(magic, absl::kZeroPad8)));
+                                            " file (it does not start with the magic 0x",
+                                            absl::Hex(magic, absl::kZeroPad8), ")"));
   }
   return absl::OkStatus();
 }
@@ -215,16 +216,20 @@ absl::StatusOr<Dataset> ReadCsv(const std::string& path, uint32_t label_column, 
       if (c == label_column) {
         int32_t label;
         if (!absl::SimpleAtoi(field, &label) || label < 0) {
+          // The field itself is never quoted: a path may point at a file that is not
+          // data at all, and errors reach GetJob and the dashboard.
           return absl::DataLossError(absl::StrCat("dataset file ", path, ":", line_number,
-                                                  ": label '", field, "' is not an integer >= 0"));
+                                                  ": the label (column ", c, ", ",
+                                                  field.size(),
+                                                  " characters) is not an integer >= 0"));
         }
         data.labels.push_back(label);
       } else {
         float value;
         if (!absl::SimpleAtof(field, &value) || !std::isfinite(value)) {
           return absl::DataLossError(absl::StrCat("dataset file ", path, ":", line_number,
-                                                  ": column ", c, ": '", field,
-                                                  "' is not a finite number"));
+                                                  ": column ", c, " (", field.size(),
+                                                  " characters) is not a finite number"));
         }
         data.features.push_back(value);
       }
