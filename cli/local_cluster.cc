@@ -1,7 +1,9 @@
 #include "cli/local_cluster.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <regex>
@@ -98,6 +100,43 @@ std::string LocalCluster::PortFile(const std::string& name) const {
   return absl::StrCat(options_.run_dir, "/", name, ".ports.json");
 }
 
+std::string LocalCluster::cluster_token_file() const {
+  return absl::StrCat(options_.run_dir, "/cluster.token");
+}
+
+ChannelOptions LocalCluster::channel_options() const {
+  ChannelOptions options;
+  if (auth_ != nullptr) options.auth_header = auth_->HeaderFor(Role::kOperator);
+  return options;
+}
+
+namespace {
+
+// A new random cluster secret (32 bytes from /dev/urandom, hex) in `path`, mode 0600.
+absl::StatusOr<std::shared_ptr<const ClusterAuth>> WriteClusterSecret(const std::string& path) {
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  char bytes[32];
+  if (!random.read(bytes, sizeof(bytes))) {
+    return absl::InternalError("cannot read /dev/urandom for the cluster secret");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string secret;
+  for (char c : bytes) {
+    secret.push_back(kHex[(static_cast<unsigned char>(c) >> 4) & 0xf]);
+    secret.push_back(kHex[static_cast<unsigned char>(c) & 0xf]);
+  }
+  std::remove(path.c_str());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const bool written = write(fd, secret.data(), secret.size()) ==
+                       static_cast<ssize_t>(secret.size());
+  close(fd);
+  if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return ClusterAuth::FromSecret(secret);
+}
+
+}  // namespace
+
 std::string LocalCluster::dashboard_url() const {
   return absl::StrCat("http://127.0.0.1:", coordinator_http_port_, "/");
 }
@@ -146,8 +185,14 @@ absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
 
 absl::Status LocalCluster::Start() {
   if (absl::Status made = MakeDirectories(options_.run_dir); !made.ok()) return made;
+  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
+      WriteClusterSecret(cluster_token_file());
+  if (!auth.ok()) return auth.status();
+  auth_ = *std::move(auth);
+  const std::string token_flag = "--cluster_token_file=" + cluster_token_file();
   std::vector<std::string> coordinator = {
       options_.coordinator_binary,
+      token_flag,
       absl::StrCat("--ps_shards=", options_.ps_shards),
       absl::StrCat("--state_dir=", options_.run_dir, "/coordinator-state"),
       "--drain_seconds=0.2",
@@ -158,13 +203,16 @@ absl::Status LocalCluster::Start() {
   if (!endpoint.ok()) return endpoint.status();
   coordinator_address_ = absl::StrCat("127.0.0.1:", endpoint->grpc_port);
   coordinator_http_port_ = endpoint->http_port;
-  coordinator_channel_ =
-      grpc::CreateChannel(coordinator_address_, grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(coordinator_address_, channel_options());
+  if (!channel.ok()) return channel.status();
+  coordinator_channel_ = *std::move(channel);
 
   for (int i = 0; i < options_.ps_shards; ++i) {
     const std::string name = absl::StrCat("ps-", i);
     std::vector<std::string> argv = {
         options_.parameter_server_binary,
+        token_flag,
         "--coordinator=" + coordinator_address_,
         absl::StrCat("--shard_index=", i),
         absl::StrCat("--checkpoint_dir=", options_.run_dir, "/", name, "-checkpoints"),
@@ -183,6 +231,7 @@ absl::Status LocalCluster::Start() {
     const std::string name = absl::StrCat("worker-", i);
     std::vector<std::string> argv = {
         options_.worker_binary,
+        token_flag,
         "--coordinator=" + coordinator_address_,
         absl::StrCat("--node=node-", i % nodes),
         "--devices=" + options_.devices,

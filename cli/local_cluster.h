@@ -13,7 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/channel.h"
 #include "common/child_process.h"
+#include "common/cluster_auth.h"
 
 namespace tributary::cli {
 
@@ -73,7 +75,13 @@ class LocalCluster {
   std::string dashboard_url() const;
   std::vector<std::string> shard_addresses() const { return shard_addresses_; }
   std::vector<std::string> worker_addresses() const { return worker_addresses_; }
+  // A channel to the coordinator with the operator's cluster credential.
   std::shared_ptr<grpc::Channel> coordinator_channel() const { return coordinator_channel_; }
+  // Channel options carrying the operator's cluster credential, for calls to the
+  // shards and workers (Pull, GetShardStatus, Drain).
+  ChannelOptions channel_options() const;
+  // The cluster secret every process was given (run_dir/cluster.token, mode 0600).
+  std::string cluster_token_file() const;
   const LocalClusterOptions& options() const { return options_; }
   // Every child, coordinator first, then shards, then workers.
   std::vector<ChildProcess*> processes();
@@ -98,6 +106,7 @@ class LocalCluster {
   std::vector<std::string> shard_addresses_;
   std::vector<std::string> worker_addresses_;
   std::shared_ptr<grpc::Channel> coordinator_channel_;
+  std::shared_ptr<const ClusterAuth> auth_;
   bool stopped_ = false;
 };
 

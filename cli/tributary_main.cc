@@ -30,6 +30,7 @@
 #include "cli/model_files.h"
 #include "cli/parameters.h"
 #include "common/channel.h"
+#include "common/cluster_auth.h"
 #include "common/grpc_status.h"
 #include "common/process.h"
 #include "common/shutdown.h"
@@ -44,6 +45,10 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
 ABSL_FLAG(std::string, token_file, "",
           "File holding the coordinator's control token (sent as 'authorization: Bearer "
           "<token>' on submit/pause/resume/stop). Default: empty (none).");
+ABSL_FLAG(std::string, role, "operator",
+          "auth-header: the role whose credential to print: operator, worker, "
+          "parameter_server or coordinator (the last three to call a service by hand as "
+          "that component would). Default: operator.");
 ABSL_FLAG(std::string, reason, "", "pause/resume/stop: reason kept in the job's event log.");
 ABSL_FLAG(std::string, job_id, "",
           "pause/resume/stop/status/export: job id; empty = the active job (export: the "
@@ -96,12 +101,14 @@ constexpr char kUsage[] =
     "  tributary pause|resume|stop    control the active job (--reason)\n"
     "  tributary pull --out=FILE      the current parameters from the PS shards\n"
     "  tributary export --out=FILE    the trained model as TorchScript (--job_id)\n"
+    "  tributary auth-header          an x-tributary-auth value for grpcurl\n"
+    "                                 (--cluster_token_file, --role)\n"
     "Job flags: --model, --layers, --dataset, --batch, --epochs, --optimizer, --lr, --mode,\n"
     "--replicas, ... (tributary --helpfull lists them all with their defaults).";
 
 std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(address, ChannelOptionsFromFlags());
+      MakeChannel(address, ChannelOptionsFromFlags(Role::kOperator));
   if (!channel.ok()) {
     std::cerr << "tributary: " << channel.status() << "\n";
     std::exit(2);
@@ -317,9 +324,9 @@ int RunPull() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail(absl::InvalidArgumentError("pull needs --out=FILE"));
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags());
+      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags(Role::kOperator));
   if (!channel.ok()) return Fail(channel.status());
-  absl::StatusOr<PulledParameters> params = PullParameters(*channel, ChannelOptionsFromFlags());
+  absl::StatusOr<PulledParameters> params = PullParameters(*channel, ChannelOptionsFromFlags(Role::kOperator));
   if (!params.ok()) return Fail(params.status());
   if (absl::Status written = WriteParameters(*params, out); !written.ok()) return Fail(written);
   std::cout << "wrote " << params->values.size() << " parameters of job " << params->job_id
@@ -331,10 +338,10 @@ int RunExport() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail(absl::InvalidArgumentError("export needs --out=FILE.pt"));
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags());
+      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags(Role::kOperator));
   if (!channel.ok()) return Fail(channel.status());
   absl::StatusOr<ExportResult> exported =
-      ExportModel(*channel, ChannelOptionsFromFlags(), absl::GetFlag(FLAGS_job_id), out);
+      ExportModel(*channel, ChannelOptionsFromFlags(Role::kOperator), absl::GetFlag(FLAGS_job_id), out);
   if (!exported.ok()) return Fail(exported.status());
   std::cout << "exported " << exported->model << " of job " << exported->job_id << " (step "
             << exported->step << ", " << exported->parameters << " values) to " << out << "\n";
@@ -540,7 +547,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   summary.bytes_pulled = job.result().bytes_pulled();
   if (!absl::GetFlag(FLAGS_params_out).empty() && job.state() == v1::COMPLETED) {
     absl::StatusOr<PulledParameters> params =
-        PullParameters(cluster.coordinator_channel(), ChannelOptions());
+        PullParameters(cluster.coordinator_channel(), cluster.channel_options());
     absl::Status written = params.ok()
                                ? WriteParameters(*params, absl::GetFlag(FLAGS_params_out))
                                : params.status();
@@ -553,7 +560,8 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   if (!export_path.empty()) {
     if (job.state() == v1::COMPLETED) {
       absl::StatusOr<ExportResult> exported =
-          ExportModel(cluster.coordinator_channel(), ChannelOptions(), job.job_id(), export_path);
+          ExportModel(cluster.coordinator_channel(), cluster.channel_options(), job.job_id(),
+                      export_path);
       if (exported.ok()) {
         std::cout << "exported " << exported->model << " (step " << exported->step << ") to "
                   << export_path << std::endl;
@@ -606,6 +614,34 @@ int main(int argc, char** argv) {
   if (command == "local") {
     tributary::ShutdownSignal shutdown;
     return tributary::cli::RunLocal(argv[0], shutdown);
+  }
+  if (command != "local" && command != "version") {
+    // The operator's cluster credential (for pull, export and reads of the shards).
+    absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
+        tributary::ClusterAuthFromFlags();
+    if (!auth.ok()) {
+      std::cerr << "tributary: " << auth.status().message() << "\n";
+      return 2;
+    }
+  }
+  if (command == "auth-header") {
+    absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
+        tributary::ClusterAuthFromFlags();
+    if (auth.ok() && *auth == nullptr) {
+      std::cerr << "tributary: auth-header needs --cluster_token_file\n";
+      return 2;
+    }
+    const std::string role = absl::GetFlag(FLAGS_role);
+    for (tributary::Role r : {tributary::Role::kOperator, tributary::Role::kWorker,
+                              tributary::Role::kParameterServer, tributary::Role::kCoordinator}) {
+      if (role == tributary::RoleName(r)) {
+        std::cout << (*auth)->HeaderFor(r) << "\n";
+        return 0;
+      }
+    }
+    std::cerr << "tributary: --role=" << role
+              << ": not one of operator, worker, parameter_server, coordinator\n";
+    return 2;
   }
   if (command == "submit") return tributary::cli::RunSubmit();
   if (command == "status") return tributary::cli::RunStatus();

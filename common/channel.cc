@@ -2,14 +2,51 @@
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_interceptor.h>
+
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace tributary {
+namespace {
 
-ChannelOptions ChannelOptionsFromFlags() {
+// Adds the cluster credential to every call's initial metadata.
+class AuthInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit AuthInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(kClusterAuthMetadata, *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class AuthInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit AuthInterceptorFactory(std::string header) : header_(std::move(header)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new AuthInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;  // Lives as long as the channel that owns the factory.
+};
+
+}  // namespace
+
+ChannelOptions ChannelOptionsFromFlags(Role role) {
   ChannelOptions options;
   options.tls = TlsFilesFromFlags();
+  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth = ClusterAuthFromFlags();
+  if (auth.ok() && *auth != nullptr) options.auth_header = (*auth)->HeaderFor(role);
   return options;
 }
 
@@ -29,7 +66,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   // Reconnect quickly after a peer restarts (local clusters restart in well under 1s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  return grpc::CreateCustomChannel(address, *credentials, args);
+  if (options.auth_header.empty()) return grpc::CreateCustomChannel(address, *credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(options.auth_header));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, *credentials, args,
+                                                                std::move(interceptors));
 }
 
 }  // namespace tributary

@@ -10,6 +10,7 @@
 #include <grpcpp/channel.h>
 
 #include "absl/status/statusor.h"
+#include "common/cluster_auth.h"
 #include "common/tls.h"
 
 namespace tributary {
@@ -21,10 +22,13 @@ struct ChannelOptions {
   // Pings keep idle streams alive through NATs/proxies and find dead peers.
   int keepalive_time_ms = 20000;
   int keepalive_timeout_ms = 10000;
+  // Sent as x-tributary-auth on every call when not empty (ClusterAuth::HeaderFor).
+  std::string auth_header;
 };
 
-// ChannelOptions with the TLS files of --tls_cert/--tls_key/--tls_ca.
-ChannelOptions ChannelOptionsFromFlags();
+// ChannelOptions with the TLS files of --tls_cert/--tls_key/--tls_ca and, when
+// --cluster_token_file is set (and readable), the credential of `role`.
+ChannelOptions ChannelOptionsFromFlags(Role role);
 
 // A lazily connecting channel to "host:port". INVALID_ARGUMENT for an empty address;
 // TLS file errors are returned as they are.

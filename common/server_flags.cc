@@ -12,6 +12,15 @@ ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle. Servers require and verify client certificates signed by it "
           "(mutual TLS); clients verify servers with it. Default: empty.");
 
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "File holding the cluster secret (16-4096 bytes) that every component of the "
+          "cluster shares: internal calls carry a role credential made from it and are "
+          "refused without one (docs/security.md). Default: empty (none: servers then need "
+          "--allow_unauthenticated).");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "Serve without --cluster_token_file: anyone who reaches the ports may make every "
+          "internal call. Only for development on a trusted network. Default: false.");
+
 // --- Lifecycle ---
 ABSL_FLAG(double, drain_seconds, 2.0,
           "Seconds between going NOT_SERVING on SIGTERM/SIGINT and shutting the gRPC server "

@@ -11,6 +11,8 @@
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(std::string, cluster_token_file);
+ABSL_DECLARE_FLAG(bool, allow_unauthenticated);
 ABSL_DECLARE_FLAG(double, drain_seconds);
 ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, advertise_host);

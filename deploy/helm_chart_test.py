@@ -241,6 +241,7 @@ class DefaultValuesTest(unittest.TestCase):
                 ("ConfigMap", "tributary-job"),
                 ("Deployment", "tributary-coordinator"),
                 ("PersistentVolumeClaim", "tributary-coordinator-state"),
+                ("Secret", "tributary-cluster-token"),
                 ("Service", "tributary-coordinator"),
                 ("Service", "tributary-ps"),
                 ("Service", "tributary-worker"),
@@ -480,7 +481,7 @@ class OtherValuesTest(unittest.TestCase):
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         self.assertEqual(mounts[os.path.dirname(path)], "control-token")
         items = TOOLS.render(sets=["controlToken.existingSecret=mine"])
-        self.assertEqual(by_kind(items, "Secret"), {})
+        self.assertEqual(list(by_kind(items, "Secret")), ["tributary-cluster-token"])
         volume = [v for v in pod_spec(workload(items, "coordinator"))["volumes"]
                   if v["name"] == "control-token"][0]
         self.assertEqual(volume["secret"]["secretName"], "mine")
@@ -488,6 +489,39 @@ class OtherValuesTest(unittest.TestCase):
                               check=False)
         self.assertNotEqual(both.returncode, 0)
         self.assertIn("either existingSecret or value", both.stderr)
+
+    def test_cluster_secret_reaches_every_component(self):
+        items = TOOLS.render()
+        secret = one(items, "Secret", "tributary-cluster-token")
+        self.assertGreaterEqual(len(base64.b64decode(secret["data"]["token"])), 16)
+        self.assertEqual(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+        for role in WORKLOADS:
+            container = only_container(workload(items, role))
+            path = flag_value(container_flags(container), "cluster_token_file")
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            self.assertEqual(mounts[os.path.dirname(path)], "cluster-token", role)
+            volume = [v for v in pod_spec(workload(items, role))["volumes"]
+                      if v["name"] == "cluster-token"][0]
+            self.assertEqual(volume["secret"]["secretName"], "tributary-cluster-token", role)
+        given = TOOLS.render(sets=["clusterToken.value=a-cluster-secret-of-32-characters"])
+        self.assertEqual(
+            base64.b64decode(one(given, "Secret", "tributary-cluster-token")["data"]["token"]),
+            b"a-cluster-secret-of-32-characters")
+        mine = TOOLS.render(sets=["clusterToken.existingSecret=mine"])
+        self.assertNotIn("tributary-cluster-token", by_kind(mine, "Secret"))
+        for role in WORKLOADS:
+            volume = [v for v in pod_spec(workload(mine, role))["volumes"]
+                      if v["name"] == "cluster-token"][0]
+            self.assertEqual(volume["secret"]["secretName"], "mine", role)
+        open_items = TOOLS.render(sets=["clusterToken.allowUnauthenticated=true"])
+        self.assertNotIn("tributary-cluster-token", by_kind(open_items, "Secret"))
+        for role in WORKLOADS:
+            flags = container_flags(only_container(workload(open_items, role)))
+            self.assertIn("--allow_unauthenticated", flags, role)
+            self.assertFalse(any(f.startswith("--cluster_token_file") for f in flags), role)
+        short = TOOLS.template(sets=["clusterToken.value=short"], check=False)
+        self.assertNotEqual(short.returncode, 0)
+        self.assertIn("at least 16 characters", short.stderr)
 
     def test_tls_switches_probes_to_http_healthz_and_passes_the_files(self):
         items = TOOLS.render(sets=["tls.enabled=true", "tls.secretName=tributary-tls"])

@@ -110,8 +110,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   }
 
   if (assignment.node_leader()) {
-    PsIdentity identity{assignment.job_id(), assignment.generation(), assignment.node_rank(),
-                        assignment.num_nodes(), assignment.resume_step()};
+    PsIdentity identity{assignment.job_id(),     assignment.generation(),
+                        assignment.node_rank(),  assignment.num_nodes(),
+                        assignment.resume_step(), assignment.node_credential()};
     if (options.ps_connection) {
       session->ps_ = options.ps_connection(identity, session->plan_);
     } else {

@@ -57,6 +57,10 @@ ABSL_FLAG(bool, overlap_updates, true,
           "Apply each step's PS update partition by partition while the next step's forward "
           "pass runs (it waits only for the layers it reaches); false finishes the update "
           "before the next step starts. Default: true.");
+ABSL_FLAG(std::string, data_root, "/",
+          "Every data path a job names (dataset directory, CSV and NPY files; relative ones "
+          "from the working directory) must lie in this directory, symbolic links "
+          "followed; '..' parts are refused. Default: / (anywhere this user can read).");
 ABSL_FLAG(int64_t, eval_batch_size, 1000,
           "Samples per evaluation batch on the test split. Default: 1000.");
 
@@ -73,8 +77,19 @@ int main(int argc, char** argv) {
     LOG(ERROR) << devices.status();
     return 2;
   }
+  absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
+      tributary::ServerClusterAuthFromFlags("worker");
+  if (!auth.ok()) {
+    LOG(ERROR) << auth.status().message();
+    return 2;
+  }
   tributary::worker::WorkerOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
+  if (options.data_root.empty()) {
+    LOG(ERROR) << "--data_root must not be empty (/ allows every path)";
+    return 2;
+  }
   options.node_name = absl::GetFlag(FLAGS_node);
   if (options.node_name.empty()) {
     char name[256] = {};
@@ -82,7 +97,7 @@ int main(int argc, char** argv) {
     options.node_name = name;
   }
   options.devices = *devices;
-  options.channel = tributary::ChannelOptionsFromFlags();
+  options.channel = tributary::ChannelOptionsFromFlags(tributary::Role::kWorker);
   options.bind_host = absl::GetFlag(FLAGS_gloo_bind_host);
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   options.update_timeout = absl::Seconds(absl::GetFlag(FLAGS_update_timeout_seconds));
@@ -96,7 +111,7 @@ int main(int argc, char** argv) {
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 4 << 20));
   tributary::worker::WorkerRuntime runtime(options, *host.registry());
-  tributary::worker::WorkerService service(runtime);
+  tributary::worker::WorkerService service(runtime, *auth);
   host.AddService(&service, tributary::v1::Worker::service_full_name());
   if (absl::Status started = host.Start(); !started.ok()) {
     LOG(ERROR) << "cannot start: " << started;

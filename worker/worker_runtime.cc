@@ -1,6 +1,7 @@
 #include "worker/worker_runtime.h"
 
 #include <glog/logging.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
+#include "common/confined_path.h"
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "worker/engine/cpu_executor.h"
@@ -229,11 +231,36 @@ absl::StatusOr<std::shared_ptr<const std::string>> WorkerRuntime::ModelFileFor(
   return model_file_;
 }
 
+absl::StatusOr<v1::DatasetSpec> WorkerRuntime::ConfinedDataset(const v1::DatasetSpec& dataset) const {
+  char cwd[PATH_MAX];
+  const std::string base = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
+  v1::DatasetSpec confined = dataset;
+  struct Field {
+    const char* name;
+    std::string* value;
+  };
+  for (const Field& field :
+       {Field{"dataset.directory", confined.mutable_directory()},
+        Field{"dataset.train_path", confined.mutable_train_path()},
+        Field{"dataset.test_path", confined.mutable_test_path()},
+        Field{"dataset.train_labels_path", confined.mutable_train_labels_path()},
+        Field{"dataset.test_labels_path", confined.mutable_test_labels_path()}}) {
+    if (field.value->empty()) continue;
+    absl::StatusOr<std::string> path =
+        ConfinePath(field.name, *field.value, base, options_.data_root, "--data_root");
+    if (!path.ok()) return path.status();
+    *field.value = *std::move(path);
+  }
+  return confined;
+}
+
 absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::JobSpec& spec) {
   const std::string key = absl::StrCat(spec.dataset().SerializeAsString(), "/", spec.seed());
   if (datasets_ == nullptr || datasets_key_ != key) {
     const absl::Time start = absl::Now();
-    absl::StatusOr<engine::Datasets> loaded = engine::LoadDatasets(spec.dataset(), spec.seed());
+    absl::StatusOr<v1::DatasetSpec> confined = ConfinedDataset(spec.dataset());
+    if (!confined.ok()) return confined.status();
+    absl::StatusOr<engine::Datasets> loaded = engine::LoadDatasets(*confined, spec.seed());
     if (!loaded.ok()) return loaded.status();
     datasets_ = std::make_unique<engine::Datasets>(*std::move(loaded));
     datasets_key_ = key;

@@ -45,6 +45,9 @@ class WorkerHandler {
 
 struct WorkerOptions {
   std::string coordinator_address;
+  // Every data path a job names (relative ones from the working directory) must lie
+  // here, symbolic links followed; "/" = anywhere the worker's user can read.
+  std::string data_root = "/";
   std::string node_name;
   DeviceRequest devices;
   std::string advertise_host = "127.0.0.1";
@@ -133,6 +136,8 @@ class WorkerRuntime : public WorkerHandler {
   // when the pending update failed: the generation is over for this worker.
   bool HoldIfPaused(TrainingSession& session, uint64_t step);
   void EvaluateInto(TrainingSession& session);
+  // The job's dataset with every path confined to options_.data_root and resolved.
+  absl::StatusOr<v1::DatasetSpec> ConfinedDataset(const v1::DatasetSpec& dataset) const;
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
   // The job's TorchScript file (null for native models), fetched once per file.
   absl::StatusOr<std::shared_ptr<const std::string>> ModelFileFor(const v1::JobSpec& spec);

@@ -2,6 +2,9 @@
 #ifndef TRIBUTARY_WORKER_WORKER_SERVICE_H_
 #define TRIBUTARY_WORKER_WORKER_SERVICE_H_
 
+#include <memory>
+
+#include "common/cluster_auth.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/worker_runtime.h"
 
@@ -9,7 +12,11 @@ namespace tributary::worker {
 
 class WorkerService : public v1::Worker::CallbackService {
  public:
-  explicit WorkerService(WorkerHandler& handler) : handler_(handler) {}
+  // With an `auth` (--cluster_token_file), GetStatus needs any cluster role and Drain
+  // the coordinator's or the operator's.
+  explicit WorkerService(WorkerHandler& handler,
+                         std::shared_ptr<const ClusterAuth> auth = nullptr)
+      : handler_(handler), auth_(std::move(auth)) {}
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetWorkerStatusRequest* request,
@@ -20,6 +27,7 @@ class WorkerService : public v1::Worker::CallbackService {
 
  private:
   WorkerHandler& handler_;
+  const std::shared_ptr<const ClusterAuth> auth_;
 };
 
 }  // namespace tributary::worker

@@ -370,6 +370,10 @@ void Coordinator::FormGenerationIfDue() {
     for (const v1::ShardInfo& shard : shards) *assignment.add_shards() = shard;
     *assignment.mutable_job() = job->spec();
     assignment.set_resume_step(resume_step);
+    if (options_.node_credential) {
+      assignment.set_node_credential(
+          options_.node_credential(job_id, generation, assignment.node_rank()));
+    }
     total_replicas = assignment.total_replicas();
     workers_.Find(id)->note.clear();
     generation_.assignments[id] = std::move(assignment);

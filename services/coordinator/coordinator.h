@@ -68,6 +68,10 @@ struct CoordinatorOptions {
   // NOT_FOUND. SubmitJob checks a torchscript job's file with it. Unset: no model
   // files are stored, and torchscript jobs are refused.
   std::function<absl::StatusOr<uint64_t>(const std::string& sha256)> model_size;
+  // The node credential of (job, generation, node rank) put in each assignment
+  // (ClusterAuth::NodeCredential). Unset: assignments carry none.
+  std::function<std::string(const std::string& job_id, uint64_t generation, uint32_t node_rank)>
+      node_credential;
 };
 
 class Coordinator : public CoordinatorHandler {

@@ -162,7 +162,20 @@ int main(int argc, char** argv) {
     control_token = *std::move(token);
   }
 
+  absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
+      tributary::ServerClusterAuthFromFlags("coordinator");
+  if (!auth.ok()) {
+    LOG(ERROR) << auth.status().message();
+    return 2;
+  }
+
   coord::CoordinatorOptions options;
+  if (*auth != nullptr) {
+    options.node_credential = [auth = *auth](const std::string& job, uint64_t generation,
+                                             uint32_t node_rank) {
+      return auth->NodeCredential(job, generation, node_rank);
+    };
+  }
   options.ps_shards = static_cast<uint32_t>(absl::GetFlag(FLAGS_ps_shards));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
@@ -188,7 +201,7 @@ int main(int argc, char** argv) {
   options.model_size = [&models](const std::string& sha256) { return models.Size(sha256); };
 
   tributary::RealClock clock;
-  coord::GrpcShardClient shard_client(tributary::ChannelOptionsFromFlags(),
+  coord::GrpcShardClient shard_client(tributary::ChannelOptionsFromFlags(tributary::Role::kCoordinator),
                                       absl::GetFlag(FLAGS_shard_rpc_timeout));
   coord::Coordinator coordinator(options, &clock, &shard_client);
   if (absl::Status started = coordinator.Start(); !started.ok()) {
@@ -200,7 +213,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  coord::CoordinatorGrpcService service(&coordinator, control_token, &models);
+  coord::CoordinatorGrpcService service(&coordinator, control_token, &models, *auth);
   // Room for the largest rendezvous value or model chunk plus the rest of the message.
   const int64_t max_receive = std::max<int64_t>(
       (4 << 20) + (64 << 10), absl::GetFlag(FLAGS_rendezvous_max_value_bytes) + (64 << 10));
@@ -218,6 +231,7 @@ int main(int argc, char** argv) {
   });
   driver.Start();
   if (control_token.has_value()) LOG(INFO) << "job control needs the bearer token";
+  if (*auth != nullptr) LOG(INFO) << "internal calls need the cluster credential of their role";
   const int exit_code = tributary::ServeUntilShutdown(host, shutdown);
   driver.Stop();
   return exit_code;

@@ -140,8 +140,23 @@ class RefusedReactor : public Reactor {
 
 CoordinatorGrpcService::CoordinatorGrpcService(CoordinatorHandler* handler,
                                                std::optional<std::string> control_token,
-                                               ModelStore* models)
-    : handler_(handler), control_token_(std::move(control_token)), models_(models) {}
+                                               ModelStore* models,
+                                               std::shared_ptr<const ClusterAuth> auth)
+    : handler_(handler),
+      control_token_(std::move(control_token)),
+      models_(models),
+      auth_(std::move(auth)) {}
+
+bool CoordinatorGrpcService::CallerIs(grpc::CallbackServerContext* context,
+                                      grpc::ServerUnaryReactor* reactor, RoleSet roles,
+                                      const char* rpc) const {
+  const absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), roles, rpc);
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return false;
+  }
+  return true;
+}
 
 absl::Status CoordinatorGrpcService::CheckToken(grpc::CallbackServerContext* context,
                                                 const std::string& rpc) const {
@@ -183,6 +198,11 @@ grpc::ServerWriteReactor<v1::ModelChunk>* CoordinatorGrpcService::FetchModel(
   if (models_ == nullptr) {
     return new Refused(absl::UnimplementedError("this coordinator stores no model files"));
   }
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                      Role::kWorker | Role::kOperator, "FetchModel");
+      !allowed.ok()) {
+    return new Refused(allowed);
+  }
   if (!IsSha256Hex(request->sha256())) {
     return new Refused(absl::InvalidArgumentError(
         "FetchModel: sha256 must be 64 lowercase hex digits"));
@@ -196,6 +216,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::RegisterWorker(
     grpc::CallbackServerContext* context, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "RegisterWorker")) return reactor;
   handler_->HandleRegisterWorker(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -204,6 +225,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServer
                                                             const v1::HeartbeatRequest* request,
                                                             v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Heartbeat")) return reactor;
   handler_->HandleHeartbeat(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -212,6 +234,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Deregister(grpc::CallbackServe
                                                              const v1::DeregisterRequest* request,
                                                              v1::DeregisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Deregister")) return reactor;
   handler_->HandleDeregister(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -220,6 +243,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::RegisterParameterServer(
     grpc::CallbackServerContext* context, const v1::RegisterParameterServerRequest* request,
     v1::RegisterParameterServerResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallerIs(context, reactor, OnlyRole(Role::kParameterServer), "RegisterParameterServer")) return reactor;
   handler_->HandleRegisterParameterServer(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -228,6 +252,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::PublishRendezvous(
     grpc::CallbackServerContext* context, const v1::PublishRendezvousRequest* request,
     v1::PublishRendezvousResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "PublishRendezvous")) return reactor;
   handler_->HandlePublishRendezvous(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -235,6 +260,13 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::PublishRendezvous(
 grpc::ServerUnaryReactor* CoordinatorGrpcService::WaitRendezvous(
     grpc::CallbackServerContext* context, const v1::WaitRendezvousRequest* request,
     v1::WaitRendezvousResponse* response) {
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                      OnlyRole(Role::kWorker), "WaitRendezvous");
+      !allowed.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    refused->Finish(ToGrpcStatus(allowed));
+    return refused;
+  }
   auto* reactor = new WaitReactor(handler_);
   reactor->Start(*request, response);
   return reactor;
@@ -296,6 +328,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::ListWorkers(grpc::CallbackServ
                                                               const v1::ListWorkersRequest* request,
                                                               v1::ListWorkersResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallerIs(context, reactor, Role::kOperator | Role::kCoordinator, "ListWorkers")) return reactor;
   handler_->HandleListWorkers(*request, response, FinishWith(reactor));
   return reactor;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cluster_auth.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "services/coordinator/coordinator_handler.h"
 #include "services/coordinator/model_store.h"
@@ -19,8 +20,12 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
   // `handler` and `models` are not owned; `models` may be null (UploadModel and
   // FetchModel then answer UNIMPLEMENTED). With a `control_token`, SubmitJob,
   // UploadModel, PauseJob, ResumeJob and StopJob need "authorization: Bearer <token>".
+  // With an `auth` (--cluster_token_file) the internal calls need the cluster credential
+  // of their role: workers register, heartbeat, deregister, rendezvous and fetch models;
+  // PS shards register; ListWorkers and FetchModel also serve the operator role.
   CoordinatorGrpcService(CoordinatorHandler* handler, std::optional<std::string> control_token,
-                         ModelStore* models = nullptr);
+                         ModelStore* models = nullptr,
+                         std::shared_ptr<const ClusterAuth> auth = nullptr);
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -74,10 +79,15 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
                   const std::string& rpc);
   // OK, or UNAUTHENTICATED naming the RPC (for streaming calls).
   absl::Status CheckToken(grpc::CallbackServerContext* context, const std::string& rpc) const;
+  // False after finishing the call with UNAUTHENTICATED or PERMISSION_DENIED when the
+  // caller's cluster credential is not one of `roles`.
+  bool CallerIs(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+                RoleSet roles, const char* rpc) const;
 
   CoordinatorHandler* handler_;
   const std::optional<std::string> control_token_;
   ModelStore* models_;
+  const std::shared_ptr<const ClusterAuth> auth_;
 };
 
 }  // namespace tributary::coordinator

@@ -122,6 +122,7 @@ v1::WorkerInfo WorkerInfoOf(const WorkerRecord& worker, const v1::Assignment* as
   if (assignment != nullptr) {
     *info.mutable_assignment() = *assignment;
     info.mutable_assignment()->clear_job();  // The job is shown once, not per worker.
+    info.mutable_assignment()->clear_node_credential();  // A secret of that worker's.
   }
   info.set_phase(worker.phase);
   info.set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - worker.last_heartbeat));

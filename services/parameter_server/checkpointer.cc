@@ -61,6 +61,32 @@ absl::StatusOr<v1::CheckpointResponse> Checkpointer::Write(const ShardCheckpoint
   return response;
 }
 
+std::optional<v1::CheckpointResponse> Checkpointer::LastOnDemand(const std::string& job_id,
+                                                                 uint64_t generation,
+                                                                 uint64_t step) const {
+  absl::MutexLock lock(&last_mu_);
+  if (!on_demand_.has_value() || on_demand_job_ != job_id ||
+      on_demand_->generation() != generation || on_demand_->step() != step ||
+      last_path_ != on_demand_->path()) {
+    return std::nullopt;  // Another job, step or generation, or a newer file since.
+  }
+  return on_demand_;
+}
+
+absl::Duration Checkpointer::OnDemandWait(absl::Duration min_interval) const {
+  absl::MutexLock lock(&last_mu_);
+  const absl::Duration since = clock_->Now() - on_demand_time_;
+  return since >= min_interval ? absl::ZeroDuration() : min_interval - since;
+}
+
+void Checkpointer::RememberOnDemand(const std::string& job_id,
+                                    const v1::CheckpointResponse& response) {
+  absl::MutexLock lock(&last_mu_);
+  on_demand_job_ = job_id;
+  on_demand_ = response;
+  on_demand_time_ = clock_->Now();
+}
+
 void Checkpointer::Request(uint64_t step) {
   absl::MutexLock lock(&queue_mu_);
   queue_.push_back(step);

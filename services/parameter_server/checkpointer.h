@@ -57,6 +57,13 @@ class Checkpointer {
   void ClearRestored();
   std::string restored_from() const;
 
+  // The last on-demand checkpoint, when it is of this job, generation and step.
+  std::optional<v1::CheckpointResponse> LastOnDemand(const std::string& job_id,
+                                                     uint64_t generation, uint64_t step) const;
+  // How long until another on-demand checkpoint may be written (zero: now).
+  absl::Duration OnDemandWait(absl::Duration min_interval) const;
+  void RememberOnDemand(const std::string& job_id, const v1::CheckpointResponse& response);
+
   struct Last {
     std::string path;  // Empty: none written or restored yet.
     uint64_t step = 0;
@@ -82,6 +89,9 @@ class Checkpointer {
   absl::Time last_time_ ABSL_GUARDED_BY(last_mu_) = absl::InfinitePast();
   int64_t last_written_micros_ ABSL_GUARDED_BY(last_mu_) = 0;
   std::string restored_from_ ABSL_GUARDED_BY(last_mu_);
+  std::string on_demand_job_ ABSL_GUARDED_BY(last_mu_);
+  std::optional<v1::CheckpointResponse> on_demand_ ABSL_GUARDED_BY(last_mu_);
+  absl::Time on_demand_time_ ABSL_GUARDED_BY(last_mu_) = absl::InfinitePast();
 
   absl::Mutex queue_mu_;
   std::deque<uint64_t> queue_ ABSL_GUARDED_BY(queue_mu_);

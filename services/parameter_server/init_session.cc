@@ -21,6 +21,10 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
   if (absl::Status valid = ValidateJobSpec(spec_); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("InitPartitions: job: ", valid.message()));
   }
+  if (absl::StatusOr<std::string> dir = shard_->JobCheckpointDir(spec_); !dir.ok()) {
+    return absl::Status(dir.status().code(),
+                        absl::StrCat("InitPartitions: job: ", dir.status().message()));
+  }
   const v1::PartitionPlan& plan = header.plan();
   if (absl::Status valid = ValidatePartitionPlan(plan); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("InitPartitions: ", valid.message()));

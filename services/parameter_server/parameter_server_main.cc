@@ -43,6 +43,14 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory of this shard's checkpoints (files under <dir>/shard-<k>/), used when "
           "the job names none; the newest intact checkpoint in it is restored at start. "
           "Empty: no checkpoints unless the job names a directory. Default: empty.");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Directory a job's own checkpoint_dir must lie in (relative ones are taken from "
+          "it; '..' and symbolic links out of it are refused). Default: empty (the "
+          "--checkpoint_dir; with neither, jobs may not name a checkpoint_dir).");
+ABSL_FLAG(double, min_checkpoint_interval_seconds, 5,
+          "Checkpoint RPC: at most one new on-demand checkpoint per this many seconds "
+          "(sooner: RESOURCE_EXHAUSTED; at the step of the last one: that one again). "
+          "Default: 5.");
 ABSL_FLAG(int, checkpoints_to_keep, 3,
           "Checkpoint files kept per shard directory (>= 1); older ones are deleted. "
           "Default: 3.");
@@ -78,6 +86,12 @@ int main(int argc, char** argv) {
                << absl::GetFlag(FLAGS_checkpoints_to_keep);
     return 2;
   }
+  if (!(absl::GetFlag(FLAGS_min_checkpoint_interval_seconds) >= 0) ||
+      absl::GetFlag(FLAGS_min_checkpoint_interval_seconds) > 86400) {
+    LOG(ERROR) << "--min_checkpoint_interval_seconds must be in [0, 86400], got "
+               << absl::GetFlag(FLAGS_min_checkpoint_interval_seconds);
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_shard_index) < -1) {
     LOG(ERROR) << "--shard_index must be >= -1, got " << absl::GetFlag(FLAGS_shard_index);
     return 2;
@@ -88,6 +102,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
+      tributary::ServerClusterAuthFromFlags("parameter_server");
+  if (!auth.ok()) {
+    LOG(ERROR) << auth.status().message();
+    return 2;
+  }
 
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "parameter_server", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port),
@@ -96,7 +116,10 @@ int main(int argc, char** argv) {
   tributary::ps::ShardOptions options;
   options.shard_index = absl::GetFlag(FLAGS_shard_index);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  options.min_checkpoint_interval =
+      absl::Seconds(absl::GetFlag(FLAGS_min_checkpoint_interval_seconds));
   options.max_partition_bytes = max_partition_bytes;
   tributary::ps::ParameterShard shard(options, host.registry());
   // Ready means restored: health stays NOT_SERVING until this is done.
@@ -109,7 +132,7 @@ int main(int argc, char** argv) {
                                   : "restored from " + *restored);
 
   tributary::ps::PartitionExecutor executor(threads);
-  tributary::ps::ParameterServerService service(&shard, &executor);
+  tributary::ps::ParameterServerService service(&shard, &executor, *auth);
   host.AddService(&service, tributary::v1::ParameterServer::service_full_name());
   if (absl::Status started = host.Start(); !started.ok()) {
     LOG(ERROR) << "cannot start: " << started;
@@ -123,7 +146,7 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_coordinator).empty()) {
     tributary::ps::RegistrationOptions registration_options;
     registration_options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    registration_options.channel = tributary::ChannelOptionsFromFlags();
+    registration_options.channel = tributary::ChannelOptionsFromFlags(tributary::Role::kParameterServer);
     registration_options.request.set_address(host.advertised_address());
     registration_options.request.set_http_port(
         static_cast<uint32_t>(std::max(0, host.http_port())));

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace tributary::ps {
@@ -25,9 +26,18 @@ namespace {
 class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>,
                               public NodeSink {
  public:
+  // With an `auth`, every push must claim the node whose credential the stream
+  // presented (x-tributary-node): the first push binds the stream to its (job,
+  // generation, node rank), and a push claiming another ends the stream.
   PushPullReactor(ParameterShard* shard, PartitionExecutor* executor,
-                  grpc::CallbackServerContext* context)
-      : shard_(shard), executor_(executor), context_(context) {
+                  grpc::CallbackServerContext* context, const ClusterAuth* auth)
+      : shard_(shard),
+        executor_(executor),
+        context_(context),
+        auth_(auth),
+        node_credential_(auth == nullptr
+                             ? std::string()
+                             : MetadataValue(context->client_metadata(), kNodeCredentialMetadata)) {
     for (v1::GradientPush& slot : slots_) free_.push_back(&slot);
     Actions actions;
     {
@@ -51,6 +61,9 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
           EndLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
         free_.push_back(slot);
       } else if (ending()) {
+        free_.push_back(slot);
+      } else if (absl::Status bound = BindLocked(*slot); !bound.ok()) {
+        EndLocked(ToGrpcStatus(bound));
         free_.push_back(slot);
       } else {
         push = slot;
@@ -147,6 +160,27 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
     const v1::PartitionValues* write = nullptr;
     std::optional<grpc::Status> finish;
   };
+
+  // OK when no credential is needed or `push` claims the node this stream is bound to
+  // (binding it on the first push).
+  absl::Status BindLocked(const v1::GradientPush& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (auth_ == nullptr) return absl::OkStatus();
+    if (bound_.has_value()) {
+      if (push.job_id() == bound_->job_id && push.generation() == bound_->generation &&
+          push.node_rank() == bound_->node_rank) {
+        return absl::OkStatus();
+      }
+      return absl::PermissionDeniedError(absl::StrCat(
+          "PushPull: this stream speaks for node ", bound_->node_rank, " of generation ",
+          bound_->generation, " of job ", bound_->job_id, "; a push claimed node ",
+          push.node_rank(), " of generation ", push.generation(), " of job ", push.job_id()));
+    }
+    absl::Status checked = auth_->CheckNodeCredential(node_credential_, push.job_id(),
+                                                      push.generation(), push.node_rank(),
+                                                      "PushPull");
+    if (checked.ok()) bound_ = BoundNode{push.job_id(), push.generation(), push.node_rank()};
+    return checked;
+  }
 
   bool ending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return end_status_.has_value() || finish_called_;
@@ -249,8 +283,17 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
   ParameterShard* const shard_;
   PartitionExecutor* const executor_;
   grpc::CallbackServerContext* const context_;
+  const ClusterAuth* const auth_;
+  const std::string node_credential_;
+
+  struct BoundNode {
+    std::string job_id;
+    uint64_t generation;
+    uint32_t node_rank;
+  };
 
   absl::Mutex mu_;
+  std::optional<BoundNode> bound_ ABSL_GUARDED_BY(mu_);
   v1::GradientPush slots_[kReadSlots];
   std::vector<v1::GradientPush*> free_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
@@ -270,9 +313,15 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
 // InitPartitions: header, then one message per owned partition.
 class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsRequest> {
  public:
+  // With an `auth`, the header must name the node whose credential the stream presented.
   InitReactor(ParameterShard* shard, PartitionExecutor* control,
-              v1::InitPartitionsResponse* response)
-      : control_(control), response_(response), session_(shard->StartInit()) {
+              v1::InitPartitionsResponse* response, const ClusterAuth* auth,
+              std::string node_credential)
+      : control_(control),
+        response_(response),
+        auth_(auth),
+        node_credential_(std::move(node_credential)),
+        session_(shard->StartInit()) {
     StartRead(&request_);
   }
 
@@ -289,7 +338,13 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
     absl::Status status;
     switch (request_.payload_case()) {
       case v1::InitPartitionsRequest::kHeader:
-        status = session_->Header(request_.header());
+        if (auth_ != nullptr) {
+          const v1::InitHeader& header = request_.header();
+          status = auth_->CheckNodeCredential(node_credential_, header.job_id(),
+                                              header.generation(), header.node_rank(),
+                                              "InitPartitions");
+        }
+        if (status.ok()) status = session_->Header(request_.header());
         break;
       case v1::InitPartitionsRequest::kInitial:
         status = session_->Values(*request_.mutable_initial());
@@ -310,6 +365,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
  private:
   PartitionExecutor* control_;
   v1::InitPartitionsResponse* response_;
+  const ClusterAuth* const auth_;
+  const std::string node_credential_;
   std::unique_ptr<ParameterShard::InitSession> session_;
   v1::InitPartitionsRequest request_;
 };
@@ -352,31 +409,71 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PartitionValues> {
   size_t index_ = 0;
 };
 
+// A streaming call refused before it starts.
+template <typename Reactor>
+class RefusedReactor final : public Reactor {
+ public:
+  explicit RefusedReactor(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+// A unary call's reactor already finished with `status`.
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
 }  // namespace
 
-ParameterServerService::ParameterServerService(ParameterShard* shard, PartitionExecutor* executor)
-    : shard_(shard), executor_(executor) {}
+ParameterServerService::ParameterServerService(ParameterShard* shard, PartitionExecutor* executor,
+                                               std::shared_ptr<const ClusterAuth> auth)
+    : shard_(shard), executor_(executor), auth_(std::move(auth)) {}
 
 ParameterServerService::~ParameterServerService() = default;
 
 grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::InitPartitions(
-    grpc::CallbackServerContext* /*context*/, v1::InitPartitionsResponse* response) {
-  return new InitReactor(shard_, &control_, response);
+    grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response) {
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                      OnlyRole(Role::kWorker), "InitPartitions");
+      !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerReadReactor<v1::InitPartitionsRequest>>(allowed);
+  }
+  return new InitReactor(
+      shard_, &control_, response, auth_.get(),
+      auth_ == nullptr ? "" : MetadataValue(context->client_metadata(), kNodeCredentialMetadata));
 }
 
 grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerService::PushPull(
     grpc::CallbackServerContext* context) {
-  return new PushPullReactor(shard_, executor_, context);
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                      OnlyRole(Role::kWorker), "PushPull");
+      !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>>(
+        allowed);
+  }
+  return new PushPullReactor(shard_, executor_, context, auth_.get());
 }
 
 grpc::ServerWriteReactor<v1::PartitionValues>* ParameterServerService::Pull(
-    grpc::CallbackServerContext* /*context*/, const v1::PullRequest* request) {
+    grpc::CallbackServerContext* context, const v1::PullRequest* request) {
+  if (absl::Status allowed =
+          Authorize(auth_.get(), context->client_metadata(),
+                    Role::kWorker | Role::kCoordinator | Role::kOperator, "Pull");
+      !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerWriteReactor<v1::PartitionValues>>(allowed);
+  }
   return new PullReactor(shard_, *request);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
     grpc::CallbackServerContext* context, const v1::GetShardStatusRequest* /*request*/,
     v1::ShardStatus* response) {
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), Role::kCoordinator | Role::kOperator, "GetShardStatus");
+      !allowed.ok()) {
+    return Refuse(context, allowed);
+  }
   *response = shard_->Status();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -386,6 +483,10 @@ grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
 grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     grpc::CallbackServerContext* context, const v1::CheckpointRequest* /*request*/,
     v1::CheckpointResponse* response) {
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), Role::kCoordinator | Role::kOperator, "Checkpoint");
+      !allowed.ok()) {
+    return Refuse(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Submit(0, [this, reactor, response] {
     absl::StatusOr<v1::CheckpointResponse> result = shard_->Checkpoint();
@@ -398,6 +499,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
 grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
     grpc::CallbackServerContext* context, const v1::BeginGenerationRequest* request,
     v1::BeginGenerationResponse* response) {
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), OnlyRole(Role::kCoordinator), "BeginGeneration");
+      !allowed.ok()) {
+    return Refuse(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Submit(0, [this, reactor, request, response] {
     absl::StatusOr<v1::BeginGenerationResponse> result = shard_->BeginGeneration(*request);
@@ -410,6 +515,10 @@ grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
 grpc::ServerUnaryReactor* ParameterServerService::EndJob(grpc::CallbackServerContext* context,
                                                          const v1::EndJobRequest* request,
                                                          v1::EndJobResponse* response) {
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), OnlyRole(Role::kCoordinator), "EndJob");
+      !allowed.ok()) {
+    return Refuse(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Submit(0, [this, reactor, request, response] {
     absl::StatusOr<v1::EndJobResponse> result = shard_->EndJob(*request);

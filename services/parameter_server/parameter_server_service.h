@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/cluster_auth.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
@@ -16,8 +17,14 @@ namespace tributary::ps {
 class ParameterServerService final : public v1::ParameterServer::CallbackService {
  public:
   // shard and executor are not owned and must outlive the service and the server it
-  // is registered with (shut the server down first).
-  ParameterServerService(ParameterShard* shard, PartitionExecutor* executor);
+  // is registered with (shut the server down first). With an `auth`
+  // (--cluster_token_file) every call needs the cluster credential of a role that makes
+  // it: InitPartitions and PushPull a worker's, with the node credential of the node the
+  // stream speaks for; Pull a worker, the coordinator or the operator; GetShardStatus
+  // and Checkpoint the coordinator or the operator; BeginGeneration and EndJob the
+  // coordinator.
+  ParameterServerService(ParameterShard* shard, PartitionExecutor* executor,
+                         std::shared_ptr<const ClusterAuth> auth = nullptr);
   ~ParameterServerService() override;
 
   grpc::ServerReadReactor<v1::InitPartitionsRequest>* InitPartitions(
@@ -42,6 +49,7 @@ class ParameterServerService final : public v1::ParameterServer::CallbackService
  private:
   ParameterShard* shard_;
   PartitionExecutor* executor_;
+  const std::shared_ptr<const ClusterAuth> auth_;
   // Calls that write files or wait for a job to install run here, not on gRPC's
   // callback threads.
   PartitionExecutor control_{1};

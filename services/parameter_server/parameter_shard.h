@@ -47,8 +47,16 @@ struct ShardOptions {
   int shard_index = -1;
   // Checkpoint directory used when the job names none ("" = none).
   std::string checkpoint_dir;
+  // Where a job's own checkpoint_dir must lie (relative ones are taken from here; no
+  // ".." and no symbolic link out of it); empty = checkpoint_dir. A job naming a
+  // directory with neither set is refused.
+  std::string checkpoint_root;
   // Checkpoint files kept per shard directory; older ones are deleted.
   int checkpoints_to_keep = 3;
+  // On-demand checkpoints (the Checkpoint RPC): one at the step of the last one answers
+  // with that one (no new file); a new one sooner than this after the last on-demand
+  // one is RESOURCE_EXHAUSTED. Periodic and final checkpoints are not limited.
+  absl::Duration min_checkpoint_interval = absl::Seconds(5);
   // Largest partition (bytes of FLOAT32) this shard accepts in a plan.
   int64_t max_partition_bytes = 4 << 20;
   // Time for aggregation waits, optimizer timings and checkpoint ages; null = the real
@@ -162,6 +170,10 @@ class ParameterShard {
   absl::StatusOr<ShardCheckpoint> Snapshot(uint64_t step, bool job_ended) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string CheckpointDirLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The directory a job's checkpoints go to: its checkpoint_dir confined to
+  // --checkpoint_root, or the shard's --checkpoint_dir ("" = none). PERMISSION_DENIED
+  // or INVALID_ARGUMENT naming the path and the root for a directory outside.
+  absl::StatusOr<std::string> JobCheckpointDir(const v1::JobSpec& spec) const;
   std::optional<absl::StatusOr<Checkpointer::Pending>> PeriodicSnapshot(uint64_t step);
   absl::Status InstallCheckpoint(const std::string& path, ShardCheckpoint checkpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "services/parameter_server/checkpoint_file.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/shard_test_util.h"
 
@@ -79,6 +81,8 @@ ShardOptions Options(const std::string& dir, int shard_index = -1) {
   ShardOptions options;
   options.checkpoint_dir = dir;
   options.shard_index = shard_index;
+  // Checkpoints on demand as often as the tests ask (the limit has its own test).
+  options.min_checkpoint_interval = absl::ZeroDuration();
   return options;
 }
 
@@ -349,6 +353,69 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
     pull.set_job_id(bad);
     EXPECT_EQ(restarted.Pull(pull).status().code(), absl::StatusCode::kFailedPrecondition);
   }
+}
+
+TEST(ShardCheckpointTest, OnDemandCheckpointsAreRateLimitedAndIdempotent) {
+  const std::string dir = testing::FreshTempDir("on_demand");
+  FakeClock clock;
+  ShardOptions options = Options(dir, 0);
+  options.clock = &clock;
+  options.min_checkpoint_interval = absl::Seconds(5);
+  ParameterShard shard(options, nullptr);
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+  Train(shard, header, 0, 1);
+  auto first = shard.Checkpoint();
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The same step again: the same file, nothing new written, however often.
+  for (int i = 0; i < 20; ++i) {
+    auto again = shard.Checkpoint();
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->path(), first->path());
+  }
+  EXPECT_EQ(ListCheckpoints(ShardDirectory(dir, 0)).size(), 1u);
+  // A new step within the interval is refused, saying when to retry.
+  Train(shard, header, 1, 1);
+  auto soon = shard.Checkpoint();
+  EXPECT_EQ(soon.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(soon.status().message(), HasSubstr("try again in"));
+  clock.Advance(absl::Seconds(5));
+  auto later = shard.Checkpoint();
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->step(), 2u);
+  EXPECT_NE(later->path(), first->path());
+}
+
+TEST(ShardCheckpointTest, AJobsCheckpointDirStaysUnderTheRoot) {
+  const std::string root = testing::FreshTempDir("ckpt_root");
+  const std::string outside = testing::FreshTempDir("ckpt_outside");
+  for (const std::string& bad :
+       {std::string("../../x"), std::string("a/../../b"), outside, std::string("/tmp/anything")}) {
+    ParameterShard shard(Options(root, 0), nullptr);
+    v1::JobSpec spec = MakeSpec(v1::SYNC, Adam(), 2);
+    spec.set_checkpoint_dir(bad);
+    const v1::InitHeader header = MakeHeader(spec, 64, 1, 0);
+    auto refused = shard.Init(header, InitialValues(header, std::vector<float>(64, 1)));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr(bad));
+    EXPECT_THAT(refused.status().message(), HasSubstr("--checkpoint_root"));
+    EXPECT_TRUE(shard.Status().job_id().empty()) << "a refused job is not installed";
+  }
+  // A relative directory is taken from the root, and the checkpoint goes there.
+  ParameterShard shard(Options(root, 0), nullptr);
+  v1::JobSpec spec = MakeSpec(v1::SYNC, Adam(), 2);
+  spec.set_checkpoint_dir("job-own");
+  const v1::InitHeader header = MakeHeader(spec, 64, 1, 0);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(64, 1))).ok());
+  auto written = shard.Checkpoint();
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_THAT(written->path(), HasSubstr("/job-own/shard-0/"));
+  // With no directory at all, a job may not name one.
+  ParameterShard bare(ShardOptions{}, nullptr);
+  auto no_root = bare.Init(header, InitialValues(header, std::vector<float>(64, 1)));
+  EXPECT_EQ(no_root.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_root.status().message(), HasSubstr("no --checkpoint_root"));
 }
 
 TEST(ShardCheckpointTest, CheckpointNeedsAJobAndADirectory) {

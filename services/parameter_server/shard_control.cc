@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/confined_path.h"
 #include "common/partition_plan.h"
 #include "services/parameter_server/parameter_shard.h"
 
@@ -29,9 +30,11 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Paramete
     if (!holds && shard_index_ >= 0 && ValidJobId(request.job_id())) {
       // Not the job in memory: its newest checkpoint here, if any (export of a job
       // that ended before another was installed, or before this shard restarted).
-      checkpoint_dir = held != nullptr && !held->spec.checkpoint_dir().empty()
-                           ? held->spec.checkpoint_dir()
-                           : options_.checkpoint_dir;
+      checkpoint_dir = options_.checkpoint_dir;
+      if (held != nullptr) {
+        absl::StatusOr<std::string> dir = JobCheckpointDir(held->spec);
+        checkpoint_dir = dir.ok() ? *dir : std::string();
+      }
       shard_index = static_cast<uint32_t>(shard_index_);
     }
   }
@@ -173,9 +176,24 @@ v1::ShardStatus ParameterShard::Status() const {
 // ---------------------------------------------------------------------------------
 // Checkpoints
 
+absl::StatusOr<std::string> ParameterShard::JobCheckpointDir(const v1::JobSpec& spec) const {
+  if (spec.checkpoint_dir().empty()) return options_.checkpoint_dir;
+  const std::string& root =
+      options_.checkpoint_root.empty() ? options_.checkpoint_dir : options_.checkpoint_root;
+  return ConfinePath("checkpoint_dir", spec.checkpoint_dir(), root, root, "--checkpoint_root");
+}
+
 std::string ParameterShard::CheckpointDirLocked() const {
-  if (job_ != nullptr && !job_->spec.checkpoint_dir().empty()) return job_->spec.checkpoint_dir();
-  return options_.checkpoint_dir;
+  if (job_ == nullptr) return options_.checkpoint_dir;
+  absl::StatusOr<std::string> dir = JobCheckpointDir(job_->spec);
+  if (!dir.ok()) {
+    // Only a job restored from an older checkpoint can get here (InitPartitions
+    // refuses such a job): it gets no checkpoints rather than files elsewhere.
+    LOG(ERROR) << "job '" << job_->job_id << "': " << dir.status().message()
+               << "; not writing checkpoints";
+    return std::string();
+  }
+  return *dir;
 }
 
 absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job_ended) const {
@@ -246,10 +264,25 @@ absl::StatusOr<v1::CheckpointResponse> ParameterShard::Checkpoint() {
                        "checkpoint_dir) for job '",
                        job_->job_id, "'"));
     }
-    snapshot = Snapshot(ShardStepLocked(), /*job_ended=*/false);
+    const uint64_t step = ShardStepLocked();
+    if (std::optional<v1::CheckpointResponse> same =
+            checkpointer_.LastOnDemand(job_->job_id, job_->generation, step);
+        same.has_value()) {
+      return *same;  // Nothing moved since: the same file answers.
+    }
+    if (absl::Duration wait = checkpointer_.OnDemandWait(options_.min_checkpoint_interval);
+        wait > absl::ZeroDuration()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Checkpoint: at most one on-demand checkpoint per ",
+          absl::FormatDuration(options_.min_checkpoint_interval),
+          " (--min_checkpoint_interval_seconds); try again in ", absl::FormatDuration(wait)));
+    }
+    snapshot = Snapshot(step, /*job_ended=*/false);
   }
   if (!snapshot.ok()) return snapshot.status();
-  return checkpointer_.Write(*snapshot, dir);
+  absl::StatusOr<v1::CheckpointResponse> written = checkpointer_.Write(*snapshot, dir);
+  if (written.ok()) checkpointer_.RememberOnDemand(snapshot->meta.job_id(), *written);
+  return written;
 }
 
 void ParameterShard::FlushCheckpoints() { checkpointer_.Flush(); }

@@ -46,6 +46,9 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const std::vector<std::strin
   std::vector<std::string> argv = {RunfilePath("services/coordinator/coordinator"),
                                    "--listen=127.0.0.1:0", "--http_port=0", "--drain_seconds=0",
                                    "--port_file=" + port_file};
+  // These tests drive the coordinator as a worker or a shard would, without a cluster
+  // credential (tests/security covers the credential).
+  argv.push_back("--allow_unauthenticated");
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<std::unique_ptr<ChildProcess>> process =
       ChildProcess::Start("coordinator", argv, running.log_path);

@@ -27,6 +27,8 @@
 #include "cli/parameters.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "common/channel.h"
+#include "common/cluster_auth.h"
 #include "tests/e2e/test_binaries.h"
 
 namespace tributary::testing {
@@ -135,7 +137,13 @@ std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& cluster_dir
     absl::SleepFor(absl::Milliseconds(50));
   }
   const int port = static_cast<int>(Number(ReadJson(path), "grpc_port"));
-  return grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  // As the operator, with the secret `tributary local` made (ListWorkers needs it).
+  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
+      ClusterAuth::FromFile("cluster_token_file", cluster_dir + "/cluster.token");
+  EXPECT_TRUE(auth.ok()) << auth.status();
+  ChannelOptions options;
+  if (auth.ok()) options.auth_header = (*auth)->HeaderFor(Role::kOperator);
+  return *MakeChannel(absl::StrCat("127.0.0.1:", port), options);
 }
 
 // Polls the active job until `done` holds; the last job seen either way.

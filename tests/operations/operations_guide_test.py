@@ -16,6 +16,8 @@ python3-grpcio and python3-protobuf (the `python3` first on PATH may not).
 """
 
 import argparse
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -153,6 +155,13 @@ class Cluster:
         with open(os.path.join(self.root, "token"), "w") as token:
             token.write("guide-test-%d\n" % os.getpid())
         self.token = "guide-test-%d" % os.getpid()
+        # The cluster secret, and the operator's x-tributary-auth as docs/security.md
+        # defines it: "operator " + hex HMAC-SHA256(secret, "tributary-role:operator").
+        secret = "guide-cluster-secret-%d" % os.getpid()
+        with open(os.path.join(self.root, "cluster.token"), "w") as token:
+            token.write(secret + "\n")
+        self.auth = "operator " + hmac.new(secret.encode(), b"tributary-role:operator",
+                                           hashlib.sha256).hexdigest()
 
     def start(self, command, index):
         words = [w for w in command.words if w != "&"]
@@ -346,6 +355,7 @@ class OperationsGuideTest(unittest.TestCase):
             "PATH": "%s:/usr/bin:/bin" % self.bin_dir,
             "HOME": self.work_dir,
             "TOKEN": self.cluster.token,
+            "AUTH": self.cluster.auth,
             "GRPCURL_ADDRESS_MAP": ",".join("%s=%s" % item
                                             for item in self.cluster.address_map.items()),
         }

@@ -89,8 +89,10 @@ absl::StatusOr<v1::Job> WaitForJob(cli::LocalCluster& cluster, const std::string
 absl::StatusOr<std::vector<v1::ShardStatus>> ShardStatuses(cli::LocalCluster& cluster) {
   std::vector<v1::ShardStatus> statuses;
   for (const std::string& address : cluster.shard_addresses()) {
-    auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        MakeChannel(address, cluster.channel_options());
+    if (!channel.ok()) return channel.status();
+    auto stub = v1::ParameterServer::NewStub(*channel);
     v1::ShardStatus status;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -57,7 +57,7 @@ v1::Job RunToCompletion(cli::LocalCluster& cluster, const v1::JobSpec& spec,
 void ExpectEqualsSingleReplica(cli::LocalCluster& cluster, const v1::JobSpec& spec,
                                uint64_t steps) {
   absl::StatusOr<cli::PulledParameters> pulled =
-      cli::PullParameters(cluster.coordinator_channel(), ChannelOptions());
+      cli::PullParameters(cluster.coordinator_channel(), cluster.channel_options());
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   EXPECT_EQ(pulled->step, steps);
   const std::vector<float> expected = ReferenceParameters(spec, steps);

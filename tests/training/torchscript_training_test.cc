@@ -118,7 +118,7 @@ TEST(TorchScriptTrainingTest, SyncEqualsOneReplicaOfTheSameFileAtSeveralWorldSiz
     ASSERT_EQ(job.state(), v1::COMPLETED) << job.state_reason();
     EXPECT_EQ(job.step(), steps);
     absl::StatusOr<cli::PulledParameters> pulled =
-        cli::PullParameters(cluster->coordinator_channel(), ChannelOptions());
+        cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
     ASSERT_TRUE(pulled.ok()) << pulled.status();
     const std::vector<float> expected = Reference(spec, steps);
     ASSERT_EQ(pulled->values.size(), expected.size());
@@ -144,7 +144,7 @@ TEST(TorchScriptTrainingTest, BuffersFollowNodeZeroAndComeBackOutInTheExport) {
 
   const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/trained_bn.pt";
   absl::StatusOr<cli::ExportResult> exported =
-      cli::ExportModel(cluster->coordinator_channel(), ChannelOptions(), job.job_id(), path);
+      cli::ExportModel(cluster->coordinator_channel(), cluster->channel_options(), job.job_id(), path);
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(exported->step, steps);
   std::ifstream in(path, std::ios::binary);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
+#include "common/cluster_auth.h"
 #include "common/grpc_status.h"
 #include "common/wire_dtype.h"
 
@@ -101,6 +102,9 @@ absl::Status PsClient::WithRetries(const std::function<absl::Status()>& attempt)
 absl::StatusOr<uint64_t> PsClient::InitShard(Shard& shard, const v1::JobSpec& spec,
                                              uint64_t total_steps, const float* params) {
   grpc::ClientContext context;
+  if (!identity_.node_credential.empty()) {
+    context.AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
+  }
   v1::InitPartitionsResponse response;
   auto writer = shard.stub->InitPartitions(&context, &response);
   v1::InitPartitionsRequest request;
@@ -113,6 +117,7 @@ absl::StatusOr<uint64_t> PsClient::InitShard(Shard& shard, const v1::JobSpec& sp
   header.set_generation(identity_.generation);
   header.set_num_nodes(identity_.num_nodes);
   header.set_resume_step(identity_.resume_step);
+  header.set_node_rank(identity_.node_rank);
   bool written = writer->Write(request);
   for (uint32_t id : shard.partitions) {
     if (!written) break;
@@ -228,6 +233,9 @@ absl::StatusOr<uint64_t> PsClient::PullAll(float* params) {
 absl::Status PsClient::ConnectShard(Shard& shard) {
   absl::MutexLock lock(&shard.write_mu);
   shard.context = std::make_unique<grpc::ClientContext>();
+  if (!identity_.node_credential.empty()) {
+    shard.context->AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
+  }
   shard.stream = shard.stub->PushPull(shard.context.get());
   if (shard.stream == nullptr) {
     return absl::UnavailableError(absl::StrCat("PushPull to ", ShardName(shard)));
@@ -248,7 +256,7 @@ absl::Status PsClient::Open(float* incoming) {
   return absl::OkStatus();
 }
 
-absl::Status PsClient::WritePush(Shard& shard, uint32_t partition, const PartitionState& state) {
+void PsClient::WritePush(Shard& shard, uint32_t partition, const PartitionState& state) {
   const v1::Partition& info = plan_.partitions(partition);
   absl::MutexLock lock(&shard.write_mu);
   v1::GradientPush& message = shard.message;
@@ -271,7 +279,6 @@ absl::Status PsClient::WritePush(Shard& shard, uint32_t partition, const Partiti
   // A failed write means the stream broke: the reader sees it, reconnects and sends
   // every push still awaiting its update again, this one included.
   if (shard.stream->Write(message)) bytes_pushed_ += bytes;
-  return absl::OkStatus();
 }
 
 absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* grad_sum,
@@ -299,7 +306,8 @@ absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* grad
     current.samples = sample_count;
     state = current;
   }
-  return WritePush(*owner, partition, state);
+  WritePush(*owner, partition, state);
+  return absl::OkStatus();
 }
 
 absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) {

@@ -41,6 +41,9 @@ struct PsIdentity {
   // generation (the shard then assumes the job's nodes_min).
   uint32_t num_nodes = 0;
   uint64_t resume_step = 0;
+  // Assignment.node_credential, sent as x-tributary-node on InitPartitions and
+  // PushPull when not empty.
+  std::string node_credential;
 };
 
 // How long InitPartitions and PullAll keep retrying a shard that answers UNAVAILABLE
@@ -117,7 +120,9 @@ class PsClient : public PsConnection {
   absl::StatusOr<uint64_t> PullShard(Shard& shard, float* params, std::vector<bool>& seen);
   absl::Status ConnectShard(Shard& shard);
   void ReadLoop(Shard* shard);
-  absl::Status WritePush(Shard& shard, uint32_t partition, const PartitionState& state);
+  // Writes one push; a broken stream is the reader's to notice (it reconnects and
+  // sends every push still awaiting its update again).
+  void WritePush(Shard& shard, uint32_t partition, const PartitionState& state);
   absl::Status StoreValues(const v1::PartitionValues& values, float* dst, bool* finite);
   std::string ShardName(const Shard& shard) const;
 

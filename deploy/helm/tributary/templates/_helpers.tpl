@@ -72,6 +72,11 @@ annotations:
 {{/* Flags every binary shares (common/server_flags.cc). Call with (dict "root" $ "role" .Values.ps). */}}
 {{- define "tributary.commonArgs" -}}
 - --drain_seconds={{ .role.drainSeconds }}
+{{- if .root.Values.clusterToken.allowUnauthenticated }}
+- --allow_unauthenticated
+{{- else }}
+- --cluster_token_file=/etc/tributary/cluster-token/token
+{{- end }}
 {{- if .root.Values.tls.enabled }}
 - --tls_cert=/etc/tributary/tls/tls.crt
 - --tls_key=/etc/tributary/tls/tls.key
@@ -133,4 +138,33 @@ default of 1 would leave the other GPUs of the pod idle.
 {{- $_ := set $spec "replicasPerWorker" (int .Values.worker.gpus) -}}
 {{- end -}}
 {{- toJson $spec -}}
+{{- end -}}
+
+{{/* The cluster secret's Secret name (key `token`): an existing one, or the chart's. */}}
+{{- define "tributary.clusterTokenSecret" -}}
+{{- if and .Values.clusterToken.existingSecret .Values.clusterToken.value -}}
+{{- fail "clusterToken: set either existingSecret or value, not both" -}}
+{{- end -}}
+{{- if .Values.clusterToken.existingSecret -}}
+{{- .Values.clusterToken.existingSecret -}}
+{{- else -}}
+{{- include "tributary.fullname" . }}-cluster-token
+{{- end -}}
+{{- end -}}
+
+{{/* The cluster secret's volume mount and volume, for every pod's container and spec. */}}
+{{- define "tributary.clusterTokenMount" -}}
+{{- if not .Values.clusterToken.allowUnauthenticated }}
+- name: cluster-token
+  mountPath: /etc/tributary/cluster-token
+  readOnly: true
+{{- end }}
+{{- end -}}
+{{- define "tributary.clusterTokenVolume" -}}
+{{- if not .Values.clusterToken.allowUnauthenticated }}
+- name: cluster-token
+  secret:
+    secretName: {{ include "tributary.clusterTokenSecret" . }}
+    defaultMode: 0440
+{{- end }}
 {{- end -}}

@@ -1,0 +1,120 @@
+// The cluster credential (--cluster_token_file): who may make the internal calls.
+//
+// Every component of a cluster (coordinator, PS shards, workers, and the operator's
+// `tributary` command) reads the same secret. A caller proves its role by sending
+// "x-tributary-auth: <role> <hex HMAC-SHA256(secret, "tributary-role:" + role)>"; each
+// RPC accepts a fixed set of roles (docs/security.md has the table): a caller without
+// the secret is UNAUTHENTICATED, a role the RPC does not accept is PERMISSION_DENIED.
+// Gradient pushes are further bound to the assignment: the coordinator gives the worker
+// it made node `r` of generation `g` of job `j` the node credential
+// HMAC(secret, "tributary-node:" j "/" g "/" r), which the worker sends as
+// "x-tributary-node" and the shard checks against what each push claims.
+//
+// What it protects against: anyone who can reach a port but does not hold the secret,
+// and components calling outside their role (a stale worker of an ended generation, a
+// misdirected tool). It does not separate components that hold the secret from each
+// other: whoever holds it can derive every role; keep it as secret as the job.
+#ifndef TRIBUTARY_COMMON_CLUSTER_AUTH_H_
+#define TRIBUTARY_COMMON_CLUSTER_AUTH_H_
+
+#include <grpcpp/support/string_ref.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tributary {
+
+enum class Role : uint8_t {
+  kCoordinator = 1,
+  kParameterServer = 2,
+  kWorker = 4,
+  kOperator = 8,  // The `tributary` command and other tools run by the operator.
+};
+
+// A set of roles, as a bit mask of Role values.
+using RoleSet = uint8_t;
+constexpr RoleSet operator|(Role a, Role b) {
+  return static_cast<RoleSet>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
+}
+constexpr RoleSet operator|(RoleSet a, Role b) {
+  return static_cast<RoleSet>(a | static_cast<uint8_t>(b));
+}
+constexpr RoleSet OnlyRole(Role a) { return static_cast<RoleSet>(a); }
+constexpr RoleSet kAnyRole = 0x0f;
+
+// "coordinator", "parameter_server", "worker", "operator".
+const char* RoleName(Role role);
+
+inline constexpr char kClusterAuthMetadata[] = "x-tributary-auth";
+inline constexpr char kNodeCredentialMetadata[] = "x-tributary-node";
+
+using Metadata = std::multimap<grpc::string_ref, grpc::string_ref>;
+
+class ClusterAuth {
+ public:
+  static constexpr size_t kMinSecretBytes = 16;
+  static constexpr size_t kMaxSecretBytes = 4096;
+
+  // The secret in `path` (surrounding whitespace trimmed): NOT_FOUND when it cannot be
+  // read, INVALID_ARGUMENT when shorter than 16 or longer than 4096 bytes; the message
+  // names `flag` and the path, never the contents.
+  static absl::StatusOr<std::shared_ptr<const ClusterAuth>> FromFile(absl::string_view flag,
+                                                                     const std::string& path);
+  // INVALID_ARGUMENT for a secret outside 16..4096 bytes.
+  static absl::StatusOr<std::shared_ptr<const ClusterAuth>> FromSecret(std::string secret);
+
+  // The x-tributary-auth value `role` sends.
+  std::string HeaderFor(Role role) const;
+
+  // The caller's role: UNAUTHENTICATED when x-tributary-auth is missing, malformed or
+  // not made from the secret; PERMISSION_DENIED naming the role and `rpc` when the
+  // role is not in `allowed`.
+  absl::StatusOr<Role> Check(const Metadata& metadata, RoleSet allowed,
+                             absl::string_view rpc) const;
+
+  // The node credential of (job, generation, node rank).
+  std::string NodeCredential(absl::string_view job_id, uint64_t generation,
+                             uint32_t node_rank) const;
+  // PERMISSION_DENIED naming `rpc` and the claimed node unless x-tributary-node is the
+  // credential of exactly that (job, generation, node rank).
+  absl::Status CheckNode(const Metadata& metadata, absl::string_view job_id, uint64_t generation,
+                         uint32_t node_rank, absl::string_view rpc) const;
+  // The same, for a credential already read from the metadata (streams read it once).
+  absl::Status CheckNodeCredential(absl::string_view presented, absl::string_view job_id,
+                                   uint64_t generation, uint32_t node_rank,
+                                   absl::string_view rpc) const;
+
+ private:
+  explicit ClusterAuth(std::string secret) : secret_(std::move(secret)) {}
+  std::string Mac(absl::string_view message) const;  // Lowercase hex HMAC-SHA256.
+
+  const std::string secret_;
+};
+
+// The value of the first `key` entry in `metadata`, empty when absent.
+std::string MetadataValue(const Metadata& metadata, absl::string_view key);
+
+// OK when `auth` is null (the process runs without --cluster_token_file, which needs
+// --allow_unauthenticated), else auth->Check(...).
+absl::Status Authorize(const ClusterAuth* auth, const Metadata& metadata, RoleSet allowed,
+                       absl::string_view rpc);
+
+// The credential of --cluster_token_file, read once per process (later calls return
+// the first result): null when the flag is empty.
+absl::StatusOr<std::shared_ptr<const ClusterAuth>> ClusterAuthFromFlags();
+
+// For a server: ClusterAuthFromFlags(), but FAILED_PRECONDITION naming `binary` when
+// there is no --cluster_token_file and no --allow_unauthenticated (then it is null and
+// a warning is logged).
+absl::StatusOr<std::shared_ptr<const ClusterAuth>> ServerClusterAuthFromFlags(
+    absl::string_view binary);
+
+}  // namespace tributary
+
+#endif  // TRIBUTARY_COMMON_CLUSTER_AUTH_H_
