@@ -15,6 +15,8 @@ std::string RenderMetrics(const prometheus::Registry& registry) {
 HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
                        std::function<bool()> serving)
     : registry_(std::move(registry)), serving_(std::move(serving)) {
+  // Every answer is exactly the type it says: browsers must not guess another.
+  server_.set_default_headers({{"X-Content-Type-Options", "nosniff"}});
   server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(RenderMetrics(*registry_), "text/plain; version=0.0.4");
   });

@@ -2,7 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -220,7 +222,7 @@ function renderJob(status) {
       "<dt>progress</dt><dd id=\"job-progress\">step " + step + (total ? " of " + total : "") +
       (perEpoch ? " &middot; epoch " + (num(job.epoch) + 1 > epochs && epochs ? epochs : num(job.epoch) + 1) +
           (epochs ? " of " + epochs : "") + " (" + perEpoch + " steps each)" : "") +
-      '<div class="bar"><div style="width:' + percent.toFixed(1) + '%"></div></div></dd>' +
+      '<div class="bar"><div id="job-bar" data-width="' + percent.toFixed(1) + '"></div></div></dd>' +
       "<dt>loss</dt><dd id=\"job-loss\">" + (last ? fixed(last.loss, 4) : "&ndash;") + "</dd>" +
       "<dt>test accuracy</dt><dd id=\"job-accuracy\">" + (accuracy !== null ? (100 * accuracy).toFixed(2) + " %" : "&ndash;") + "</dd>" +
       "<dt>samples/s</dt><dd id=\"job-throughput\">" + (last ? fixed(last.samplesPerSecond, 1) : "&ndash;") + "</dd>" +
@@ -240,6 +242,10 @@ function renderJob(status) {
         ", pushed " + bytes(r.bytesPushed) + ", pulled " + bytes(r.bytesPulled) + "</dd>";
   }
   box.innerHTML = html + "</dl>";
+  // Set through the DOM, not a style attribute: the Content-Security-Policy allows no
+  // inline style attributes.
+  const bar = document.getElementById("job-bar");
+  if (bar) bar.style.width = bar.dataset.width + "%";
   drawChart("loss-chart", progress.map(p => [num(p.step), num(p.loss)]), "loss");
   drawChart("accuracy-chart", progress.filter(p => num(p.testAccuracy) >= 0)
       .map(p => [num(p.step), num(p.testAccuracy)]), "accuracy");
@@ -313,6 +319,30 @@ const std::string& DashboardHtml() {
   return *html;
 }
 
+namespace {
+
+// 'sha256-<base64>' of the text between `open` and `close` in the page.
+std::string InlineHash(const std::string& html, const std::string& open,
+                       const std::string& close) {
+  const size_t start = html.find(open);
+  const size_t end = html.find(close, start);
+  if (start == std::string::npos || end == std::string::npos) return "'none'";
+  const std::string body = html.substr(start + open.size(), end - start - open.size());
+  const std::string digest = absl::HexStringToBytes(Sha256Hex(body));
+  return absl::StrCat("'sha256-", absl::Base64Escape(digest), "'");
+}
+
+}  // namespace
+
+const std::string& DashboardContentSecurityPolicy() {
+  static const std::string* policy = new std::string(absl::StrCat(
+      "default-src 'none'; script-src ", InlineHash(DashboardHtml(), "<script>", "</script>"),
+      "; style-src ", InlineHash(DashboardHtml(), "<style>", "</style>"),
+      "; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+      "frame-ancestors 'none'"));
+  return *policy;
+}
+
 absl::StatusOr<std::string> ClusterStatusJson(const v1::ClusterStatus& status) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
@@ -328,6 +358,7 @@ absl::StatusOr<std::string> ClusterStatusJson(const v1::ClusterStatus& status) {
 void AddDashboardRoutes(HttpServer& http, std::function<v1::ClusterStatus()> status) {
   const auto page = [](const httplib::Request&, httplib::Response& response) {
     response.set_header("Cache-Control", "no-store");
+    response.set_header("Content-Security-Policy", DashboardContentSecurityPolicy());
     response.set_content(DashboardHtml(), "text/html; charset=utf-8");
   };
   http.Get("/", page);

@@ -24,6 +24,10 @@ absl::StatusOr<std::string> ClusterStatusJson(const v1::ClusterStatus& status);
 // The page itself.
 const std::string& DashboardHtml();
 
+// The page's Content-Security-Policy: nothing but its own inline script and style (by
+// their SHA-256), requests to its own origin, and no framing.
+const std::string& DashboardContentSecurityPolicy();
+
 }  // namespace tributary::coordinator
 
 #endif  // TRIBUTARY_SERVICES_COORDINATOR_DASHBOARD_H_
