@@ -8,10 +8,16 @@
 
 namespace tributary::coordinator {
 
-void FillWaitingReason(v1::Job& job, bool generation_active, const std::string& waiting_reason) {
+void FillWaitingReason(v1::Job& job, bool generation_active, const std::string& waiting_reason,
+                       const std::string& unreachable_shards) {
   // At most one job is not terminal: the active one.
-  if (generation_active || IsTerminal(job.state()) || job.state() == v1::PAUSED) return;
-  job.set_waiting_reason(waiting_reason);
+  if (IsTerminal(job.state()) || job.state() == v1::PAUSED) return;
+  if (!generation_active) {
+    job.set_waiting_reason(waiting_reason);
+  } else if (!unreachable_shards.empty()) {
+    job.set_waiting_reason(
+        absl::StrCat(unreachable_shards, ": training waits until it answers again"));
+  }
 }
 
 double StragglerThreshold(std::vector<double> step_times, double factor) {
@@ -29,7 +35,8 @@ v1::ClusterStatus ClusterStatusOf(const StatusInputs& inputs, absl::Time now) {
   const v1::Job* shown = inputs.jobs->Shown();
   if (shown != nullptr) {
     *status.mutable_job() = *shown;
-    FillWaitingReason(*status.mutable_job(), generation.active, inputs.waiting_reason);
+    FillWaitingReason(*status.mutable_job(), generation.active, inputs.waiting_reason,
+                      inputs.shards->UnreachableNote());
   }
   status.set_generation(generation.active ? generation.number : 0);
 

@@ -29,8 +29,12 @@ struct StatusInputs {
 
 v1::ClusterStatus ClusterStatusOf(const StatusInputs& inputs, absl::Time now);
 
-// Sets job.waiting_reason when `job` is the active one and no generation runs.
-void FillWaitingReason(v1::Job& job, bool generation_active, const std::string& waiting_reason);
+// Sets job.waiting_reason when `job` is the active one: while no generation runs, to
+// `waiting_reason` (GenerationPlanner's); while one runs, to `unreachable_shards`
+// (ShardDirectory::UnreachableNote) when a shard does not answer, since the job then
+// waits for it.
+void FillWaitingReason(v1::Job& job, bool generation_active, const std::string& waiting_reason,
+                       const std::string& unreachable_shards);
 
 // Step time above which a worker is a straggler: `factor` x the median of the
 // generation's step times (the lower one for an even count, so one slow worker of

@@ -23,16 +23,23 @@ TEST(StragglerThresholdTest, FactorTimesTheLowerMedian) {
 TEST(FillWaitingReasonTest, OnlyTheWaitingActiveJob) {
   v1::Job job;
   job.set_state(v1::RENDEZVOUS);
-  FillWaitingReason(job, /*generation_active=*/true, "x");
+  FillWaitingReason(job, /*generation_active=*/true, "x", "");
   EXPECT_EQ(job.waiting_reason(), "");
-  FillWaitingReason(job, false, "waiting for nodes");
+  FillWaitingReason(job, false, "waiting for nodes", "");
   EXPECT_EQ(job.waiting_reason(), "waiting for nodes");
   for (v1::JobState state : {v1::PAUSED, v1::COMPLETED, v1::FAILED, v1::STOPPED}) {
     v1::Job other;
     other.set_state(state);
-    FillWaitingReason(other, false, "x");
+    FillWaitingReason(other, false, "x", "PS shard 0 at a:1 is not answering (down)");
     EXPECT_EQ(other.waiting_reason(), "") << v1::JobState_Name(state);
   }
+  // A running job whose shard stopped answering waits for it, and says so.
+  v1::Job running;
+  running.set_state(v1::RUNNING);
+  FillWaitingReason(running, true, "", "PS shard 1 at h:2 is not answering (Deadline Exceeded)");
+  EXPECT_EQ(running.waiting_reason(),
+            "PS shard 1 at h:2 is not answering (Deadline Exceeded): training waits until it "
+            "answers again");
 }
 
 class ClusterStatusOfTest : public ::testing::Test {

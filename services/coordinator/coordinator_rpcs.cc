@@ -303,7 +303,8 @@ void Coordinator::HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply,
       }
     }
     *reply = *job;
-    FillWaitingReason(*reply, generation_.active, planner_.waiting_reason());
+    FillWaitingReason(*reply, generation_.active, planner_.waiting_reason(),
+                      shards_.UnreachableNote());
     return absl::OkStatus();
   }());
 }
@@ -316,7 +317,8 @@ void Coordinator::HandleListJobs(const v1::ListJobsRequest& request, v1::ListJob
       v1::Job* job = reply->add_jobs();
       *job = *it;
       job->clear_progress();
-      FillWaitingReason(*job, generation_.active, planner_.waiting_reason());
+      FillWaitingReason(*job, generation_.active, planner_.waiting_reason(),
+                        shards_.UnreachableNote());
     }
   }
   done(absl::OkStatus());

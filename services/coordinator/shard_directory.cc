@@ -1,6 +1,7 @@
 #include "services/coordinator/shard_directory.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tributary::coordinator {
 
@@ -127,6 +128,16 @@ void ShardDirectory::JobBytes(const std::string& job_id, uint64_t* bytes_in,
       *bytes_out += shard.status.bytes_out();
     }
   }
+}
+
+std::string ShardDirectory::UnreachableNote() const {
+  std::vector<std::string> notes;
+  for (const auto& [index, shard] : shards_) {
+    if (!shard.polled || shard.summary.reachable()) continue;
+    notes.push_back(absl::StrCat("PS shard ", index, " at ", shard.info.address(),
+                                 " is not answering (", shard.summary.error(), ")"));
+  }
+  return absl::StrJoin(notes, "; ");
 }
 
 std::vector<v1::ShardSummary> ShardDirectory::Summaries() const {

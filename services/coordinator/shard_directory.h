@@ -50,6 +50,9 @@ class ShardDirectory {
   // Bytes the shards counted for `job_id`, summed.
   void JobBytes(const std::string& job_id, uint64_t* bytes_in, uint64_t* bytes_out) const;
   std::vector<v1::ShardSummary> Summaries() const;
+  // "PS shard 1 at HOST:PORT is not answering (ERROR)" for each shard the last poll
+  // could not reach, joined with "; "; empty when every polled shard answered.
+  std::string UnreachableNote() const;
 
  private:
   struct ShardRecord {

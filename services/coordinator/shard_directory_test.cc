@@ -58,11 +58,18 @@ TEST(ShardDirectoryTest, AnUnreachableShardsIndexCanBeTaken) {
   a.set_address("a:1");
   EXPECT_TRUE(directory.RecordPoll(a, absl::UnavailableError("connection refused"), ""));
   EXPECT_THAT(directory.Summaries()[0].error(), HasSubstr("connection refused"));
+  EXPECT_THAT(directory.UnreachableNote(),
+              HasSubstr("PS shard 0 at a:1 is not answering (connection refused)"));
   absl::StatusOr<ShardDirectory::Registered> taken = directory.Register(Shard("b:1", 0), kT0);
   ASSERT_TRUE(taken.ok());
   EXPECT_EQ(taken->previous_address, "a:1");
   // A poll of the shard that used to be there no longer counts.
   EXPECT_FALSE(directory.RecordPoll(a, v1::ShardStatus(), ""));
+  v1::ShardInfo b;
+  b.set_shard_index(0);
+  b.set_address("b:1");
+  EXPECT_TRUE(directory.RecordPoll(b, v1::ShardStatus(), ""));
+  EXPECT_EQ(directory.UnreachableNote(), "") << "every polled shard answers";
 }
 
 TEST(ShardDirectoryTest, MapHoldsOnlyExpectedIndicesAndPollsFeedTheJobBytes) {

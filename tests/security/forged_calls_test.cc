@@ -7,6 +7,7 @@
 // unless told --allow_unauthenticated.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -318,6 +319,51 @@ TEST(ForgedCallsTest, DataPathsAreConfinedAndTheirContentsNeverShown) {
     EXPECT_TRUE(absl::StrContains(job->state_reason(), c.expected)) << job->state_reason();
     EXPECT_FALSE(absl::StrContains(job->DebugString(), "hunter2")) << job->DebugString();
   }
+}
+
+// A shard that stops answering (SIGSTOP: its port still accepts connections, nothing
+// answers, as with a black-holed host) shows in the job's waiting reason; once it
+// answers again the job goes on and completes.
+TEST(ForgedCallsTest, AShardThatStopsAnsweringShowsInTheWaitingReason) {
+  ClusterShape shape;
+  shape.coordinator_args = {"--shard_rpc_timeout=1s"};
+  std::unique_ptr<cli::LocalCluster> cluster = StartCluster("black_hole", shape);
+  ASSERT_NE(cluster, nullptr);
+  v1::JobSpec spec = SyntheticJob(32, 100000);
+  absl::StatusOr<v1::Job> submitted = SubmitJob(*cluster, spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  absl::StatusOr<v1::Job> running = WaitForJob(
+      *cluster, submitted->job_id(),
+      [](const v1::Job& job) { return job.state() == v1::RUNNING && job.step() >= 5; },
+      absl::Minutes(2));
+  ASSERT_TRUE(running.ok()) << running.status();
+  ChildProcess* shard = cluster->processes()[2];  // Coordinator, shard 0, shard 1, ...
+  shard->Signal(SIGSTOP);
+  absl::StatusOr<v1::Job> waiting = WaitForJob(
+      *cluster, submitted->job_id(),
+      [](const v1::Job& job) {
+        return absl::StrContains(job.waiting_reason(), "PS shard 1 at ") &&
+               absl::StrContains(job.waiting_reason(), "is not answering");
+      },
+      absl::Seconds(30));
+  shard->Signal(SIGCONT);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_EQ(waiting->state(), v1::RUNNING);
+  // Answering again: the reason goes away and training goes on.
+  absl::StatusOr<v1::Job> again = WaitForJob(
+      *cluster, submitted->job_id(),
+      [&](const v1::Job& job) {
+        return job.waiting_reason().empty() && job.step() > waiting->step() + 5;
+      },
+      absl::Seconds(60));
+  ASSERT_TRUE(again.ok()) << again.status();
+  grpc::ClientContext context;
+  v1::JobControlRequest stop;
+  stop.set_job_id(submitted->job_id());
+  v1::Job stopped;
+  EXPECT_TRUE(v1::Coordinator::NewStub(cluster->coordinator_channel())
+                  ->StopJob(&context, stop, &stopped)
+                  .ok());
 }
 
 TEST(ForgedCallsTest, ServersRefuseToStartWithoutACredentialUnlessTold) {
