@@ -420,6 +420,12 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     }
   }
   if (!FinishUpdate(session, session.total_steps())) return;
+  if (evaluates && first_step >= session.total_steps()) {
+    // A generation formed after the last step (rank 0 restarted at the very end): the
+    // final evaluation may never have been reported, so it is done here, on the
+    // parameters the shards hold.
+    EvaluateInto(session);
+  }
   SetPhase(v1::WORKER_FINISHED);
   LOG(INFO) << "finished all " << session.total_steps() << " steps of job " << assignment.job_id();
 }

@@ -8,6 +8,8 @@
 
 #include <thread>
 
+#include "common/job_spec.h"
+#include "services/parameter_server/testing/in_process_shard.h"
 #include "worker/testing/fake_coordinator_link.h"
 
 namespace tributary::worker {
@@ -179,6 +181,93 @@ TEST_F(WorkerRuntimeTest, WithExitAfterJobItLeavesOnceTheJobStops) {
   ASSERT_TRUE(Join().ok()) << result_;
   ASSERT_EQ(link_->deregistrations().size(), 1u);
   EXPECT_EQ(link_->deregistrations()[0].reason(), "job finished");
+}
+
+// Rank 0 restarted after the shards reached the last step: its generation has nothing
+// left to train, and it still evaluates before it says it finished, so the job's
+// result has its accuracy (it used to complete with test_accuracy -1).
+TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
+  ps::testing::InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("mlp");
+  for (uint32_t size : {8, 6, 3}) spec.mutable_model()->add_layer_sizes(size);
+  spec.mutable_dataset()->set_format(v1::SYNTHETIC);
+  spec.mutable_dataset()->set_synthetic_train_samples(64);
+  spec.mutable_dataset()->set_synthetic_test_samples(32);
+  spec.mutable_dataset()->set_synthetic_features(8);
+  spec.mutable_dataset()->set_synthetic_classes(3);
+  spec.set_global_batch_size(16);
+  spec.set_max_steps(4);
+  spec.set_epochs(0);
+  spec.set_devices(v1::CPU);
+  spec = WithDefaults(spec);
+  v1::Assignment assignment;
+  assignment.set_job_id("job-end");
+  assignment.set_generation(2);
+  assignment.set_num_nodes(1);
+  assignment.set_world_size(1);
+  assignment.set_local_world_size(1);
+  assignment.set_replicas(1);
+  assignment.set_total_replicas(1);
+  assignment.set_node_replicas(1);
+  assignment.set_node_leader(true);
+  v1::Device* cpu = assignment.add_devices();
+  cpu->set_kind(v1::CPU);
+  cpu->set_name("cpu");
+  *assignment.add_shards() = shard.info(0);
+  *assignment.mutable_job() = spec;
+  auto script = [](v1::Assignment given) {
+    return [given](FakeCoordinatorLink& link) {
+      link.OnHeartbeat(
+          [given](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+            v1::HeartbeatResponse response;
+            response.set_action(v1::ACTION_WAIT);
+            if (beat.generation() == 0) {
+              response.set_action(v1::ACTION_RENDEZVOUS);
+              *response.mutable_assignment() = given;
+            }
+            return response;
+          });
+    };
+  };
+  auto finished_in = [](uint64_t generation, v1::HeartbeatRequest* seen) {
+    return [generation, seen](const v1::HeartbeatRequest& beat) {
+      if (beat.generation() != generation || beat.phase() != v1::WORKER_FINISHED) return false;
+      *seen = beat;
+      return true;
+    };
+  };
+  // Generation 1 trains all 4 steps; the shard then stands at the last step.
+  assignment.set_generation(1);
+  Script = script(assignment);
+  Start();
+  v1::HeartbeatRequest first;
+  ASSERT_TRUE(link_->AwaitHeartbeat(finished_in(1, &first), kWait));
+  EXPECT_GE(first.test_accuracy(), 0.0f);
+  shutdown_.Request("rank 0 dies at the end");
+  thread_.join();
+
+  // A new process of rank 0, in generation 2, which resumes at step 4 of 4.
+  assignment.set_generation(2);
+  assignment.set_resume_step(4);
+  auto link = std::make_unique<FakeCoordinatorLink>();
+  FakeCoordinatorLink* restarted_link = link.get();
+  script(assignment)(*restarted_link);
+  prometheus::Registry registry;
+  ShutdownSignal shutdown;
+  WorkerRuntime restarted(Options(), registry, std::move(link));
+  absl::Status result;
+  std::thread thread([&] { result = restarted.Run(shutdown); });
+  v1::HeartbeatRequest finished;
+  const bool seen = restarted_link->AwaitHeartbeat(finished_in(2, &finished), kWait);
+  shutdown.Request("test over");
+  thread.join();
+  ASSERT_TRUE(seen) << restarted.GetStatus().DebugString();
+  EXPECT_GE(finished.test_accuracy(), 0.0f) << "the final evaluation was lost";
+  EXPECT_FLOAT_EQ(finished.test_accuracy(), first.test_accuracy())
+      << "the same parameters give the same accuracy";
+  EXPECT_GT(finished.test_loss(), 0.0f);
 }
 
 }  // namespace
