@@ -239,7 +239,18 @@ void Coordinator::FormationFailed(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   LOG(WARNING) << "generation not formed: " << reason;
   ++counters_.formation_failures;
-  planner_.FormationFailed(reason, clock_->Now());
+  const absl::Time now = clock_->Now();
+  planner_.FormationFailed(reason, now);
+  const absl::Duration failing = planner_.FailingFor(now);
+  if (options_.formation_timeout <= absl::ZeroDuration() || failing < options_.formation_timeout) {
+    return;
+  }
+  v1::Job* job = jobs_.Active();
+  if (job == nullptr || IsTerminal(job->state())) return;
+  FinishJobLocked(*job, v1::FAILED,
+                  absl::StrCat("no generation could form for ", absl::FormatDuration(failing),
+                               " (--formation_timeout=",
+                               absl::FormatDuration(options_.formation_timeout), "): ", reason));
 }
 
 void Coordinator::FormGenerationIfDue() {

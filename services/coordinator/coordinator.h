@@ -63,6 +63,9 @@ struct CoordinatorOptions {
   double straggler_factor = 1.5;         // Step time above factor x median = straggler.
   absl::Duration shard_poll_interval = absl::Seconds(2);
   absl::Duration formation_retry = absl::Seconds(1);  // After a failed formation.
+  // A job whose generations keep failing to form (the shards refuse or cannot be
+  // reached) for this long goes FAILED with the last reason; zero = never.
+  absl::Duration formation_timeout = absl::Minutes(10);
   std::string version;                                // Shown on the dashboard.
   // The size of the stored model file with this SHA-256 (ModelStore::Size), or
   // NOT_FOUND. SubmitJob checks a torchscript job's file with it. Unset: no model

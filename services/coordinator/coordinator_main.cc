@@ -47,6 +47,10 @@ ABSL_FLAG(absl::Duration, settle_window, absl::Seconds(2),
           "Once nodes_min node groups are present, how long to wait for up to nodes_max "
           "before forming a generation (also the debounce of a scale-up). Duration. "
           "Default: 2s.");
+ABSL_FLAG(absl::Duration, formation_timeout, absl::Minutes(10),
+          "A job whose generation keeps failing to form (PS shards that refuse or cannot "
+          "be reached) for this long goes FAILED with the last reason; 0 = never. "
+          "Default: 10m.");
 ABSL_FLAG(int, max_generation_failures, 3,
           "A job fails when this many generations in a row end by worker errors without "
           "completing a step (0 = never by this rule). Count. Default: 3.");
@@ -121,6 +125,9 @@ std::string BadFlags() {
   if (absl::GetFlag(FLAGS_rendezvous_max_keys) < 1) return "--rendezvous_max_keys must be >= 1";
   if (absl::GetFlag(FLAGS_progress_history) < 2) return "--progress_history must be >= 2";
   if (absl::GetFlag(FLAGS_max_job_events) < 1) return "--max_job_events must be >= 1";
+  if (absl::GetFlag(FLAGS_formation_timeout) < absl::ZeroDuration()) {
+    return "--formation_timeout must be >= 0";
+  }
   if (absl::GetFlag(FLAGS_max_generation_failures) < 0) {
     return "--max_generation_failures must be >= 0";
   }
@@ -190,6 +197,7 @@ int main(int argc, char** argv) {
   options.max_generation_failures =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_max_generation_failures));
   options.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
+  options.formation_timeout = absl::GetFlag(FLAGS_formation_timeout);
   options.shard_poll_interval = absl::GetFlag(FLAGS_shard_poll_interval);
   options.version = tributary::kVersion;
 

@@ -878,6 +878,33 @@ TEST_F(CoordinatorTest, UnreachableShardDelaysTheGenerationWithAReason) {
   EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_RENDEZVOUS);
 }
 
+TEST_F(CoordinatorTest, AFormationThatKeepsFailingFailsTheJobAfterTheTimeout) {
+  CoordinatorOptions options = Options();
+  options.formation_timeout = absl::Seconds(30);
+  Make(options);
+  RegisterShards();
+  shards_["ps1:1"].reachable = false;
+  const v1::Job job = Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  for (int second = 0; second < 29; ++second) {
+    coordinator_->Tick();
+    Beat(a, 0, v1::WORKER_IDLE);
+    clock_.Advance(absl::Seconds(1));
+  }
+  EXPECT_EQ(coordinator_->GetClusterStatus().job().state(), v1::PENDING)
+      << "still within the timeout";
+  for (int second = 0; second < 3; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    coordinator_->Tick();
+  }
+  const v1::Job failed = coordinator_->GetClusterStatus().job();
+  EXPECT_EQ(failed.job_id(), job.job_id());
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_THAT(failed.state_reason(),
+              AllOf(HasSubstr("no generation could form for 3"),
+                    HasSubstr("--formation_timeout=30s"), HasSubstr("connection refused")));
+}
+
 TEST_F(CoordinatorTest, ShardThatLostItsStateStopsTheResume) {
   RegisterShards();
   const v1::Job job = Submit(Spec(1, 1));

@@ -103,12 +103,14 @@ FormationDecision GenerationPlanner::Decide(const FormationInputs& inputs, absl:
 }
 
 void GenerationPlanner::FormationFailed(const std::string& reason, absl::Time now) {
+  if (!failing_since_.has_value()) failing_since_ = now;
   formation_error_ = reason;
   waiting_reason_ = reason;
   retry_at_ = now + formation_retry_;
 }
 
 void GenerationPlanner::Formed() {
+  failing_since_.reset();
   settle_since_.reset();
   scale_up_since_.reset();
   formation_error_.clear();
@@ -116,12 +118,14 @@ void GenerationPlanner::Formed() {
 }
 
 void GenerationPlanner::JobSubmitted() {
+  failing_since_.reset();
   settle_since_.reset();
   retry_at_ = absl::InfinitePast();
   formation_error_.clear();
 }
 
 void GenerationPlanner::RestartSettling() {
+  failing_since_.reset();
   settle_since_.reset();
   scale_up_since_.reset();
 }

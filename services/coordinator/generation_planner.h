@@ -90,6 +90,11 @@ class GenerationPlanner {
   void RestartSettling();
 
   const std::string& waiting_reason() const { return waiting_reason_; }
+  // How long formations have kept failing (since the first failure after the last
+  // generation formed or the job was submitted); zero while none has failed.
+  absl::Duration FailingFor(absl::Time now) const {
+    return failing_since_.has_value() ? now - *failing_since_ : absl::ZeroDuration();
+  }
 
  private:
   const absl::Duration settle_window_;
@@ -97,6 +102,7 @@ class GenerationPlanner {
   std::optional<absl::Time> settle_since_;
   std::optional<absl::Time> scale_up_since_;
   absl::Time retry_at_ = absl::InfinitePast();
+  std::optional<absl::Time> failing_since_;
   std::string formation_error_;
   std::string waiting_reason_ = "no active job: submit one with SubmitJob";
 };
