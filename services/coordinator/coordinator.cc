@@ -291,10 +291,11 @@ void Coordinator::FormGenerationIfDue() {
   }
   absl::StatusOr<ResumePoint> resume = ResumePointOf(job_id, statuses);
   if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
-  const uint64_t resume_step = resume->step;
+  const uint32_t num_nodes = plan.node_names.size();
 
   // 2. A generation number nobody has seen; on disk before any shard hears of it.
   uint64_t generation = 0;
+  const bool fence = !resume->holding.empty();
   {
     absl::MutexLock lock(&mu_);
     generation = std::max(last_generation_, resume->newest_generation) + 1;
@@ -303,9 +304,44 @@ void Coordinator::FormGenerationIfDue() {
   }
   SaveState().IgnoreError();  // Logged inside; the generation goes ahead regardless.
 
+  // 2b. Fence: the members of the ended generation may still be pushing, and a shard
+  // told the resume step late would have moved on past what it can roll back. Every
+  // shard holding the job first begins the new generation where it stands (ending
+  // the old one there); only then are the steps read that the resume step comes from.
+  if (fence) {
+    for (const v1::ShardInfo& shard : shards) {
+      if (std::find(resume->holding.begin(), resume->holding.end(), shard.shard_index()) ==
+          resume->holding.end()) {
+        continue;
+      }
+      v1::BeginGenerationRequest request;
+      request.set_job_id(job_id);
+      request.set_generation(generation);
+      request.set_num_nodes(num_nodes);
+      request.set_fence(true);
+      absl::StatusOr<v1::BeginGenerationResponse> fenced =
+          shard_client_->BeginGeneration(shard, request);
+      if (!fenced.ok()) {
+        return FormationFailed(absl::StrCat("fencing for generation ", generation,
+                                            " on PS shard ", shard.shard_index(), " at ",
+                                            shard.address(), ": ", fenced.status().message()));
+      }
+    }
+    for (v1::ShardStatus& status : statuses) {
+      const v1::ShardInfo& shard = shards[&status - statuses.data()];
+      absl::StatusOr<v1::ShardStatus> now = shard_client_->GetShardStatus(shard);
+      if (!now.ok()) return FormationFailed(std::string(now.status().message()));
+      now->set_shard_index(shard.shard_index());
+      if (status.job_id().empty()) now->clear_job_id();
+      status = *std::move(now);
+    }
+    resume = ResumePointOf(job_id, statuses);
+    if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
+  }
+  const uint64_t resume_step = resume->step;
+
   // 3. Every shard learns the generation before any worker does. A shard holding no
   // job yet refuses: the workers' InitPartitions installs it at this generation.
-  const uint32_t num_nodes = plan.node_names.size();
   std::vector<uint32_t> installing;
   for (const v1::ShardInfo& shard : shards) {
     v1::BeginGenerationRequest request;

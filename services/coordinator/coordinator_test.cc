@@ -34,6 +34,11 @@ class FakeShards : public ShardClient {
     uint64_t generation = 0;
     uint64_t step = 0;
     uint64_t bytes_in = 0;
+    // The members of an ended generation still pushing: this shard completes this
+    // many steps whenever any shard is called, until a BeginGeneration (a fence
+    // too) ends that generation on it.
+    uint64_t racing_steps = 0;
+    bool fenced = false;  // The current generation was begun by a fence.
     std::vector<v1::BeginGenerationRequest> begun;
     std::vector<std::string> ended;
   };
@@ -59,6 +64,7 @@ class FakeShards : public ShardClient {
       return absl::UnavailableError(absl::StrCat("PS shard ", info.shard_index(), " at ",
                                                  info.address(), ": connection refused"));
     }
+    Race();
     v1::ShardStatus status;
     status.set_shard_index(info.shard_index());
     status.set_job_id(shard.job_id);
@@ -74,6 +80,7 @@ class FakeShards : public ShardClient {
   absl::StatusOr<v1::BeginGenerationResponse> BeginGeneration(
       const v1::ShardInfo& info, const v1::BeginGenerationRequest& request) override {
     absl::MutexLock lock(&mu_);
+    Race();
     Shard& shard = shards_[info.address()];
     if (!shard.reachable) return absl::UnavailableError("connection refused");
     if (shard.job_id.empty()) {
@@ -81,12 +88,22 @@ class FakeShards : public ShardClient {
       return absl::FailedPreconditionError("holds no job");
     }
     if (request.job_id() != shard.job_id) return absl::FailedPreconditionError("other job");
-    if (request.generation() <= shard.generation) {
+    const bool after_fence =
+        !request.fence() && shard.fenced && request.generation() == shard.generation;
+    if (request.generation() <= shard.generation && !after_fence) {
       return absl::FailedPreconditionError(
           absl::StrCat("generation ", request.generation(), " not newer than ", shard.generation));
     }
+    shard.fenced = request.fence();
     shard.generation = request.generation();
-    shard.step = request.resume_step();
+    if (!request.fence()) {
+      if (shard.step > request.resume_step() + 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "at step ", shard.step, ", cannot roll back to ", request.resume_step()));
+      }
+      shard.step = request.resume_step();
+    }
+    shard.racing_steps = 0;  // The old generation's pushes are refused from now on.
     shard.begun.push_back(request);
     return v1::BeginGenerationResponse();
   }
@@ -103,6 +120,10 @@ class FakeShards : public ShardClient {
   }
 
  private:
+  void Race() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& [address, shard] : shards_) shard.step += shard.racing_steps;
+  }
+
   absl::Mutex mu_;
   std::map<std::string, Shard> shards_;
 };
@@ -458,10 +479,14 @@ TEST_F(CoordinatorTest, SilentWorkerEndsGenerationSurvivorsGetNewRanksAndReturni
                                 " (node b) missed heartbeats"));
   EXPECT_THAT(events, HasSubstr("generation 2 formed: 2 node(s) [a, c]"));
   EXPECT_THAT(events, HasSubstr("resuming at step 7"));
-  ASSERT_EQ(shards_["ps1:1"].begun.size(), 2u);
+  // Fenced first (it holds the job), then begun at the common step.
+  ASSERT_EQ(shards_["ps1:1"].begun.size(), 3u);
+  EXPECT_TRUE(shards_["ps1:1"].begun[1].fence());
   EXPECT_EQ(shards_["ps1:1"].begun[1].generation(), 2u);
-  EXPECT_EQ(shards_["ps1:1"].begun[1].num_nodes(), 2u);
-  EXPECT_EQ(shards_["ps1:1"].begun[1].resume_step(), 7u);
+  EXPECT_FALSE(shards_["ps1:1"].begun[2].fence());
+  EXPECT_EQ(shards_["ps1:1"].begun[2].generation(), 2u);
+  EXPECT_EQ(shards_["ps1:1"].begun[2].num_nodes(), 2u);
+  EXPECT_EQ(shards_["ps1:1"].begun[2].resume_step(), 7u);
 
   replies = BeatAll({a, c}, 1, v1::WORKER_TRAINING, 7);
   ASSERT_EQ(replies[c].action(), v1::ACTION_RENDEZVOUS);
@@ -903,6 +928,36 @@ TEST_F(CoordinatorTest, AFormationThatKeepsFailingFailsTheJobAfterTheTimeout) {
   EXPECT_THAT(failed.state_reason(),
               AllOf(HasSubstr("no generation could form for 3"),
                     HasSubstr("--formation_timeout=30s"), HasSubstr("connection refused")));
+}
+
+TEST_F(CoordinatorTest, ShardsThatMoveOnWhileAGenerationFormsAreFencedFirst) {
+  // The members of the ended generation keep pushing while the coordinator forms the
+  // next one: every call finds both shards a step further. Without a fence the shard
+  // told last has moved two steps past the resume step and cannot roll back.
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));
+  for (const std::string shard : {"ps0:1", "ps1:1"}) {
+    shards_.Install(shard, job.job_id(), /*generation=*/3);
+    shards_[shard].step = 10;
+    shards_[shard].racing_steps = 1;
+  }
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS)
+      << coordinator_->GetClusterStatus().waiting_reason();
+  for (const std::string shard : {"ps0:1", "ps1:1"}) {
+    const std::vector<v1::BeginGenerationRequest>& begun = shards_[shard].begun;
+    ASSERT_EQ(begun.size(), 2u) << shard;
+    EXPECT_TRUE(begun[0].fence()) << shard << ": fenced first";
+    EXPECT_EQ(begun[0].generation(), 4u);
+    EXPECT_FALSE(begun[1].fence());
+    EXPECT_EQ(begun[1].generation(), 4u) << "the fenced generation, begun for real";
+    EXPECT_EQ(begun[1].resume_step(), reply.assignment().resume_step());
+    EXPECT_EQ(shards_[shard].step, reply.assignment().resume_step()) << shard;
+  }
+  EXPECT_EQ(reply.assignment().generation(), 4u);
+  EXPECT_GT(reply.assignment().resume_step(), 10u) << "the steps done meanwhile count";
 }
 
 TEST_F(CoordinatorTest, ShardThatLostItsStateStopsTheResume) {

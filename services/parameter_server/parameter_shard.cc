@@ -134,10 +134,10 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
   }
   if (push.sample_count() > kMaxSamplesPerPush) {
     return reject(RejectReason::kTooManySamples,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", p.id, " of step ", push.step(), " from node ",
-                      push.node_rank(), ": sample_count ", push.sample_count(),
-                      " is above the limit of ", kMaxSamplesPerPush, " per push")));
+                  absl::InvalidArgumentError(
+                      absl::StrCat("partition ", p.id, " of step ", push.step(), " from node ",
+                                   push.node_rank(), ": sample_count ", push.sample_count(),
+                                   " is above the limit of ", kMaxSamplesPerPush, " per push")));
   }
   // A node whose share of a short last batch is empty still pushes (SYNC waits for
   // every node), with zero samples and a zero gradient. Buffers are values, not
@@ -237,19 +237,27 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGenerationLocke
                                                       "' but shard ", job.shard_index,
                                                       " holds job '", job.job_id, "'"));
   }
-  if (request.generation() <= job.generation) {
+  const bool fence = request.fence();
+  // The generation a fence began is begun for real by the same number.
+  const bool after_fence = !fence && job.fenced && request.generation() == job.generation;
+  if (request.generation() <= job.generation && !after_fence) {
     return absl::FailedPreconditionError(absl::StrCat(
         "BeginGeneration: generation ", request.generation(), " is not newer than shard ",
         job.shard_index, "'s current generation ", job.generation));
   }
-  const uint64_t resume = request.resume_step();
+  uint64_t resume = request.resume_step();
   uint32_t rolled_back = 0;
   std::string unreachable;
+  if (fence) resume = UINT64_MAX;
   for (auto& partition : job.partitions) {
     absl::MutexLock partition_lock(&partition->mu);
-    if (unreachable.empty())
+    if (fence) {
+      resume = std::min(resume, partition->step);
+    } else if (unreachable.empty()) {
       unreachable = job.aggregator->CannotResume(*partition, resume, job.shard_index);
+    }
   }
+  if (fence && job.partitions.empty()) resume = 0;
   if (!unreachable.empty()) {
     // Another shard went back to a checkpoint (it restarted): rewind to this shard's
     // own checkpoint of that step, which the same checkpoint interval wrote.
@@ -264,17 +272,26 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGenerationLocke
   uint32_t discarded = 0;
   for (auto& partition : job.partitions) {
     absl::MutexLock partition_lock(&partition->mu);
-    job.aggregator->Resume(*partition, resume, request.num_nodes(), &rolled_back, &discarded);
+    // A fence keeps each partition at its own step.
+    job.aggregator->Resume(*partition, fence ? partition->step : resume, request.num_nodes(),
+                           &rolled_back, &discarded);
   }
   sinks_.EndAll(absl::FailedPreconditionError(
       absl::StrCat("generation ", request.generation(), " began on shard ", job.shard_index,
                    "; this stream's generation ", job.generation, " is over")));
   sinks_.Reset(request.num_nodes());
-  LOG(INFO) << "shard " << job.shard_index << ": generation " << request.generation() << " ("
-            << request.num_nodes() << " nodes) resumes job '" << job.job_id << "' at step "
-            << resume << "; rolled back " << rolled_back << ", discarded " << discarded
-            << " partial aggregates (was generation " << job.generation << ")";
+  if (fence) {
+    LOG(INFO) << "shard " << job.shard_index << ": generation " << job.generation
+              << " fenced by generation " << request.generation() << " at step " << resume
+              << "; discarded " << discarded << " partial aggregates";
+  } else {
+    LOG(INFO) << "shard " << job.shard_index << ": generation " << request.generation() << " ("
+              << request.num_nodes() << " nodes) resumes job '" << job.job_id << "' at step "
+              << resume << "; rolled back " << rolled_back << ", discarded " << discarded
+              << " partial aggregates (was generation " << job.generation << ")";
+  }
   job.generation = request.generation();
+  job.fenced = fence;
   job.num_nodes = request.num_nodes();
   ResetStepTracking();
   metrics_.generation.Set(static_cast<double>(job.generation));

@@ -474,6 +474,51 @@ TEST(ParameterShardGenerationTest, PartitionsAheadRollBackWithTheirOptimizerStat
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A fence ends the old generation where each partition stands: its partial
+// aggregates go, its streams end, its pushes are refused, and the partitions keep
+// their steps; the coordinator's BeginGeneration of the same generation then brings
+// them to the common resume step (here one back).
+TEST(ParameterShardGenerationTest, AFenceStopsTheOldGenerationWhereItStands) {
+  Fixture f(MakeSpec(v1::SYNC, Sgd(0.1f), 1), Filled(kElements, 1.0f));
+  RecordingSink old_stream;
+  const std::vector<float> grad = Ramp(kElements, 0.5f, 0.01f);
+  ExpectOk(f.Push(0, 0, 0, grad, 1, &old_stream), PushResult::kAccepted);  // p0: step 1
+  const std::vector<float> after_step0 = f.Values(0);
+  v1::BeginGenerationRequest fence;
+  fence.set_job_id("job-1");
+  fence.set_generation(4);
+  fence.set_num_nodes(1);
+  fence.set_resume_step(99);  // Ignored by a fence.
+  fence.set_fence(true);
+  auto fenced = f.shard.BeginGeneration(fence);
+  ASSERT_TRUE(fenced.ok()) << fenced.status();
+  EXPECT_EQ(fenced->step(), 0u) << "the lowest partition step";
+  EXPECT_EQ(fenced->rolled_back(), 0u);
+  EXPECT_EQ(f.Raw(0)->step(), 1u) << "partition 0 keeps its step";
+  EXPECT_EQ(f.Raw(1)->step(), 0u);
+  EXPECT_EQ(old_stream.ended().code(), absl::StatusCode::kFailedPrecondition);
+  // The old generation's pushes are refused from now on.
+  RecordingSink late;
+  EXPECT_EQ(f.Push(0, 0, 1, grad, 1, &late).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.Raw(1)->step(), 0u);
+
+  // The same generation, begun for real at the common step: partition 0 rolls back.
+  v1::BeginGenerationRequest begin = fence;
+  begin.set_fence(false);
+  begin.set_resume_step(0);
+  auto begun = f.shard.BeginGeneration(begin);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_EQ(begun->rolled_back(), 1u);
+  EXPECT_EQ(f.Raw(0)->step(), 0u);
+  EXPECT_EQ(f.shard.Status().generation(), 4u);
+  // Once begun for real, the generation is not begun again.
+  EXPECT_EQ(f.shard.BeginGeneration(begin).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Pushes of generation 4 train on: step 0 again gives the same values.
+  RecordingSink sink;
+  ExpectOk(f.Push(0, 0, 0, grad, 1, &sink, 4), PushResult::kAccepted);
+  EXPECT_EQ(f.Values(0), after_step0);
+}
+
 TEST(ParameterShardSyncTest, AReconnectingNodeLosesNothing) {
   Fixture f(MakeSpec(v1::SYNC, Sgd(1.0f), 2), Filled(kElements, 0.0f));
   RecordingSink first, second, other;

@@ -112,6 +112,9 @@ struct ShardJob {
   Optimizer optimizer;
   uint32_t shard_index = 0;
   uint64_t generation = 0;
+  // `generation` was begun by a fence (BeginGenerationRequest.fence): no node pushes in
+  // it, and the coordinator's BeginGeneration of that same generation follows.
+  bool fenced = false;
   uint32_t num_nodes = 1;
   v1::TrainingMode mode = v1::SYNC;
   uint32_t staleness = 0;

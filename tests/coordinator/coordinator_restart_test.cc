@@ -167,9 +167,12 @@ TEST(CoordinatorRestartTest, StateSurvivesACrashAndWorkersRejoin) {
   const std::string again = RegisterWorker(*second, 7001);
   EXPECT_EQ(AwaitGeneration(*second, again), 2u) << second->Log();
   const std::vector<v1::BeginGenerationRequest> begun = shard.ps().begun();
-  ASSERT_EQ(begun.size(), 2u);
+  ASSERT_EQ(begun.size(), 3u) << "generation 1, then the fence and the begin of generation 2";
+  EXPECT_TRUE(begun[1].fence());
   EXPECT_EQ(begun[1].generation(), 2u);
-  EXPECT_EQ(begun[1].resume_step(), 5u) << "the shards' step is where training resumes";
+  EXPECT_FALSE(begun[2].fence());
+  EXPECT_EQ(begun[2].generation(), 2u);
+  EXPECT_EQ(begun[2].resume_step(), 5u) << "the shards' step is where training resumes";
   ASSERT_TRUE(second->Stop(SIGTERM).ok());
 }
 

@@ -366,6 +366,71 @@ TEST(ForgedCallsTest, AShardThatStopsAnsweringShowsInTheWaitingReason) {
                   .ok());
 }
 
+// A node that leaves and joins again while a tiny, fast model trains (no checkpoints):
+// the members of the ended generation push on while the next one forms, and the
+// shards must still reach a common step and re-form, every time. (Before the fence,
+// 3 of 3 such joins never re-formed.) The worker is made to leave by its own
+// Deregister (made here with the worker credential), and registers again by itself.
+TEST(ForgedCallsTest, AJoinWhileTrainingReformsEveryTime) {
+  ClusterShape shape;
+  std::unique_ptr<cli::LocalCluster> cluster = StartCluster("join_race", shape);
+  ASSERT_NE(cluster, nullptr);
+  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
+      ClusterAuth::FromFile("cluster_token_file", cluster->cluster_token_file());
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  v1::JobSpec spec = SyntheticJob(8, 1000000);
+  spec.set_nodes_min(1);
+  spec.set_nodes_max(2);
+  absl::StatusOr<v1::Job> submitted = SubmitJob(*cluster, spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string job_id = submitted->job_id();
+  auto coordinator = v1::Coordinator::NewStub(cluster->coordinator_channel());
+  auto both_training = [&](uint64_t after_generation, uint64_t after_step) {
+    return [&, after_generation, after_step](const v1::Job& job) {
+      if (job.state() != v1::RUNNING || job.generation() <= after_generation ||
+          job.step() < after_step + 20) {
+        return false;
+      }
+      v1::ListWorkersResponse workers;
+      grpc::ClientContext context;
+      if (!coordinator->ListWorkers(&context, v1::ListWorkersRequest(), &workers).ok()) {
+        return false;
+      }
+      int in_generation = 0;
+      for (const v1::WorkerInfo& worker : workers.workers()) {
+        if (worker.assignment().generation() == job.generation()) ++in_generation;
+      }
+      return in_generation == 2;
+    };
+  };
+  absl::StatusOr<v1::Job> job = WaitForJob(*cluster, job_id, both_training(0, 0), absl::Minutes(2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Caller as_worker{"a worker", (*auth)->HeaderFor(Role::kWorker), ""};
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    v1::ListWorkersResponse workers;
+    {
+      grpc::ClientContext context;
+      ASSERT_TRUE(coordinator->ListWorkers(&context, v1::ListWorkersRequest(), &workers).ok());
+    }
+    ASSERT_EQ(workers.workers_size(), 2);
+    v1::DeregisterRequest leave;
+    leave.set_worker_id(workers.workers(attempt % 2).worker_id());
+    leave.set_reason("join-while-training test");
+    v1::DeregisterResponse left;
+    auto plain = v1::Coordinator::NewStub(Plain(cluster->coordinator_address()));
+    ASSERT_TRUE(plain->Deregister(ContextOf(as_worker).get(), leave, &left).ok());
+    absl::StatusOr<v1::Job> reformed = WaitForJob(
+        *cluster, job_id, both_training(job->generation(), job->step()), absl::Minutes(1));
+    ASSERT_TRUE(reformed.ok()) << "attempt " << attempt << ": " << reformed.status();
+    job = reformed;
+  }
+  grpc::ClientContext context;
+  v1::JobControlRequest stop;
+  stop.set_job_id(job_id);
+  v1::Job stopped;
+  EXPECT_TRUE(coordinator->StopJob(&context, stop, &stopped).ok());
+}
+
 TEST(ForgedCallsTest, ServersRefuseToStartWithoutACredentialUnlessTold) {
   cli::LocalClusterOptions options;
   ASSERT_TRUE(cli::LocateBinaries("", "", options).ok());

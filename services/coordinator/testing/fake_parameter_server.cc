@@ -79,14 +79,16 @@ grpc::ServerUnaryReactor* FakeParameterServer::BeginGeneration(
     } else if (request->job_id() != job_id_) {
       status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat("shard holds job '", job_id_, "'"));
-    } else if (request->generation() <= generation_) {
+    } else if (request->generation() <= generation_ &&
+               !(fenced_ && !request->fence() && request->generation() == generation_)) {
       status = grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
           absl::StrCat("generation ", request->generation(), " is not newer than ", generation_));
     } else {
       generation_ = request->generation();
+      fenced_ = request->fence();
       num_nodes_ = request->num_nodes();
-      step_ = request->resume_step();
+      if (!request->fence()) step_ = request->resume_step();
       begun_.push_back(*request);
     }
     response->set_step(request->resume_step());

@@ -43,6 +43,7 @@ class FakeParameterServer : public v1::ParameterServer::CallbackService {
   mutable absl::Mutex mu_;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;  // generation_ was begun by a fence.
   uint32_t num_nodes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
