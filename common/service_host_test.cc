@@ -257,6 +257,27 @@ TEST_F(ServiceHostTest, TlsConfigurationErrorsNameTheFile) {
   absl::Status status = host2.Start();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(status.message().find("/nonexistent/cert.pem"), std::string::npos) << status;
+
+  // A key of another certificate: said so, naming both files (it used to fail later as
+  // "address in use or not local?").
+  ServerOptions mismatched = LoopbackOptions();
+  mismatched.tls = {TestDataPath("server.pem"), TestDataPath("client.key"), ""};
+  ServiceHost host3(mismatched);
+  absl::Status wrong_key = host3.Start();
+  EXPECT_EQ(wrong_key.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong_key.message().find("does not match the certificate"), std::string::npos)
+      << wrong_key;
+  EXPECT_NE(wrong_key.message().find("client.key"), std::string::npos) << wrong_key;
+  EXPECT_NE(wrong_key.message().find("server.pem"), std::string::npos) << wrong_key;
+  EXPECT_EQ(wrong_key.message().find("address in use"), std::string::npos) << wrong_key;
+
+  // A certificate file holding a key instead.
+  ServerOptions swapped = LoopbackOptions();
+  swapped.tls = {TestDataPath("server.key"), TestDataPath("server.key"), ""};
+  ServiceHost host4(swapped);
+  absl::Status no_cert = host4.Start();
+  EXPECT_EQ(no_cert.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_cert.message().find("no PEM certificate"), std::string::npos) << no_cert;
 }
 
 }  // namespace

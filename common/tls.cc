@@ -1,6 +1,12 @@
 #include "common/tls.h"
 
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -23,6 +29,32 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return contents.str();
 }
 
+absl::Status CheckKeyMatchesCertificate(const TlsFiles& files, const std::string& cert_pem,
+                                        const std::string& key_pem) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), X509_free);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_cert=", files.cert, ": no PEM certificate in the file"));
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key=", files.key, ": no PEM private key in the file (or it is encrypted)"));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key=", files.key,
+                                                   " does not match the certificate in --tls_cert=",
+                                                   files.cert));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files) {
   if (!files.enabled()) return grpc::InsecureServerCredentials();
@@ -35,6 +67,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> key = ReadFileToString(files.key);
   if (!key.ok()) return key.status();
+  if (absl::Status matches = CheckKeyMatchesCertificate(files, *cert, *key); !matches.ok()) {
+    return matches;
+  }
   grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (!files.ca.empty()) {
     absl::StatusOr<std::string> ca = ReadFileToString(files.ca);

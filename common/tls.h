@@ -30,6 +30,12 @@ TlsFiles TlsFilesFromFlags();
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Insecure credentials when !files.enabled(). A server needs both cert and key.
+// OK when the PEM private key `key_pem` belongs to the first certificate of
+// `cert_pem`; INVALID_ARGUMENT naming the files otherwise (no certificate, no key,
+// or a key of another certificate).
+absl::Status CheckKeyMatchesCertificate(const TlsFiles& files, const std::string& cert_pem,
+                                        const std::string& key_pem);
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files);
 
