@@ -240,6 +240,9 @@ class DefaultValuesTest(unittest.TestCase):
             sorted([
                 ("ConfigMap", "tributary-job"),
                 ("Deployment", "tributary-coordinator"),
+                ("NetworkPolicy", "tributary-coordinator"),
+                ("NetworkPolicy", "tributary-parameter-server"),
+                ("NetworkPolicy", "tributary-worker"),
                 ("PersistentVolumeClaim", "tributary-coordinator-state"),
                 ("Secret", "tributary-cluster-token"),
                 ("Service", "tributary-coordinator"),
@@ -489,6 +492,41 @@ class OtherValuesTest(unittest.TestCase):
                               check=False)
         self.assertNotEqual(both.returncode, 0)
         self.assertIn("either existingSecret or value", both.stderr)
+
+    def test_network_policies_let_only_the_release_reach_internal_ports(self):
+        items = TOOLS.render()
+        policies = by_kind(items, "NetworkPolicy")
+        release = {"app.kubernetes.io/name": "tributary", "app.kubernetes.io/instance": "tributary"}
+        ports = {"coordinator": (50051, 8080), "parameter-server": (50061, 8081),
+                 "worker": (50071, 8082)}
+        for component, (grpc_port, http_port) in ports.items():
+            spec = policies["tributary-" + component]["spec"]
+            self.assertEqual(spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+                             component)
+            self.assertEqual(spec["policyTypes"], ["Ingress"])
+            rules = spec["ingress"]
+            # Every port from the release's own pods.
+            self.assertEqual(rules[0], {"from": [{"podSelector": {"matchLabels": release}}]})
+            open_ports = sorted(rule["ports"][0]["port"] for rule in rules[1:])
+            if component == "coordinator":
+                self.assertEqual(open_ports, sorted([grpc_port, http_port]))
+            else:
+                self.assertEqual(open_ports, [http_port], "%s: gRPC only from the release" % component)
+            for rule in rules[1:]:
+                self.assertNotIn("from", rule, "empty client lists: anyone")
+        # Pods of the release must carry the labels the policies allow.
+        for role in WORKLOADS:
+            labels = workload(items, role)["spec"]["template"]["metadata"]["labels"]
+            for key, value in release.items():
+                self.assertEqual(labels[key], value, role)
+        peer = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+        limited = TOOLS.render(sets=[
+            'networkPolicy.httpClients[0].namespaceSelector.matchLabels.name=monitoring'])
+        for policy in by_kind(limited, "NetworkPolicy").values():
+            http_rule = policy["spec"]["ingress"][-1]
+            self.assertEqual(http_rule["from"], [peer])
+        self.assertEqual(by_kind(TOOLS.render(sets=["networkPolicy.enabled=false"]),
+                                 "NetworkPolicy"), {})
 
     def test_cluster_secret_reaches_every_component(self):
         items = TOOLS.render()
