@@ -103,6 +103,19 @@ absl::StatusOr<Role> ClusterAuth::Check(const Metadata& metadata, RoleSet allowe
       rpc, ": the cluster credential is not valid (another cluster's secret, or forged)"));
 }
 
+std::string ClusterAuth::WorkerCredential(absl::string_view worker_id) const {
+  return Mac(absl::StrCat("tributary-worker:", worker_id));
+}
+
+absl::Status ClusterAuth::CheckWorker(const Metadata& metadata, absl::string_view worker_id,
+                                      absl::string_view rpc) const {
+  const std::string presented = MetadataValue(metadata, kWorkerCredentialMetadata);
+  if (ConstantTimeEqual(presented, WorkerCredential(worker_id))) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      rpc, ": the caller is not worker '", worker_id, "' (", presented.empty() ? "no" : "a wrong",
+      " '", kWorkerCredentialMetadata, "' credential; RegisterWorker gives it)"));
+}
+
 std::string ClusterAuth::NodeCredential(absl::string_view job_id, uint64_t generation,
                                         uint32_t node_rank) const {
   return Mac(absl::StrCat("tributary-node:", job_id, "/", generation, "/", node_rank));

@@ -53,6 +53,7 @@ const char* RoleName(Role role);
 
 inline constexpr char kClusterAuthMetadata[] = "x-tributary-auth";
 inline constexpr char kNodeCredentialMetadata[] = "x-tributary-node";
+inline constexpr char kWorkerCredentialMetadata[] = "x-tributary-worker";
 
 using Metadata = std::multimap<grpc::string_ref, grpc::string_ref>;
 
@@ -77,6 +78,13 @@ class ClusterAuth {
   // role is not in `allowed`.
   absl::StatusOr<Role> Check(const Metadata& metadata, RoleSet allowed,
                              absl::string_view rpc) const;
+
+  // The credential of one worker registration (RegisterWorkerResponse.worker_id).
+  std::string WorkerCredential(absl::string_view worker_id) const;
+  // PERMISSION_DENIED naming `rpc` and the worker id unless x-tributary-worker is the
+  // credential of `worker_id`.
+  absl::Status CheckWorker(const Metadata& metadata, absl::string_view worker_id,
+                           absl::string_view rpc) const;
 
   // The node credential of (job, generation, node rank).
   std::string NodeCredential(absl::string_view job_id, uint64_t generation,

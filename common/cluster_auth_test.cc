@@ -69,6 +69,21 @@ TEST(ClusterAuthTest, NodeCredentialsBindJobGenerationAndRank) {
   EXPECT_NE(Auth("another-cluster-secret")->NodeCredential("job-1", 3, 1), credential);
 }
 
+TEST(ClusterAuthTest, WorkerCredentialsBindTheWorkerId) {
+  auto auth = Auth();
+  std::vector<std::pair<std::string, std::string>> storage = {
+      {kWorkerCredentialMetadata, auth->WorkerCredential("w1-abc")}};
+  EXPECT_TRUE(auth->CheckWorker(MetadataOf(storage), "w1-abc", "Heartbeat").ok());
+  absl::Status other = auth->CheckWorker(MetadataOf(storage), "w2-abc", "Heartbeat");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(other.message().find("Heartbeat: the caller is not worker 'w2-abc'"),
+            std::string::npos);
+  std::vector<std::pair<std::string, std::string>> none;
+  EXPECT_EQ(auth->CheckWorker(MetadataOf(none), "w1-abc", "Deregister").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(auth->WorkerCredential("w1-abc"), auth->NodeCredential("w1-abc", 0, 0));
+}
+
 TEST(ClusterAuthTest, SecretsAreBoundedAndFileErrorsNameThePathNotTheContents) {
   EXPECT_EQ(ClusterAuth::FromSecret(std::string(15, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);

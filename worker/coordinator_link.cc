@@ -2,6 +2,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include "common/cluster_auth.h"
 #include "common/grpc_status.h"
 #include "worker/model_fetch.h"
 
@@ -26,12 +27,21 @@ absl::StatusOr<std::unique_ptr<GrpcCoordinatorLink>> GrpcCoordinatorLink::Create
 GrpcCoordinatorLink::GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)), stub_(v1::Coordinator::NewStub(channel_)) {}
 
+void GrpcCoordinatorLink::AddWorkerCredential(grpc::ClientContext& context) {
+  absl::MutexLock lock(&mu_);
+  if (!worker_credential_.empty()) {
+    context.AddMetadata(kWorkerCredentialMetadata, worker_credential_);
+  }
+}
+
 absl::StatusOr<v1::RegisterWorkerResponse> GrpcCoordinatorLink::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   v1::RegisterWorkerResponse response;
   auto context = Deadline(absl::Seconds(10));
   const grpc::Status status = stub_->RegisterWorker(context.get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status, "RegisterWorker");
+  absl::MutexLock lock(&mu_);
+  worker_credential_ = response.worker_credential();
   return response;
 }
 
@@ -39,6 +49,7 @@ absl::StatusOr<v1::HeartbeatResponse> GrpcCoordinatorLink::Heartbeat(
     const v1::HeartbeatRequest& request) {
   v1::HeartbeatResponse response;
   auto context = Deadline(absl::Seconds(10));
+  AddWorkerCredential(*context);
   const grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status, "Heartbeat");
   return response;
@@ -47,6 +58,7 @@ absl::StatusOr<v1::HeartbeatResponse> GrpcCoordinatorLink::Heartbeat(
 absl::Status GrpcCoordinatorLink::Deregister(const v1::DeregisterRequest& request) {
   v1::DeregisterResponse response;
   auto context = Deadline(absl::Seconds(5));
+  AddWorkerCredential(*context);
   return FromGrpcStatus(stub_->Deregister(context.get(), request, &response), "Deregister");
 }
 

@@ -7,11 +7,13 @@
 #define TRIBUTARY_WORKER_COORDINATOR_LINK_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -52,8 +54,13 @@ class GrpcCoordinatorLink : public CoordinatorLink {
  private:
   explicit GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel);
 
+  void AddWorkerCredential(grpc::ClientContext& context);
+
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  // The last registration's credential, sent with Heartbeat and Deregister.
+  absl::Mutex mu_;
+  std::string worker_credential_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tributary::worker

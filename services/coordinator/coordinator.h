@@ -75,6 +75,9 @@ struct CoordinatorOptions {
   // (ClusterAuth::NodeCredential). Unset: assignments carry none.
   std::function<std::string(const std::string& job_id, uint64_t generation, uint32_t node_rank)>
       node_credential;
+  // The credential of a worker registration, returned by RegisterWorker
+  // (ClusterAuth::WorkerCredential). Unset: none.
+  std::function<std::string(const std::string& worker_id)> worker_credential;
 };
 
 class Coordinator : public CoordinatorHandler {

@@ -182,6 +182,9 @@ int main(int argc, char** argv) {
                                              uint32_t node_rank) {
       return auth->NodeCredential(job, generation, node_rank);
     };
+    options.worker_credential = [auth = *auth](const std::string& worker_id) {
+      return auth->WorkerCredential(worker_id);
+    };
   }
   options.ps_shards = static_cast<uint32_t>(absl::GetFlag(FLAGS_ps_shards));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);

@@ -44,6 +44,7 @@ void Coordinator::HandleRegisterWorker(const v1::RegisterWorkerRequest& request,
     LOG(INFO) << DescribeWorker(id, request) << " registered from " << request.host() << ":"
               << request.grpc_port() << " with " << request.devices_size() << " device(s)";
     reply->set_worker_id(id);
+    if (options_.worker_credential) reply->set_worker_credential(options_.worker_credential(id));
     reply->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
     RequestWorkLocked();

@@ -226,6 +226,14 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServer
                                                             v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Heartbeat")) return reactor;
+  if (auth_ != nullptr) {
+    if (absl::Status own = auth_->CheckWorker(context->client_metadata(), request->worker_id(),
+                                             "Heartbeat");
+        !own.ok()) {
+      reactor->Finish(ToGrpcStatus(own));
+      return reactor;
+    }
+  }
   handler_->HandleHeartbeat(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -235,6 +243,14 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Deregister(grpc::CallbackServe
                                                              v1::DeregisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Deregister")) return reactor;
+  if (auth_ != nullptr) {
+    if (absl::Status own = auth_->CheckWorker(context->client_metadata(), request->worker_id(),
+                                             "Deregister");
+        !own.ok()) {
+      reactor->Finish(ToGrpcStatus(own));
+      return reactor;
+    }
+  }
   handler_->HandleDeregister(*request, response, FinishWith(reactor));
   return reactor;
 }

@@ -32,8 +32,9 @@ namespace {
 // Who makes a forged call.
 struct Caller {
   std::string name;
-  std::string auth_header;      // x-tributary-auth; empty = none.
-  std::string node_credential;  // x-tributary-node; empty = none.
+  std::string auth_header;        // x-tributary-auth; empty = none.
+  std::string node_credential;    // x-tributary-node; empty = none.
+  std::string worker_credential;  // x-tributary-worker; empty = none.
 };
 
 std::unique_ptr<grpc::ClientContext> ContextOf(const Caller& caller) {
@@ -42,6 +43,9 @@ std::unique_ptr<grpc::ClientContext> ContextOf(const Caller& caller) {
   if (!caller.auth_header.empty()) context->AddMetadata(kClusterAuthMetadata, caller.auth_header);
   if (!caller.node_credential.empty()) {
     context->AddMetadata(kNodeCredentialMetadata, caller.node_credential);
+  }
+  if (!caller.worker_credential.empty()) {
+    context->AddMetadata(kWorkerCredentialMetadata, caller.worker_credential);
   }
   return context;
 }
@@ -163,6 +167,13 @@ TEST(ForgedCallsTest, EveryForgedCallIsRefusedAndChangesNothing) {
     }
     EXPECT_REFUSED(coordinator_plain->Heartbeat(ContextOf(as_operator).get(), heartbeat, &reply),
                    StatusCode::PERMISSION_DENIED, as_operator.name);
+    // A worker (the role is right) reporting for another worker id.
+    const Caller other_worker{"another worker", as_worker.auth_header, "",
+                              (*auth)->WorkerCredential("w9-not-this-one")};
+    for (const Caller* caller : {&as_worker, &other_worker}) {
+      EXPECT_REFUSED(coordinator_plain->Heartbeat(ContextOf(*caller).get(), heartbeat, &reply),
+                     StatusCode::PERMISSION_DENIED, caller->name);
+    }
     v1::DeregisterRequest deregister;
     deregister.set_worker_id(worker.worker_id());
     v1::DeregisterResponse gone;
@@ -170,6 +181,8 @@ TEST(ForgedCallsTest, EveryForgedCallIsRefusedAndChangesNothing) {
                    StatusCode::UNAUTHENTICATED, stranger.name);
     EXPECT_REFUSED(coordinator_plain->Deregister(ContextOf(as_operator).get(), deregister, &gone),
                    StatusCode::PERMISSION_DENIED, as_operator.name);
+    EXPECT_REFUSED(coordinator_plain->Deregister(ContextOf(as_worker).get(), deregister, &gone),
+                   StatusCode::PERMISSION_DENIED, "a worker without that worker's credential");
   }
   {
     v1::RegisterParameterServerRequest shard;
@@ -418,7 +431,9 @@ TEST(ForgedCallsTest, AJoinWhileTrainingReformsEveryTime) {
     leave.set_reason("join-while-training test");
     v1::DeregisterResponse left;
     auto plain = v1::Coordinator::NewStub(Plain(cluster->coordinator_address()));
-    ASSERT_TRUE(plain->Deregister(ContextOf(as_worker).get(), leave, &left).ok());
+    const Caller itself{"the worker itself", as_worker.auth_header, "",
+                        (*auth)->WorkerCredential(leave.worker_id())};
+    ASSERT_TRUE(plain->Deregister(ContextOf(itself).get(), leave, &left).ok());
     absl::StatusOr<v1::Job> reformed = WaitForJob(
         *cluster, job_id, both_training(job->generation(), job->step()), absl::Minutes(1));
     ASSERT_TRUE(reformed.ok()) << "attempt " << attempt << ": " << reformed.status();
