@@ -1,6 +1,9 @@
 #include "cli/local_cluster.h"
 
 #include <fcntl.h>
+#include <glog/logging.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,10 +11,8 @@
 #include <fstream>
 #include <regex>
 
-#include <glog/logging.h>
-#include <grpcpp/client_context.h>
-#include <grpcpp/create_channel.h>
-
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -80,12 +81,11 @@ absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir
       argv0.empty() ? bazel::tools::cpp::runfiles::Runfiles::CreateForTest(&error)
                     : bazel::tools::cpp::runfiles::Runfiles::Create(argv0, &error));
   if (runfiles == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "cannot find the service binaries: no Bazel runfiles (", error,
-        "); run through `bazel run //:tributary -- ...` or pass --bin_dir"));
+    return absl::NotFoundError(
+        absl::StrCat("cannot find the service binaries: no Bazel runfiles (", error,
+                     "); run through `bazel run //:tributary -- ...` or pass --bin_dir"));
   }
-  options.coordinator_binary =
-      runfiles->Rlocation("tributary/services/coordinator/coordinator");
+  options.coordinator_binary = runfiles->Rlocation("tributary/services/coordinator/coordinator");
   options.parameter_server_binary =
       runfiles->Rlocation("tributary/services/parameter_server/parameter_server");
   options.worker_binary = runfiles->Rlocation("tributary/worker/worker");
@@ -128,8 +128,8 @@ absl::StatusOr<std::shared_ptr<const ClusterAuth>> WriteClusterSecret(const std:
   std::remove(path.c_str());
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
-  const bool written = write(fd, secret.data(), secret.size()) ==
-                       static_cast<ssize_t>(secret.size());
+  const bool written =
+      write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
   close(fd);
   if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
   return ClusterAuth::FromSecret(secret);
@@ -150,12 +150,13 @@ std::vector<ChildProcess*> LocalCluster::processes() {
 }
 
 absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
-    const std::string& name, std::vector<std::string> argv,
-    std::unique_ptr<ChildProcess>& slot) {
+    const std::string& name, std::vector<std::string> argv, std::unique_ptr<ChildProcess>& slot,
+    const Endpoint* same_ports) {
+  argv_[name] = argv;
   const std::string port_file = PortFile(name);
   std::remove(port_file.c_str());
-  argv.push_back("--listen=127.0.0.1:0");
-  argv.push_back("--http_port=0");
+  argv.push_back(absl::StrCat("--listen=127.0.0.1:", same_ports ? same_ports->grpc_port : 0));
+  argv.push_back(absl::StrCat("--http_port=", same_ports ? same_ports->http_port : 0));
   argv.push_back("--port_file=" + port_file);
   absl::StatusOr<std::unique_ptr<ChildProcess>> child =
       ChildProcess::Start(name, std::move(argv), absl::StrCat(options_.run_dir, "/", name, ".log"));
@@ -173,7 +174,10 @@ absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
       channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", endpoint.grpc_port),
                                     grpc::InsecureChannelCredentials());
     }
-    if (channel != nullptr && Serving(channel)) return endpoint;
+    if (channel != nullptr && Serving(channel)) {
+      endpoints_[name] = endpoint;
+      return endpoint;
+    }
     if (absl::Now() > give_up) {
       return absl::DeadlineExceededError(absl::StrCat(
           name, " did not become SERVING within ", absl::FormatDuration(options_.start_timeout),
@@ -270,6 +274,34 @@ void LocalCluster::KillWorker(int index) {
     workers_[index]->Signal(SIGKILL);
     workers_[index]->Wait(absl::Seconds(10));
   }
+}
+
+absl::Status LocalCluster::KillAndRestart(const std::string& which) {
+  std::unique_ptr<ChildProcess>* slot = nullptr;
+  int worker = -1;
+  if (which == "coordinator") {
+    slot = &coordinator_;
+  } else if (absl::StartsWith(which, "ps-")) {
+    int index = -1;
+    if (absl::SimpleAtoi(which.substr(3), &index) && index >= 0 &&
+        index < static_cast<int>(shards_.size())) {
+      slot = &shards_[index];
+    }
+  } else if (absl::StartsWith(which, "worker-")) {
+    if (absl::SimpleAtoi(which.substr(7), &worker) && worker >= 0 &&
+        worker < static_cast<int>(workers_.size())) {
+      slot = &workers_[worker];
+    }
+  }
+  if (slot == nullptr || *slot == nullptr || argv_.count(which) == 0) {
+    return absl::NotFoundError(absl::StrCat("no process '", which, "' to restart"));
+  }
+  if (worker >= 0) killed_[worker] = true;
+  (*slot)->KillGroup();
+  const Endpoint ports = endpoints_[which];
+  absl::StatusOr<Endpoint> started = StartAndWait(which, argv_[which], *slot, &ports);
+  if (worker >= 0) killed_[worker] = false;
+  return started.status();
 }
 
 void LocalCluster::Stop() {

@@ -5,11 +5,12 @@
 #ifndef TRIBUTARY_CLI_LOCAL_CLUSTER_H_
 #define TRIBUTARY_CLI_LOCAL_CLUSTER_H_
 
+#include <grpcpp/channel.h>
+
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/channel.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -71,6 +72,11 @@ class LocalCluster {
   // not count it as a failure.
   void KillWorker(int index);
 
+  // For chaos tests: SIGKILL the process, then start it again with the same flags on
+  // the same gRPC and HTTP ports (its peers find it where it was), and wait until it
+  // serves. `which`: "coordinator", "ps-K" or "worker-K".
+  absl::Status KillAndRestart(const std::string& which);
+
   std::string coordinator_address() const { return coordinator_address_; }
   std::string dashboard_url() const;
   std::vector<std::string> shard_addresses() const { return shard_addresses_; }
@@ -91,9 +97,9 @@ class LocalCluster {
     int grpc_port = 0;
     int http_port = 0;
   };
-  absl::StatusOr<Endpoint> StartAndWait(const std::string& name,
-                                        std::vector<std::string> argv,
-                                        std::unique_ptr<ChildProcess>& slot);
+  absl::StatusOr<Endpoint> StartAndWait(const std::string& name, std::vector<std::string> argv,
+                                        std::unique_ptr<ChildProcess>& slot,
+                                        const Endpoint* same_ports = nullptr);
   std::string PortFile(const std::string& name) const;
 
   LocalClusterOptions options_;
@@ -107,6 +113,9 @@ class LocalCluster {
   std::vector<std::string> worker_addresses_;
   std::shared_ptr<grpc::Channel> coordinator_channel_;
   std::shared_ptr<const ClusterAuth> auth_;
+  // Each process's flags (before the port flags) and ports, by name, for restarts.
+  std::map<std::string, std::vector<std::string>> argv_;
+  std::map<std::string, Endpoint> endpoints_;
   bool stopped_ = false;
 };
 

@@ -1,0 +1,110 @@
+// A bounded chaos run: while a SYNC job trains on a real cluster (coordinator with its
+// state on disk, 2 PS shards checkpointing every 10 steps, 2 workers), a worker, a PS
+// shard and the coordinator are each killed with SIGKILL and started again at steps
+// drawn from a seed, and a worker leaves and joins again. The job must complete every
+// step, and its final parameters must be those of one replica training alone on the
+// same global batches (within the 1e-5 of the other exactness tests: SYNC sums the same
+// gradients, only the order of float additions differs).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cli/parameters.h"
+#include "common/child_process.h"
+#include "common/cluster_auth.h"
+#include "tests/training/cluster_fixture.h"
+#include "worker/engine/trainer.h"
+
+namespace tributary::testing {
+namespace {
+
+TEST(ChaosTest, KillsAndAJoinLeaveTheParametersOfACleanRun) {
+  ClusterShape shape;
+  std::unique_ptr<cli::LocalCluster> cluster = StartCluster("chaos", shape);
+  ASSERT_NE(cluster, nullptr);
+  const uint64_t kSteps = 3000;
+  v1::JobSpec spec = SyntheticJob(32, kSteps);
+  spec.set_nodes_min(1);
+  spec.set_nodes_max(2);
+  spec.set_checkpoint_interval_steps(10);
+  absl::StatusOr<v1::Job> submitted = SubmitJob(*cluster, spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string job_id = submitted->job_id();
+  // On a failure, what every process said last (the run directory goes with the test).
+  struct DumpLogsOnFailure {
+    cli::LocalCluster* cluster;
+    ~DumpLogsOnFailure() {
+      if (!::testing::Test::HasFailure()) return;
+      for (ChildProcess* process : cluster->processes()) {
+        std::printf("--- %s (%s):\n%s\n", process->name().c_str(),
+                    process->ExitDescription().c_str(), process->LogTail(25).c_str());
+      }
+    }
+  } dump{cluster.get()};
+
+  // What happens, in an order and at steps drawn from the seed.
+  std::mt19937_64 random(20261125);
+  std::vector<std::string> events = {"worker-0", "ps-1", "coordinator", "leave"};
+  std::shuffle(events.begin(), events.end(), random);
+  uint64_t at = 0;
+  for (const std::string& event : events) {
+    at += 100 + random() % 200;
+    absl::StatusOr<v1::Job> reached = WaitForJob(
+        *cluster, job_id,
+        [at](const v1::Job& job) {
+          return (job.state() == v1::RUNNING && job.step() >= at) || Finished(job);
+        },
+        absl::Minutes(1));
+    ASSERT_TRUE(reached.ok()) << event << " at step " << at << ": " << reached.status();
+    ASSERT_EQ(reached->state(), v1::RUNNING) << "the job ended before " << event;
+    std::printf("step %llu: %s\n", static_cast<unsigned long long>(reached->step()), event.c_str());
+    if (event == "leave") {
+      // The worker of node 1 leaves (its own Deregister) and registers again.
+      absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
+          ClusterAuth::FromFile("cluster_token_file", cluster->cluster_token_file());
+      ASSERT_TRUE(auth.ok());
+      auto coordinator = v1::Coordinator::NewStub(cluster->coordinator_channel());
+      v1::ListWorkersResponse workers;
+      grpc::ClientContext list;
+      ASSERT_TRUE(coordinator->ListWorkers(&list, v1::ListWorkersRequest(), &workers).ok());
+      ASSERT_FALSE(workers.workers().empty());
+      const std::string id = workers.workers(workers.workers_size() - 1).worker_id();
+      auto plain = v1::Coordinator::NewStub(
+          grpc::CreateChannel(cluster->coordinator_address(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      context.AddMetadata(kClusterAuthMetadata, (*auth)->HeaderFor(Role::kWorker));
+      context.AddMetadata(kWorkerCredentialMetadata, (*auth)->WorkerCredential(id));
+      v1::DeregisterRequest leave;
+      leave.set_worker_id(id);
+      leave.set_reason("chaos: leave and join");
+      v1::DeregisterResponse left;
+      ASSERT_TRUE(plain->Deregister(&context, leave, &left).ok());
+    } else {
+      absl::Status restarted = cluster->KillAndRestart(event);
+      ASSERT_TRUE(restarted.ok()) << event << ": " << restarted;
+    }
+  }
+
+  absl::StatusOr<v1::Job> done = WaitForJob(*cluster, job_id, Finished, absl::Minutes(5));
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::COMPLETED) << done->state_reason();
+  EXPECT_EQ(done->step(), kSteps);
+  EXPECT_GE(done->result().test_accuracy(), 0.0f) << "the final evaluation is kept";
+  absl::StatusOr<cli::PulledParameters> pulled =
+      cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->step, kSteps);
+  engine::TrainerOptions options;
+  options.replicas = 1;
+  auto trainer = engine::LocalTrainer::Create(spec, options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  for (uint64_t i = 0; i < kSteps; ++i) ASSERT_TRUE((*trainer)->Step().ok());
+  EXPECT_LE(MaxRelativeDifference(pulled->values, (*trainer)->parameters()), 1e-5);
+}
+
+}  // namespace
+}  // namespace tributary::testing
