@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/clock.h"
 #include "common/process.h"
 #include "common/serve.h"
 #include "common/service_host.h"
 #include "common/shutdown.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "common/clock.h"
 #include "services/coordinator/control_token.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/coordinator_driver.h"
@@ -212,8 +212,9 @@ int main(int argc, char** argv) {
   options.model_size = [&models](const std::string& sha256) { return models.Size(sha256); };
 
   tributary::RealClock clock;
-  coord::GrpcShardClient shard_client(tributary::ChannelOptionsFromFlags(tributary::Role::kCoordinator),
-                                      absl::GetFlag(FLAGS_shard_rpc_timeout));
+  coord::GrpcShardClient shard_client(
+      tributary::ChannelOptionsFromFlags(tributary::Role::kCoordinator),
+      absl::GetFlag(FLAGS_shard_rpc_timeout));
   coord::Coordinator coordinator(options, &clock, &shard_client);
   if (absl::Status started = coordinator.Start(); !started.ok()) {
     LOG(ERROR) << "cannot start the coordinator: " << started.message();

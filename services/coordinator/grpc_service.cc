@@ -199,13 +199,13 @@ grpc::ServerWriteReactor<v1::ModelChunk>* CoordinatorGrpcService::FetchModel(
     return new Refused(absl::UnimplementedError("this coordinator stores no model files"));
   }
   if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
-                                      Role::kWorker | Role::kOperator, "FetchModel");
+                                       Role::kWorker | Role::kOperator, "FetchModel");
       !allowed.ok()) {
     return new Refused(allowed);
   }
   if (!IsSha256Hex(request->sha256())) {
-    return new Refused(absl::InvalidArgumentError(
-        "FetchModel: sha256 must be 64 lowercase hex digits"));
+    return new Refused(
+        absl::InvalidArgumentError("FetchModel: sha256 must be 64 lowercase hex digits"));
   }
   absl::StatusOr<std::shared_ptr<const std::string>> bytes = models_->Read(request->sha256());
   if (!bytes.ok()) return new Refused(bytes.status());
@@ -227,8 +227,8 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServer
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Heartbeat")) return reactor;
   if (auth_ != nullptr) {
-    if (absl::Status own = auth_->CheckWorker(context->client_metadata(), request->worker_id(),
-                                             "Heartbeat");
+    if (absl::Status own =
+            auth_->CheckWorker(context->client_metadata(), request->worker_id(), "Heartbeat");
         !own.ok()) {
       reactor->Finish(ToGrpcStatus(own));
       return reactor;
@@ -244,8 +244,8 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Deregister(grpc::CallbackServe
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Deregister")) return reactor;
   if (auth_ != nullptr) {
-    if (absl::Status own = auth_->CheckWorker(context->client_metadata(), request->worker_id(),
-                                             "Deregister");
+    if (absl::Status own =
+            auth_->CheckWorker(context->client_metadata(), request->worker_id(), "Deregister");
         !own.ok()) {
       reactor->Finish(ToGrpcStatus(own));
       return reactor;
@@ -259,7 +259,9 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::RegisterParameterServer(
     grpc::CallbackServerContext* context, const v1::RegisterParameterServerRequest* request,
     v1::RegisterParameterServerResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!CallerIs(context, reactor, OnlyRole(Role::kParameterServer), "RegisterParameterServer")) return reactor;
+  if (!CallerIs(context, reactor, OnlyRole(Role::kParameterServer), "RegisterParameterServer")) {
+    return reactor;
+  }
   handler_->HandleRegisterParameterServer(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -277,7 +279,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::WaitRendezvous(
     grpc::CallbackServerContext* context, const v1::WaitRendezvousRequest* request,
     v1::WaitRendezvousResponse* response) {
   if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
-                                      OnlyRole(Role::kWorker), "WaitRendezvous");
+                                       OnlyRole(Role::kWorker), "WaitRendezvous");
       !allowed.ok()) {
     grpc::ServerUnaryReactor* refused = context->DefaultReactor();
     refused->Finish(ToGrpcStatus(allowed));
@@ -344,7 +346,9 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::ListWorkers(grpc::CallbackServ
                                                               const v1::ListWorkersRequest* request,
                                                               v1::ListWorkersResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!CallerIs(context, reactor, Role::kOperator | Role::kCoordinator, "ListWorkers")) return reactor;
+  if (!CallerIs(context, reactor, Role::kOperator | Role::kCoordinator, "ListWorkers")) {
+    return reactor;
+  }
   handler_->HandleListWorkers(*request, response, FinishWith(reactor));
   return reactor;
 }

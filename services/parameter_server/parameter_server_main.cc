@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_coordinator).empty()) {
     tributary::ps::RegistrationOptions registration_options;
     registration_options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    registration_options.channel = tributary::ChannelOptionsFromFlags(tributary::Role::kParameterServer);
+    registration_options.channel =
+        tributary::ChannelOptionsFromFlags(tributary::Role::kParameterServer);
     registration_options.request.set_address(host.advertised_address());
     registration_options.request.set_http_port(
         static_cast<uint32_t>(std::max(0, host.http_port())));

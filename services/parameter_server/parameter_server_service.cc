@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 
 namespace tributary::ps {
@@ -175,9 +175,8 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
           bound_->generation, " of job ", bound_->job_id, "; a push claimed node ",
           push.node_rank(), " of generation ", push.generation(), " of job ", push.job_id()));
     }
-    absl::Status checked = auth_->CheckNodeCredential(node_credential_, push.job_id(),
-                                                      push.generation(), push.node_rank(),
-                                                      "PushPull");
+    absl::Status checked = auth_->CheckNodeCredential(
+        node_credential_, push.job_id(), push.generation(), push.node_rank(), "PushPull");
     if (checked.ok()) bound_ = BoundNode{push.job_id(), push.generation(), push.node_rank()};
     return checked;
   }
@@ -340,9 +339,9 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
       case v1::InitPartitionsRequest::kHeader:
         if (auth_ != nullptr) {
           const v1::InitHeader& header = request_.header();
-          status = auth_->CheckNodeCredential(node_credential_, header.job_id(),
-                                              header.generation(), header.node_rank(),
-                                              "InitPartitions");
+          status =
+              auth_->CheckNodeCredential(node_credential_, header.job_id(), header.generation(),
+                                         header.node_rank(), "InitPartitions");
         }
         if (status.ok()) status = session_->Header(request_.header());
         break;
@@ -418,8 +417,7 @@ class RefusedReactor final : public Reactor {
 };
 
 // A unary call's reactor already finished with `status`.
-grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -436,7 +434,7 @@ ParameterServerService::~ParameterServerService() = default;
 grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::InitPartitions(
     grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response) {
   if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
-                                      OnlyRole(Role::kWorker), "InitPartitions");
+                                       OnlyRole(Role::kWorker), "InitPartitions");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerReadReactor<v1::InitPartitionsRequest>>(allowed);
   }
@@ -447,8 +445,8 @@ grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::Init
 
 grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerService::PushPull(
     grpc::CallbackServerContext* context) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
-                                      OnlyRole(Role::kWorker), "PushPull");
+  if (absl::Status allowed =
+          Authorize(auth_.get(), context->client_metadata(), OnlyRole(Role::kWorker), "PushPull");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>>(
         allowed);
@@ -470,7 +468,8 @@ grpc::ServerWriteReactor<v1::PartitionValues>* ParameterServerService::Pull(
 grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
     grpc::CallbackServerContext* context, const v1::GetShardStatusRequest* /*request*/,
     v1::ShardStatus* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), Role::kCoordinator | Role::kOperator, "GetShardStatus");
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                       Role::kCoordinator | Role::kOperator, "GetShardStatus");
       !allowed.ok()) {
     return Refuse(context, allowed);
   }
@@ -483,7 +482,8 @@ grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
 grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     grpc::CallbackServerContext* context, const v1::CheckpointRequest* /*request*/,
     v1::CheckpointResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), Role::kCoordinator | Role::kOperator, "Checkpoint");
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                       Role::kCoordinator | Role::kOperator, "Checkpoint");
       !allowed.ok()) {
     return Refuse(context, allowed);
   }
@@ -499,7 +499,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
 grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
     grpc::CallbackServerContext* context, const v1::BeginGenerationRequest* request,
     v1::BeginGenerationResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), OnlyRole(Role::kCoordinator), "BeginGeneration");
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                       OnlyRole(Role::kCoordinator), "BeginGeneration");
       !allowed.ok()) {
     return Refuse(context, allowed);
   }
@@ -515,7 +516,8 @@ grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
 grpc::ServerUnaryReactor* ParameterServerService::EndJob(grpc::CallbackServerContext* context,
                                                          const v1::EndJobRequest* request,
                                                          v1::EndJobResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), OnlyRole(Role::kCoordinator), "EndJob");
+  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+                                       OnlyRole(Role::kCoordinator), "EndJob");
       !allowed.ok()) {
     return Refuse(context, allowed);
   }
