@@ -39,7 +39,7 @@ TEST(ConfinePathTest, PathsInsideTheRootResolve) {
 
 TEST(ConfinePathTest, DotDotAndOutsidePathsAreRefusedNamingPathAndRoot) {
   const std::string root = Fresh("root_escape");
-  for (const std::string path : {std::string("../../x"), root + "/../x", std::string("a/../b")}) {
+  for (const std::string& path : {std::string("../../x"), root + "/../x", std::string("a/../b")}) {
     absl::StatusOr<std::string> refused =
         ConfinePath("checkpoint_dir", path, root, root, "--checkpoint_root");
     ASSERT_FALSE(refused.ok()) << path;
@@ -64,7 +64,7 @@ TEST(ConfinePathTest, SymbolicLinksOutOfTheRootAreRefused) {
   std::ofstream(outside + "/secret") << "s";
   ASSERT_EQ(symlink(outside.c_str(), (root + "/escape").c_str()), 0);
   ASSERT_EQ(symlink((outside + "/secret").c_str(), (root + "/file").c_str()), 0);
-  for (const std::string path :
+  for (const std::string& path :
        {root + "/escape/secret", root + "/file", root + "/escape/new/dir"}) {
     absl::StatusOr<std::string> refused = ConfinePath("train_path", path, "/", root, "--data_root");
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << path;

@@ -936,7 +936,7 @@ TEST_F(CoordinatorTest, ShardsThatMoveOnWhileAGenerationFormsAreFencedFirst) {
   // told last has moved two steps past the resume step and cannot roll back.
   RegisterShards();
   const v1::Job job = Submit(Spec(1, 1));
-  for (const std::string shard : {"ps0:1", "ps1:1"}) {
+  for (const char* shard : {"ps0:1", "ps1:1"}) {
     shards_.Install(shard, job.job_id(), /*generation=*/3);
     shards_[shard].step = 10;
     shards_[shard].racing_steps = 1;
@@ -946,7 +946,7 @@ TEST_F(CoordinatorTest, ShardsThatMoveOnWhileAGenerationFormsAreFencedFirst) {
   const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
   ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS)
       << coordinator_->GetClusterStatus().waiting_reason();
-  for (const std::string shard : {"ps0:1", "ps1:1"}) {
+  for (const char* shard : {"ps0:1", "ps1:1"}) {
     const std::vector<v1::BeginGenerationRequest>& begun = shards_[shard].begun;
     ASSERT_EQ(begun.size(), 2u) << shard;
     EXPECT_TRUE(begun[0].fence()) << shard << ": fenced first";

@@ -208,7 +208,7 @@ TEST(DatasetTest, CsvErrorsNeverQuoteTheFile) {
   WriteFile(dir + "/label.csv", "hunter2-secret,0.5\n");
   WriteFile(dir + "/feature.csv", "1,hunter2-secret\n");
   WriteFile(dir + "/colon.csv", "root:x:0:0:root:/root:/bin/bash\n");
-  for (const std::string name : {"label.csv", "feature.csv", "colon.csv"}) {
+  for (const char* name : {"label.csv", "feature.csv", "colon.csv"}) {
     absl::StatusOr<Dataset> data = ReadCsv(dir + "/" + name, 0, false);
     ASSERT_FALSE(data.ok()) << name;
     const std::string message(data.status().message());
