@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
+#include "common/channel.h"
 #include "common/child_process.h"
+#include "common/cluster_auth.h"
 #include "common/testing/prometheus_text.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -158,8 +160,14 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     const absl::Time now = absl::Now();
     if (stub == nullptr) {
       if (std::optional<int> port = CoordinatorPort(options.run_dir)) {
-        stub = v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port),
-                                                            grpc::InsecureChannelCredentials()));
+        // As the operator, with the secret tributary local made (ListWorkers needs it).
+        ChannelOptions channel_options;
+        absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
+            ClusterAuth::FromFile("cluster_token_file", options.run_dir + "/cluster.token");
+        if (auth.ok()) channel_options.auth_header = (*auth)->HeaderFor(Role::kOperator);
+        absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+            MakeChannel(absl::StrCat("127.0.0.1:", *port), channel_options);
+        if (channel.ok()) stub = v1::Coordinator::NewStub(*channel);
       }
     }
     if (stub != nullptr && now >= next_job_poll && !(job.has_value() && Terminal(job->state()))) {
