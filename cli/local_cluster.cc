@@ -11,6 +11,7 @@
 #include <fstream>
 #include <regex>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -119,12 +120,7 @@ absl::StatusOr<std::shared_ptr<const ClusterAuth>> WriteClusterSecret(const std:
   if (!random.read(bytes, sizeof(bytes))) {
     return absl::InternalError("cannot read /dev/urandom for the cluster secret");
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string secret;
-  for (char c : bytes) {
-    secret.push_back(kHex[(static_cast<unsigned char>(c) >> 4) & 0xf]);
-    secret.push_back(kHex[static_cast<unsigned char>(c) & 0xf]);
-  }
+  const std::string secret = absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
   std::remove(path.c_str());
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));

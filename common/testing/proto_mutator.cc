@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace tributary::testing {
@@ -218,6 +219,21 @@ std::vector<std::unique_ptr<Message>> ProtoMutator::LoadCorpus(const std::string
   }
   EXPECT_FALSE(corpus.empty()) << "no *.textproto seeds in " << directory;
   return corpus;
+}
+
+int FuzzIterations(int default_rounds) {
+  int iterations = default_rounds;
+  if (const char* text = std::getenv("FUZZ_ITERATIONS")) {
+    EXPECT_TRUE(absl::SimpleAtoi(text, &iterations)) << "FUZZ_ITERATIONS=" << text;
+  }
+  return iterations;
+}
+
+void WriteSeed(const std::string& dir, const std::string& type, const std::string& name,
+               const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(message, &text);
+  std::ofstream(dir + "/" + type + "/" + name + ".textproto") << text;
 }
 
 std::string CorpusPath(const std::string& path) {

@@ -39,6 +39,13 @@ class ProtoMutator {
 // The directory of a corpus checked in beside a test: $TEST_SRCDIR/tributary/<path>.
 std::string CorpusPath(const std::string& path);
 
+// Rounds of a fuzz test: $FUZZ_ITERATIONS, else `default_rounds`.
+int FuzzIterations(int default_rounds);
+
+// Writes `message` as text format to DIR/<type>/<name>.textproto (a seed of a corpus).
+void WriteSeed(const std::string& dir, const std::string& type, const std::string& name,
+               const google::protobuf::Message& message);
+
 }  // namespace tributary::testing
 
 #endif  // TRIBUTARY_COMMON_TESTING_PROTO_MUTATOR_H_

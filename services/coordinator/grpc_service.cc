@@ -158,6 +158,16 @@ bool CoordinatorGrpcService::CallerIs(grpc::CallbackServerContext* context,
   return true;
 }
 
+bool CoordinatorGrpcService::CallerIsWorker(grpc::CallbackServerContext* context,
+                                            grpc::ServerUnaryReactor* reactor,
+                                            const std::string& worker_id, const char* rpc) const {
+  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), rpc)) return false;
+  if (auth_ == nullptr) return true;
+  const absl::Status own = auth_->CheckWorker(context->client_metadata(), worker_id, rpc);
+  if (!own.ok()) reactor->Finish(ToGrpcStatus(own));
+  return own.ok();
+}
+
 absl::Status CoordinatorGrpcService::CheckToken(grpc::CallbackServerContext* context,
                                                 const std::string& rpc) const {
   if (!control_token_.has_value()) return absl::OkStatus();
@@ -225,15 +235,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServer
                                                             const v1::HeartbeatRequest* request,
                                                             v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Heartbeat")) return reactor;
-  if (auth_ != nullptr) {
-    if (absl::Status own =
-            auth_->CheckWorker(context->client_metadata(), request->worker_id(), "Heartbeat");
-        !own.ok()) {
-      reactor->Finish(ToGrpcStatus(own));
-      return reactor;
-    }
-  }
+  if (!CallerIsWorker(context, reactor, request->worker_id(), "Heartbeat")) return reactor;
   handler_->HandleHeartbeat(*request, response, FinishWith(reactor));
   return reactor;
 }
@@ -242,15 +244,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Deregister(grpc::CallbackServe
                                                              const v1::DeregisterRequest* request,
                                                              v1::DeregisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), "Deregister")) return reactor;
-  if (auth_ != nullptr) {
-    if (absl::Status own =
-            auth_->CheckWorker(context->client_metadata(), request->worker_id(), "Deregister");
-        !own.ok()) {
-      reactor->Finish(ToGrpcStatus(own));
-      return reactor;
-    }
-  }
+  if (!CallerIsWorker(context, reactor, request->worker_id(), "Deregister")) return reactor;
   handler_->HandleDeregister(*request, response, FinishWith(reactor));
   return reactor;
 }

@@ -83,6 +83,9 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
   // caller's cluster credential is not one of `roles`.
   bool CallerIs(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
                 RoleSet roles, const char* rpc) const;
+  // CallerIs the worker role, and (with a cluster secret) the worker `worker_id` itself.
+  bool CallerIsWorker(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+                      const std::string& worker_id, const char* rpc) const;
 
   CoordinatorHandler* handler_;
   const std::optional<std::string> control_token_;

@@ -10,12 +10,10 @@
 
 #include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/testing/proto_mutator.h"
@@ -25,15 +23,9 @@ namespace tributary::coordinator {
 namespace {
 
 using tributary::testing::CorpusPath;
+using tributary::testing::FuzzIterations;
 using tributary::testing::ProtoMutator;
-
-int Iterations() {
-  int iterations = 3000;
-  if (const char* text = std::getenv("FUZZ_ITERATIONS")) {
-    EXPECT_TRUE(absl::SimpleAtoi(text, &iterations)) << "FUZZ_ITERATIONS=" << text;
-  }
-  return iterations;
-}
+using tributary::testing::WriteSeed;
 
 // Shards that answer like empty, reachable ones.
 class EmptyShards : public ShardClient {
@@ -51,13 +43,6 @@ class EmptyShards : public ShardClient {
     return absl::NotFoundError("no job");
   }
 };
-
-void WriteSeed(const std::string& dir, const std::string& type, const std::string& name,
-               const google::protobuf::Message& message) {
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(message, &text);
-  std::ofstream(dir + "/" + type + "/" + name + ".textproto") << text;
-}
 
 TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   const char* dir = std::getenv("FUZZ_WRITE_CORPUS");
@@ -151,7 +136,7 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     ++answered;
     status.ok() ? ++ok : ++refused;
   };
-  const int iterations = Iterations();
+  const int iterations = FuzzIterations(3000);
   for (int i = 0; i < iterations; ++i) {
     auto ask = [&](auto handler, const auto& seeds, auto* reply) {
       auto request = mutator.Mutate(seeds[i % seeds.size()]);

@@ -9,12 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "common/testing/proto_mutator.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/shard_test_util.h"
@@ -23,17 +21,11 @@ namespace tributary::ps {
 namespace {
 
 using tributary::testing::CorpusPath;
+using tributary::testing::FuzzIterations;
 using tributary::testing::ProtoMutator;
+using tributary::testing::WriteSeed;
 
 constexpr int64_t kElements = 128;  // Two partitions of 256 bytes.
-
-int Iterations() {
-  int iterations = 5000;
-  if (const char* text = std::getenv("FUZZ_ITERATIONS")) {
-    EXPECT_TRUE(absl::SimpleAtoi(text, &iterations)) << "FUZZ_ITERATIONS=" << text;
-  }
-  return iterations;
-}
 
 v1::InitHeader Header() {
   return testing::MakeHeader(testing::MakeSpec(v1::SYNC, testing::Sgd(0.1f), 2), kElements, 1, 0);
@@ -48,13 +40,6 @@ void Install(ParameterShard& shard) {
   if (shard.Status().job_id() == "job-1" && !shard.Status().job_ended()) return;
   absl::StatusOr<v1::InitPartitionsResponse> installed = shard.Init(Header(), Initial());
   ASSERT_TRUE(installed.ok()) << installed.status();
-}
-
-void WriteSeed(const std::string& dir, const std::string& type, const std::string& name,
-               const google::protobuf::Message& message) {
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(message, &text);
-  std::ofstream(dir + "/" + type + "/" + name + ".textproto") << text;
 }
 
 TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
@@ -112,7 +97,7 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
                pulls.empty() || ends.empty());
   ProtoMutator mutator(20261125);
   testing::RecordingSink sink;
-  const int iterations = Iterations();
+  const int iterations = FuzzIterations(5000);
   int ok = 0, refused = 0;
   for (int i = 0; i < iterations; ++i) {
     Install(shard);
