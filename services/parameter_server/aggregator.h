@@ -47,8 +47,9 @@ struct AggregatorContext {
   ShardMetrics* metrics = nullptr;
   SinkTable* sinks = nullptr;
   const Clock* clock = nullptr;
-  // A partition moved from one step to another (the shard's step bookkeeping).
-  std::function<void(uint64_t from, uint64_t to)> step_moved;
+  // A partition moved from one step to another (the shard's step bookkeeping and
+  // periodic checkpoints). Called with p.mu held.
+  std::function<void(ShardPartition& p, uint64_t from, uint64_t to)> step_moved;
 };
 
 class Aggregator {

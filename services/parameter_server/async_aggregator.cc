@@ -65,7 +65,7 @@ class AsyncAggregator : public Aggregator {
     if (slowest != p.step) {
       const uint64_t before = p.step;
       p.step = slowest;
-      context_.step_moved(before, slowest);
+      context_.step_moved(p, before, slowest);
       // Pushes that waited for the slowest node may go in now.
       auto admitted = [&](const HeldPush& held) { return held.step <= p.step + job.staleness; };
       for (const HeldPush& held : p.held) {

@@ -90,6 +90,22 @@ void Checkpointer::RememberOnDemand(const std::string& job_id,
 void Checkpointer::Request(uint64_t step) {
   absl::MutexLock lock(&queue_mu_);
   queue_.push_back(step);
+  backlog_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Checkpointer::AwaitBacklogAtMost(size_t n) {
+  if (backlog_.load(std::memory_order_relaxed) <= n) return;
+  metrics_.checkpoint_backlog_waits.Increment();
+  absl::MutexLock lock(&queue_mu_);
+  auto small = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return stopping_ || queue_.size() + (busy_ ? 1 : 0) <= n;
+  };
+  if (!queue_mu_.AwaitWithTimeout(absl::Condition(&small), kBacklogWait)) {
+    LOG_EVERY_N(WARNING, 100) << queue_.size() + (busy_ ? 1 : 0)
+                              << " periodic checkpoints still waiting for the writer after "
+                              << absl::FormatDuration(kBacklogWait)
+                              << " (a slow or stuck checkpoint directory?); training goes on";
+  }
 }
 
 void Checkpointer::Flush() {
@@ -126,6 +142,7 @@ void Checkpointer::Loop() {
     }
     absl::MutexLock lock(&queue_mu_);
     busy_ = false;
+    backlog_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

@@ -7,6 +7,7 @@
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -49,6 +50,10 @@ class Checkpointer {
 
   // Queues a periodic checkpoint of `step` for the writer thread.
   void Request(uint64_t step);
+  // Waits (up to kBacklogWait) until at most `n` periodic checkpoints are queued or
+  // being written. Cheap when they are: one atomic load.
+  void AwaitBacklogAtMost(size_t n);
+  static constexpr absl::Duration kBacklogWait = absl::Seconds(10);
   // Blocks until the queued checkpoints are written (tests, shutdown).
   void Flush();
 
@@ -96,6 +101,7 @@ class Checkpointer {
   absl::Mutex queue_mu_;
   std::deque<uint64_t> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool busy_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::atomic<size_t> backlog_{0};  // queue_.size() + busy_, for the lock-free check.
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::thread thread_;
 };

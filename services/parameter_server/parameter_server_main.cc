@@ -51,9 +51,10 @@ ABSL_FLAG(double, min_checkpoint_interval_seconds, 5,
           "Checkpoint RPC: at most one new on-demand checkpoint per this many seconds "
           "(sooner: RESOURCE_EXHAUSTED; at the step of the last one: that one again). "
           "Default: 5.");
-ABSL_FLAG(int, checkpoints_to_keep, 3,
+ABSL_FLAG(int, checkpoints_to_keep, 5,
           "Checkpoint files kept per shard directory (>= 1); older ones are deleted. "
-          "Default: 3.");
+          "Default: 5 (see docs/parameter_server.md: fewer can leave a restarted shard's "
+          "step unreachable on the others).");
 
 // --- Performance ---
 ABSL_FLAG(int, malloc_arena_max, 1,

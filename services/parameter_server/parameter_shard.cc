@@ -55,13 +55,17 @@ AggregatorContext ParameterShard::Context() {
   context.metrics = &metrics_;
   context.sinks = &sinks_;
   context.clock = clock_;
-  context.step_moved = [this](uint64_t from, uint64_t to) { MovePartitionStep(from, to); };
+  context.step_moved = [this](ShardPartition& p, uint64_t from, uint64_t to) {
+    MovePartitionStep(p, from, to);
+  };
   return context;
 }
 
 void ParameterShard::InstallLocked(std::unique_ptr<ShardJob> job) {
   shard_index_ = static_cast<int>(job->shard_index);
   job_ = std::move(job);
+  job_->periodic_checkpoints =
+      job_->spec.checkpoint_interval_steps() > 0 && !CheckpointDirLocked().empty();
   ended_job_.reset();
   sinks_.Reset(job_->num_nodes);
   ResetStepTracking();
@@ -73,6 +77,16 @@ void ParameterShard::InstallLocked(std::unique_ptr<ShardJob> job) {
 // Push
 
 absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, NodeSink* sink) {
+  absl::StatusOr<PushResult> result = PushLocked(push, sink);
+  // Periodic checkpoints wait for the writer, not the other way round: a push that
+  // finds too many of them queued waits (holding no lock), so the partitions' captures
+  // stay few and every checkpoint step gets written on every shard.
+  checkpointer_.AwaitBacklogAtMost(kMaxCheckpointBacklog);
+  return result;
+}
+
+absl::StatusOr<PushResult> ParameterShard::PushLocked(const v1::GradientPush& push,
+                                                      NodeSink* sink) {
   absl::ReaderMutexLock lock(&mu_);
   auto reject = [this](RejectReason reason, absl::Status status) {
     return CountRejection(metrics_, reason, std::move(status));
@@ -173,7 +187,18 @@ void ParameterShard::Detach(NodeSink* sink) {
 // ---------------------------------------------------------------------------------
 // Steps
 
-void ParameterShard::MovePartitionStep(uint64_t from, uint64_t to) {
+void ParameterShard::MovePartitionStep(ShardPartition& p, uint64_t from, uint64_t to) {
+  const uint64_t interval = job_->spec.checkpoint_interval_steps();
+  if (job_->periodic_checkpoints && to / interval > from / interval) {
+    if (p.captures.size() >= ShardPartition::kMaxCaptures) {
+      // Only when pushes got past the backlog wait (it gives up after a while).
+      LOG(WARNING) << "partition " << p.id << ": the checkpoint of step " << p.captures.front().step
+                   << " was not written in time and is dropped";
+      p.captures.pop_front();
+    }
+    // The values are shared (never modified once published); the state is copied.
+    p.captures.push_back(ShardPartition::Capture{to, PartitionData{p.values, p.state}});
+  }
   uint64_t reached = 0;
   bool checkpoint = false;
   {
@@ -181,7 +206,6 @@ void ParameterShard::MovePartitionStep(uint64_t from, uint64_t to) {
     partitions_at_step_.Move(from, to);
     reached = partitions_at_step_.lowest();
     if (reached <= last_reported_step_) return;
-    const uint64_t interval = job_->spec.checkpoint_interval_steps();
     checkpoint = interval > 0 && reached / interval > last_reported_step_ / interval;
     last_reported_step_ = reached;
   }
@@ -275,6 +299,13 @@ absl::StatusOr<v1::BeginGenerationResponse> ParameterShard::BeginGenerationLocke
     // A fence keeps each partition at its own step.
     job.aggregator->Resume(*partition, fence ? partition->step : resume, request.num_nodes(),
                            &rolled_back, &discarded);
+    // Captured steps past the resume step are of a timeline that is gone.
+    auto& captures = partition->captures;
+    captures.erase(std::remove_if(captures.begin(), captures.end(),
+                                  [&](const ShardPartition::Capture& c) {
+                                    return c.step > partition->step;
+                                  }),
+                   captures.end());
   }
   sinks_.EndAll(absl::FailedPreconditionError(
       absl::StrCat("generation ", request.generation(), " began on shard ", job.shard_index,

@@ -18,6 +18,7 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,10 @@
 
 namespace tributary::ps {
 
+// Periodic checkpoints queued for the writer before pushes wait for it (so every
+// multiple of the interval is written, on every shard, whatever the disk's speed).
+inline constexpr size_t kMaxCheckpointBacklog = 2;
+
 struct ShardOptions {
   // This shard's index; -1 adopts the index named by the first InitPartitions (or by a
   // restored checkpoint, or by the coordinator through set_shard_index()).
@@ -52,7 +57,7 @@ struct ShardOptions {
   // directory with neither set is refused.
   std::string checkpoint_root;
   // Checkpoint files kept per shard directory; older ones are deleted.
-  int checkpoints_to_keep = 3;
+  int checkpoints_to_keep = 5;
   // On-demand checkpoints (the Checkpoint RPC): one at the step of the last one answers
   // with that one (no new file); a new one sooner than this after the last on-demand
   // one is RESOURCE_EXHAUSTED. Periodic and final checkpoints are not limited.
@@ -62,6 +67,9 @@ struct ShardOptions {
   // Time for aggregation waits, optimizer timings and checkpoint ages; null = the real
   // clock. Not owned.
   const Clock* clock = nullptr;
+  // Tests: called on the checkpoint writer thread before each periodic checkpoint of
+  // `step` is taken (to hold the writer back).
+  std::function<void(uint64_t step)> before_periodic_checkpoint;
 };
 
 class ParameterShard {
@@ -154,9 +162,13 @@ class ParameterShard {
 
  private:
   AggregatorContext Context();
-  // Moves a partition from one step to another in the shard-step bookkeeping and
-  // requests a periodic checkpoint when the shard's lowest step crosses an interval.
-  void MovePartitionStep(uint64_t from, uint64_t to);
+  // Moves a partition from one step to another in the shard-step bookkeeping, keeps
+  // its values when `to` is a checkpoint step (ShardPartition::captures) and requests
+  // a periodic checkpoint when the shard's lowest step crosses an interval.
+  void MovePartitionStep(ShardPartition& p, uint64_t from, uint64_t to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  absl::StatusOr<PushResult> PushLocked(const v1::GradientPush& push, NodeSink* sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void ResetStepTracking() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ShardStepLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes `job` the installed one (the ended job is forgotten).
@@ -167,7 +179,10 @@ class ParameterShard {
       const v1::BeginGenerationRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Checkpoints.
-  absl::StatusOr<ShardCheckpoint> Snapshot(uint64_t step, bool job_ended) const
+  // `captured`: a periodic checkpoint, taken from the partitions' captures of `step`
+  // where they have one (and those captures are used up).
+  absl::StatusOr<ShardCheckpoint> Snapshot(uint64_t step, bool job_ended,
+                                           bool captured = false) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string CheckpointDirLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The directory a job's checkpoints go to: its checkpoint_dir confined to

@@ -4,12 +4,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "services/parameter_server/checkpoint_file.h"
 #include "services/parameter_server/parameter_shard.h"
@@ -221,6 +226,114 @@ TEST(ShardCheckpointTest, PeriodicCheckpointsAtTheIntervalAndAConsistentStep) {
     EXPECT_EQ(partition.version(), 4u);
   }
   EXPECT_EQ(shard.metrics().checkpoints_ok.Value(), 2);
+}
+
+// The writer thread lags three steps behind training (held back by the test): it still
+// writes exactly the interval's steps, each with the values of that step, and the push
+// that would queue a third checkpoint waits for the writer instead of racing on.
+TEST(ShardCheckpointTest, ALaggingWriterStillWritesEveryIntervalStep) {
+  const std::string dir = testing::FreshTempDir("lagging");
+  v1::JobSpec spec = MakeSpec(v1::SYNC, Adam(), 2);
+  spec.set_checkpoint_interval_steps(1);
+  const v1::InitHeader header = MakeHeader(spec, kElements, 1, 0);
+  ShardOptions options = Options(dir, 0);
+  options.checkpoints_to_keep = 10;
+  absl::Notification writer_entered, release;
+  options.before_periodic_checkpoint = [&](uint64_t step) {
+    if (step != 1) return;
+    writer_entered.Notify();
+    release.WaitForNotification();
+  };
+  ParameterShard shard(options, nullptr);
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+  std::map<uint64_t, std::vector<std::string>> at_step;
+  Train(shard, header, 0, 1);
+  writer_entered.WaitForNotification();  // Busy with step 1 until released.
+  at_step[1] = AllValues(shard, "job-1");
+  Train(shard, header, 1, 1);  // Step 2 queued: two in the backlog.
+  at_step[2] = AllValues(shard, "job-1");
+  std::atomic<bool> third_done{false};
+  std::thread third([&] {
+    Train(shard, header, 2, 1);  // Step 3 would be the third: its last push waits.
+    third_done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(third_done) << "the push that queued a third checkpoint did not wait";
+  at_step[3] = AllValues(shard, "job-1");  // The step itself completed before the wait.
+  release.Notify();
+  third.join();
+  shard.FlushCheckpoints();
+  EXPECT_GE(shard.metrics().checkpoint_backlog_waits.Value(), 1);
+  const std::vector<std::string> files = ListCheckpoints(dir + "/shard-0");  // Newest first.
+  ASSERT_EQ(files.size(), 3u);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const uint64_t step = 3 - i;
+    EXPECT_THAT(files[i], HasSubstr(absl::StrFormat("-step-%012d.tpc", step)));
+    auto read = ReadCheckpoint(files[i]);
+    ASSERT_TRUE(read.ok()) << read.status();
+    std::vector<std::string> saved;
+    for (const PartitionData& partition : read->partitions) {
+      saved.push_back(absl::StrCat(partition.values->partition_id(), "/",
+                                   partition.values->version(), "/", partition.values->step(), "/",
+                                   partition.values->data()));
+    }
+    EXPECT_EQ(saved, at_step[step]) << "checkpoint of step " << step;
+  }
+}
+
+// Shard 1's writer is held back and has written nothing when shard 0 restarts from its
+// checkpoint of step 2: shard 1 (at step 5) rewinds to its checkpoint of step 2 that is
+// still waiting for the writer, from memory; its queued checkpoint of step 4, of the
+// abandoned steps, is then skipped.
+TEST(ShardCheckpointTest, AShardRewindsToACheckpointTheWriterHasNotWrittenYet) {
+  const std::string dir = testing::FreshTempDir("rewind_unwritten");
+  v1::JobSpec spec = MakeSpec(v1::SYNC, Adam(), 2);
+  spec.set_checkpoint_interval_steps(2);
+  const v1::InitHeader header0 = MakeHeader(spec, kElements, 2, 0);
+  const v1::InitHeader header1 = MakeHeader(spec, kElements, 2, 1);
+  const std::vector<float> initial(kElements, 1);
+  absl::Notification release;
+  ShardOptions options1 = Options(dir, 1);
+  options1.before_periodic_checkpoint = [&](uint64_t) { release.WaitForNotification(); };
+  auto shard0 = std::make_unique<ParameterShard>(Options(dir, 0), nullptr);
+  ParameterShard shard1(options1, nullptr);
+  struct Release {
+    absl::Notification& release;
+    ~Release() {
+      if (!release.HasBeenNotified()) release.Notify();
+    }
+  } released_at_exit{release};
+  ASSERT_TRUE(shard0->Init(header0, InitialValues(header0, initial)).ok());
+  ASSERT_TRUE(shard1.Init(header1, InitialValues(header1, initial)).ok());
+  std::vector<std::string> shard1_at_step2;
+  RecordingSink sink0, sink1;
+  for (uint64_t step = 0; step < 5; ++step) {
+    if (step < 3) Train(*shard0, header0, step, 1, 0, &sink0);
+    Train(shard1, header1, step, 1, 0, &sink1);
+    if (step == 1) shard1_at_step2 = AllValues(shard1, "job-1");
+  }
+  shard0->FlushCheckpoints();
+  ASSERT_EQ(shard1.Status().step(), 5u);
+  ASSERT_TRUE(ListCheckpoints(ShardDirectory(dir, 1)).empty()) << "shard 1's writer wrote";
+  shard0.reset();
+  ParameterShard restarted(Options(dir, 0), nullptr);
+  ASSERT_TRUE(restarted.RestoreFromCheckpointDirectory().ok());
+  ASSERT_EQ(restarted.Status().step(), 2u);
+
+  v1::BeginGenerationRequest request;
+  request.set_job_id("job-1");
+  request.set_generation(1);
+  request.set_num_nodes(2);
+  request.set_resume_step(2);
+  auto begun = shard1.BeginGeneration(request);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_EQ(AllValues(shard1, "job-1"), shard1_at_step2);
+  EXPECT_EQ(shard1.Status().step(), 2u);
+  release.Notify();
+  shard1.FlushCheckpoints();
+  const std::vector<std::string> files = ListCheckpoints(ShardDirectory(dir, 1));
+  ASSERT_EQ(files.size(), 1u) << "step 4 was abandoned: not written";
+  EXPECT_THAT(files[0], HasSubstr("-step-000000000002.tpc"));
 }
 
 // A SYNC job on two shards; shard 0 dies at step 5 and restarts from its checkpoint of

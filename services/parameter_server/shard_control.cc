@@ -196,7 +196,8 @@ std::string ParameterShard::CheckpointDirLocked() const {
   return *dir;
 }
 
-absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job_ended) const {
+absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job_ended,
+                                                        bool captured) const {
   const ShardJob& job = *job_;
   ShardCheckpoint snapshot;
   CheckpointMeta& meta = snapshot.meta;
@@ -213,7 +214,16 @@ absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job
   for (const auto& partition : job.partitions) {
     ShardPartition& p = *partition;
     absl::MutexLock partition_lock(&p.mu);
-    std::optional<Aggregator::Saved> saved = job.aggregator->ValuesAt(p, step);
+    std::optional<Aggregator::Saved> saved;
+    if (captured) {
+      // Older captures were for checkpoints that have been written or given up.
+      while (!p.captures.empty() && p.captures.front().step < step) p.captures.pop_front();
+      if (!p.captures.empty() && p.captures.front().step == step) {
+        saved = Aggregator::Saved{std::move(p.captures.front().data), step};
+        p.captures.pop_front();
+      }
+    }
+    if (!saved.has_value()) saved = job.aggregator->ValuesAt(p, step);
     if (!saved.has_value()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot checkpoint step ", step, ": partition ", p.id, " has moved on to step ", p.step));
@@ -232,13 +242,20 @@ absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job
 
 std::optional<absl::StatusOr<Checkpointer::Pending>> ParameterShard::PeriodicSnapshot(
     uint64_t step) {
+  if (options_.before_periodic_checkpoint) options_.before_periodic_checkpoint(step);
   absl::ReaderMutexLock lock(&mu_);
   if (job_ == nullptr) return std::nullopt;
   const std::string dir = CheckpointDirLocked();
   if (dir.empty()) return std::nullopt;
-  absl::StatusOr<ShardCheckpoint> snapshot = Snapshot(step, /*job_ended=*/false);
+  if (step > ShardStepLocked()) {
+    LOG(INFO) << "periodic checkpoint of step " << step << " skipped: the job was rolled back to "
+              << ShardStepLocked();
+    return std::nullopt;
+  }
+  absl::StatusOr<ShardCheckpoint> snapshot = Snapshot(step, /*job_ended=*/false, /*captured=*/true);
   if (!snapshot.ok()) {
-    // The nodes ran ahead while the writer was busy: take the step they are at.
+    // ASYNC partitions (their steps are not in lockstep), or a capture dropped: the
+    // step they are at.
     LOG(WARNING) << "periodic checkpoint: " << snapshot.status().message()
                  << "; checkpointing the current step instead";
     snapshot = Snapshot(ShardStepLocked(), /*job_ended=*/false);
@@ -291,6 +308,32 @@ void ParameterShard::RefreshGauges() { checkpointer_.RefreshGauges(); }
 
 absl::StatusOr<uint32_t> ParameterShard::RewindToCheckpointLocked(uint64_t step) {
   ShardJob& job = *job_;
+  // A checkpoint still waiting for the writer: its captured values and state.
+  bool captured = !job.partitions.empty();
+  for (auto& partition : job.partitions) {
+    absl::MutexLock partition_lock(&partition->mu);
+    auto& captures = partition->captures;
+    captured = captured && std::any_of(captures.begin(), captures.end(),
+                                       [&](const ShardPartition::Capture& c) { return c.step == step; });
+  }
+  if (captured) {
+    for (auto& partition : job.partitions) {
+      ShardPartition& p = *partition;
+      absl::MutexLock partition_lock(&p.mu);
+      for (const ShardPartition::Capture& capture : p.captures) {
+        if (capture.step != step) continue;
+        p.Retire(std::move(p.values));
+        p.values = std::const_pointer_cast<v1::PartitionValues>(capture.data.values);
+        p.state = capture.data.state;
+        p.prev_values.reset();
+        p.step = step;
+      }
+    }
+    LOG(WARNING) << "shard " << job.shard_index << ": rewound job '" << job.job_id << "' to step "
+                 << step << " from the checkpoint of it not yet written (another shard resumed "
+                 << "from its checkpoint)";
+    return static_cast<uint32_t>(job.partitions.size());
+  }
   const std::string dir = CheckpointDirLocked();
   if (dir.empty()) return absl::NotFoundError("the shard has no checkpoint directory");
   const std::string shard_dir = ShardDirectory(dir, job.shard_index);

@@ -9,6 +9,7 @@
 #include <prometheus/histogram.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/optimizer.h"
 #include "proto/parameter_server.pb.h"
+#include "services/parameter_server/checkpoint_file.h"
 
 namespace tributary::ps {
 
@@ -99,6 +101,19 @@ struct ShardPartition {
   uint64_t max_staleness_applied ABSL_GUARDED_BY(mu) = 0;
 
   uint64_t skipped_non_finite ABSL_GUARDED_BY(mu) = 0;
+
+  // Periodic checkpoints: the values and optimizer state of each multiple of the job's
+  // checkpoint interval this partition reached, taken at that moment and held until
+  // the writer thread writes them. So every shard writes the same steps however far
+  // its writer lags, and a restarted shard's newest checkpoint is a step the other
+  // shards can rewind to. At most kMaxCaptures (the push path waits for the writer
+  // before more pile up: ParameterShard::Push).
+  struct Capture {
+    uint64_t step = 0;  // The step to record (SYNC: the values' step).
+    PartitionData data;
+  };
+  static constexpr size_t kMaxCaptures = 4;
+  std::deque<Capture> captures ABSL_GUARDED_BY(mu);
 };
 
 struct ShardJob {
@@ -116,6 +131,9 @@ struct ShardJob {
   // it, and the coordinator's BeginGeneration of that same generation follows.
   bool fenced = false;
   uint32_t num_nodes = 1;
+  // Periodic checkpoints are written (an interval and a directory): partitions keep
+  // ShardPartition::captures.
+  bool periodic_checkpoints = false;
   v1::TrainingMode mode = v1::SYNC;
   uint32_t staleness = 0;
   v1::DType wire_dtype = v1::FLOAT32;

@@ -111,6 +111,12 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
                             .Help("Checkpoints written, by result.")
                             .Register(registry)
                             .Add({{"result", "error"}})),
+      checkpoint_backlog_waits(
+          prometheus::BuildCounter()
+              .Name("tributary_ps_checkpoint_backlog_waits_total")
+              .Help("Pushes that waited for the periodic checkpoint writer to catch up.")
+              .Register(registry)
+              .Add({})),
       checkpoint_age_seconds(prometheus::BuildGauge()
                                  .Name("tributary_ps_checkpoint_age_seconds")
                                  .Help("Seconds since the last checkpoint; -1 when none.")

@@ -61,6 +61,7 @@ struct ShardMetrics {
   prometheus::Gauge& partitions;
   prometheus::Counter& checkpoints_ok;
   prometheus::Counter& checkpoints_error;
+  prometheus::Counter& checkpoint_backlog_waits;
   prometheus::Gauge& checkpoint_age_seconds;
   prometheus::Gauge& last_checkpoint_timestamp_seconds;
 

@@ -158,7 +158,7 @@ class SyncAggregator : public Aggregator {
     p.samples = 0;
     p.non_finite_nodes.clear();
     context_.sinks->DeliverToAll(p.values);
-    context_.step_moved(p.step - 1, p.step);
+    context_.step_moved(p, p.step - 1, p.step);
   }
 
   const AggregatorContext context_;
