@@ -4,14 +4,18 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <grpc/grpc_security_constants.h>
 
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/server_flags.h"
 
@@ -44,7 +48,7 @@ absl::StatusOr<std::shared_ptr<const ClusterAuth>> ClusterAuth::FromSecret(std::
         absl::StrCat("the cluster secret has ", secret.size(), " bytes; it needs ", kMinSecretBytes,
                      " to ", kMaxSecretBytes, " (e.g. `head -c 32 /dev/urandom | base64`)"));
   }
-  return std::shared_ptr<const ClusterAuth>(new ClusterAuth(std::move(secret)));
+  return std::shared_ptr<const ClusterAuth>(new ClusterAuth(std::move(secret), false));
 }
 
 absl::StatusOr<std::shared_ptr<const ClusterAuth>> ClusterAuth::FromFile(absl::string_view flag,
@@ -74,13 +78,55 @@ std::string ClusterAuth::Mac(absl::string_view message) const {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
+std::shared_ptr<const ClusterAuth> ClusterAuth::WithCertificateRoles() const {
+  return std::shared_ptr<const ClusterAuth>(new ClusterAuth(secret_, /*certificate_roles=*/true));
+}
+
+absl::StatusOr<Role> CertificateRole(const grpc::AuthContext& peer, absl::string_view rpc) {
+  if (!peer.IsPeerAuthenticated()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        rpc, ": no verified client certificate (--certificate_roles takes the caller's role "
+             "from it: mutual TLS with --tls_cert, --tls_key and --tls_ca on every component)"));
+  }
+  std::optional<Role> named;
+  std::string all;
+  for (const char* property : {GRPC_PEER_URI_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+    for (const grpc::string_ref& value : peer.FindPropertyValues(property)) {
+      const absl::string_view uri(value.data(), value.size());
+      if (!absl::StartsWith(uri, "spiffe://")) continue;
+      const size_t path = uri.find('/', std::strlen("spiffe://"));
+      if (path == absl::string_view::npos) continue;
+      const absl::string_view tail = uri.substr(path);
+      if (!absl::StartsWith(tail, "/tributary/")) continue;
+      const absl::string_view name = tail.substr(std::strlen("/tributary/"));
+      for (Role role :
+           {Role::kCoordinator, Role::kParameterServer, Role::kWorker, Role::kOperator}) {
+        if (name != RoleName(role)) continue;
+        if (named.has_value() && *named != role) {
+          return absl::UnauthenticatedError(
+              absl::StrCat(rpc, ": the client certificate names two roles (", RoleName(*named),
+                           " and ", RoleName(role), "); give each component one"));
+        }
+        named = role;
+      }
+    }
+  }
+  if (!named.has_value()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        rpc, ": the client certificate names no role (a URI subject alternative name "
+             "spiffe://<trust domain>/tributary/<role>, role one of coordinator, "
+             "parameter_server, worker, operator)"));
+  }
+  return *named;
+}
+
 std::string ClusterAuth::HeaderFor(Role role) const {
   const char* name = RoleName(role);
   return absl::StrCat(name, " ", Mac(absl::StrCat("tributary-role:", name)));
 }
 
-absl::StatusOr<Role> ClusterAuth::Check(const Metadata& metadata, RoleSet allowed,
-                                        absl::string_view rpc) const {
+absl::StatusOr<Role> ClusterAuth::Check(const Metadata& metadata, const grpc::AuthContext* peer,
+                                        RoleSet allowed, absl::string_view rpc) const {
   const std::string header = MetadataValue(metadata, kClusterAuthMetadata);
   if (header.empty()) {
     return absl::UnauthenticatedError(
@@ -92,6 +138,19 @@ absl::StatusOr<Role> ClusterAuth::Check(const Metadata& metadata, RoleSet allowe
     if (parts.first != RoleName(role)) continue;
     if (!ConstantTimeEqual(parts.second, Mac(absl::StrCat("tributary-role:", parts.first)))) {
       break;
+    }
+    if (certificate_roles_) {
+      if (peer == nullptr) {
+        return absl::UnauthenticatedError(
+            absl::StrCat(rpc, ": no TLS peer to take the role from (--certificate_roles)"));
+      }
+      absl::StatusOr<Role> certified = CertificateRole(*peer, rpc);
+      if (!certified.ok()) return certified.status();
+      if (*certified != role) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            rpc, ": the client certificate names the ", RoleName(*certified),
+            " role but the cluster credential claims ", RoleName(role)));
+      }
     }
     if ((allowed & static_cast<RoleSet>(role)) == 0) {
       return absl::PermissionDeniedError(
@@ -146,10 +205,12 @@ std::string MetadataValue(const Metadata& metadata, absl::string_view key) {
   return std::string(found->second.data(), found->second.size());
 }
 
-absl::Status Authorize(const ClusterAuth* auth, const Metadata& metadata, RoleSet allowed,
-                       absl::string_view rpc) {
+absl::Status Authorize(const ClusterAuth* auth, const grpc::ServerContextBase& context,
+                       RoleSet allowed, absl::string_view rpc) {
   if (auth == nullptr) return absl::OkStatus();
-  return auth->Check(metadata, allowed, rpc).status();
+  std::shared_ptr<const grpc::AuthContext> peer;
+  if (auth->certificate_roles()) peer = context.auth_context();
+  return auth->Check(context.client_metadata(), peer.get(), allowed, rpc).status();
 }
 
 absl::StatusOr<std::shared_ptr<const ClusterAuth>> ClusterAuthFromFlags() {
@@ -168,7 +229,21 @@ absl::StatusOr<std::shared_ptr<const ClusterAuth>> ClusterAuthFromFlags() {
 absl::StatusOr<std::shared_ptr<const ClusterAuth>> ServerClusterAuthFromFlags(
     absl::string_view binary) {
   absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth = ClusterAuthFromFlags();
-  if (!auth.ok() || *auth != nullptr) return auth;
+  if (!auth.ok()) return auth;
+  if (absl::GetFlag(FLAGS_certificate_roles)) {
+    if (*auth == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          binary, ": --certificate_roles needs --cluster_token_file (the secret proves the "
+                  "cluster, the certificate the role)"));
+    }
+    if (absl::GetFlag(FLAGS_tls_cert).empty() || absl::GetFlag(FLAGS_tls_key).empty() ||
+        absl::GetFlag(FLAGS_tls_ca).empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          binary, ": --certificate_roles needs mutual TLS: --tls_cert, --tls_key and --tls_ca"));
+    }
+    return (*auth)->WithCertificateRoles();
+  }
+  if (*auth != nullptr) return auth;
   if (!absl::GetFlag(FLAGS_allow_unauthenticated)) {
     return absl::FailedPreconditionError(absl::StrCat(
         binary,

@@ -12,11 +12,17 @@
 //
 // What it protects against: anyone who can reach a port but does not hold the secret,
 // and components calling outside their role (a stale worker of an ended generation, a
-// misdirected tool). It does not separate components that hold the secret from each
-// other: whoever holds it can derive every role; keep it as secret as the job.
+// misdirected tool). The secret alone does not separate components that hold it from
+// each other: whoever holds it can derive every role. With mutual TLS and
+// --certificate_roles the role comes from the caller's verified client certificate
+// instead (a URI subject alternative name "spiffe://<trust domain>/tributary/<role>"),
+// and the header's role must be that one: a worker's key and certificate then do not
+// make their holder a coordinator or an operator.
 #ifndef TRIBUTARY_COMMON_CLUSTER_AUTH_H_
 #define TRIBUTARY_COMMON_CLUSTER_AUTH_H_
 
+#include <grpcpp/security/auth_context.h>
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/string_ref.h>
 
 #include <cstdint>
@@ -70,14 +76,20 @@ class ClusterAuth {
   // INVALID_ARGUMENT for a secret outside 16..4096 bytes.
   static absl::StatusOr<std::shared_ptr<const ClusterAuth>> FromSecret(std::string secret);
 
+  // The same secret, with roles taken from client certificates (--certificate_roles).
+  std::shared_ptr<const ClusterAuth> WithCertificateRoles() const;
+  bool certificate_roles() const { return certificate_roles_; }
+
   // The x-tributary-auth value `role` sends.
   std::string HeaderFor(Role role) const;
 
   // The caller's role: UNAUTHENTICATED when x-tributary-auth is missing, malformed or
   // not made from the secret; PERMISSION_DENIED naming the role and `rpc` when the
-  // role is not in `allowed`.
-  absl::StatusOr<Role> Check(const Metadata& metadata, RoleSet allowed,
-                             absl::string_view rpc) const;
+  // role is not in `allowed`. With certificate_roles(), `peer` (the call's TLS peer)
+  // must hold a verified certificate naming exactly one role (UNAUTHENTICATED
+  // otherwise), and the header's role must be it (PERMISSION_DENIED naming both).
+  absl::StatusOr<Role> Check(const Metadata& metadata, const grpc::AuthContext* peer,
+                             RoleSet allowed, absl::string_view rpc) const;
 
   // The credential of one worker registration (RegisterWorkerResponse.worker_id).
   std::string WorkerCredential(absl::string_view worker_id) const;
@@ -99,27 +111,37 @@ class ClusterAuth {
                                    absl::string_view rpc) const;
 
  private:
-  explicit ClusterAuth(std::string secret) : secret_(std::move(secret)) {}
+  ClusterAuth(std::string secret, bool certificate_roles)
+      : secret_(std::move(secret)), certificate_roles_(certificate_roles) {}
   std::string Mac(absl::string_view message) const;  // Lowercase hex HMAC-SHA256.
 
   const std::string secret_;
+  const bool certificate_roles_;
 };
+
+// The role named by `peer`'s verified certificate: its URI subject alternative names of
+// the form "spiffe://<trust domain>/tributary/<role>" (role as RoleName spells it).
+// UNAUTHENTICATED naming `rpc` when the peer is not authenticated by a certificate,
+// names no role, or names more than one.
+absl::StatusOr<Role> CertificateRole(const grpc::AuthContext& peer, absl::string_view rpc);
 
 // The value of the first `key` entry in `metadata`, empty when absent.
 std::string MetadataValue(const Metadata& metadata, absl::string_view key);
 
 // OK when `auth` is null (the process runs without --cluster_token_file, which needs
-// --allow_unauthenticated), else auth->Check(...).
-absl::Status Authorize(const ClusterAuth* auth, const Metadata& metadata, RoleSet allowed,
-                       absl::string_view rpc);
+// --allow_unauthenticated), else auth->Check(...) with the call's metadata and TLS peer.
+absl::Status Authorize(const ClusterAuth* auth, const grpc::ServerContextBase& context,
+                       RoleSet allowed, absl::string_view rpc);
 
 // The credential of --cluster_token_file, read once per process (later calls return
 // the first result): null when the flag is empty.
 absl::StatusOr<std::shared_ptr<const ClusterAuth>> ClusterAuthFromFlags();
 
-// For a server: ClusterAuthFromFlags(), but FAILED_PRECONDITION naming `binary` when
-// there is no --cluster_token_file and no --allow_unauthenticated (then it is null and
-// a warning is logged).
+// For a server: ClusterAuthFromFlags() (with certificate roles under
+// --certificate_roles), but FAILED_PRECONDITION naming `binary` when there is no
+// --cluster_token_file and no --allow_unauthenticated (then it is null and a warning is
+// logged), or when --certificate_roles lacks --cluster_token_file or mutual TLS
+// (--tls_cert, --tls_key and --tls_ca).
 absl::StatusOr<std::shared_ptr<const ClusterAuth>> ServerClusterAuthFromFlags(
     absl::string_view binary);
 

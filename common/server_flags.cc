@@ -17,6 +17,12 @@ ABSL_FLAG(std::string, cluster_token_file, "",
           "cluster shares: internal calls carry a role credential made from it and are "
           "refused without one (docs/security.md). Default: empty (none: servers then need "
           "--allow_unauthenticated).");
+ABSL_FLAG(bool, certificate_roles, false,
+          "Take each caller's role from its verified client certificate (a URI subject "
+          "alternative name spiffe://<trust domain>/tributary/<role>) instead of from the "
+          "cluster secret alone; the credential's role must match. Needs "
+          "--cluster_token_file and mutual TLS (--tls_cert, --tls_key, --tls_ca). "
+          "Default: false.");
 ABSL_FLAG(bool, allow_unauthenticated, false,
           "Serve without --cluster_token_file: anyone who reaches the ports may make every "
           "internal call. Only for development on a trusted network. Default: false.");

@@ -13,6 +13,7 @@ ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
 ABSL_DECLARE_FLAG(std::string, cluster_token_file);
 ABSL_DECLARE_FLAG(bool, allow_unauthenticated);
+ABSL_DECLARE_FLAG(bool, certificate_roles);
 ABSL_DECLARE_FLAG(double, drain_seconds);
 ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, advertise_host);

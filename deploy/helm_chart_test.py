@@ -575,6 +575,25 @@ class OtherValuesTest(unittest.TestCase):
             volume = [v for v in pod_spec(workload(items, role))["volumes"] if v["name"] == "tls"]
             self.assertEqual(volume[0]["secret"]["secretName"], "tributary-tls")
 
+    def test_certificate_roles_give_each_component_its_own_certificate(self):
+        items = TOOLS.render(sets=["tls.enabled=true", "tls.secretName=tributary-tls",
+                                   "tls.certificateRoles=true",
+                                   "tls.roleSecretNames.worker=tls-worker",
+                                   "tls.roleSecretNames.parameterServer=tls-ps"])
+        expected = {"coordinator": "tributary-tls", "ps": "tls-ps", "worker": "tls-worker"}
+        for role in WORKLOADS:
+            flags = container_flags(only_container(workload(items, role)))
+            self.assertIn("--certificate_roles", flags, role)
+            volume = [v for v in pod_spec(workload(items, role))["volumes"] if v["name"] == "tls"]
+            self.assertEqual(volume[0]["secret"]["secretName"], expected[role], role)
+        plain = TOOLS.render(sets=["tls.enabled=true", "tls.secretName=tributary-tls"])
+        for role in WORKLOADS:
+            self.assertNotIn("--certificate_roles",
+                             container_flags(only_container(workload(plain, role))), role)
+        without_tls = TOOLS.template(sets=["tls.certificateRoles=true"], check=False)
+        self.assertNotEqual(without_tls.returncode, 0)
+        self.assertIn("tls.certificateRoles needs tls.enabled", without_tls.stderr)
+
     def test_ports_follow_the_values_everywhere(self):
         items = TOOLS.render(sets=["coordinator.grpcPort=6000", "coordinator.httpPort=6001",
                                    "ps.grpcPort=6100", "worker.httpPort=6201"])

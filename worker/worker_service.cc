@@ -8,7 +8,7 @@ grpc::ServerUnaryReactor* WorkerService::GetStatus(grpc::CallbackServerContext* 
                                                    const v1::GetWorkerStatusRequest*,
                                                    v1::WorkerStatus* response) {
   if (absl::Status allowed =
-          Authorize(auth_.get(), context->client_metadata(), kAnyRole, "GetStatus");
+          Authorize(auth_.get(), *context, kAnyRole, "GetStatus");
       !allowed.ok()) {
     grpc::ServerUnaryReactor* refused = context->DefaultReactor();
     refused->Finish(ToGrpcStatus(allowed));
@@ -23,7 +23,7 @@ grpc::ServerUnaryReactor* WorkerService::GetStatus(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* WorkerService::Drain(grpc::CallbackServerContext* context,
                                                const v1::DrainRequest* request,
                                                v1::DrainResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                       Role::kCoordinator | Role::kOperator, "Drain");
       !allowed.ok()) {
     grpc::ServerUnaryReactor* refused = context->DefaultReactor();

@@ -150,7 +150,7 @@ CoordinatorGrpcService::CoordinatorGrpcService(CoordinatorHandler* handler,
 bool CoordinatorGrpcService::CallerIs(grpc::CallbackServerContext* context,
                                       grpc::ServerUnaryReactor* reactor, RoleSet roles,
                                       const char* rpc) const {
-  const absl::Status allowed = Authorize(auth_.get(), context->client_metadata(), roles, rpc);
+  const absl::Status allowed = Authorize(auth_.get(), *context, roles, rpc);
   if (!allowed.ok()) {
     reactor->Finish(ToGrpcStatus(allowed));
     return false;
@@ -208,7 +208,7 @@ grpc::ServerWriteReactor<v1::ModelChunk>* CoordinatorGrpcService::FetchModel(
   if (models_ == nullptr) {
     return new Refused(absl::UnimplementedError("this coordinator stores no model files"));
   }
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        Role::kWorker | Role::kOperator, "FetchModel");
       !allowed.ok()) {
     return new Refused(allowed);
@@ -272,7 +272,7 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::PublishRendezvous(
 grpc::ServerUnaryReactor* CoordinatorGrpcService::WaitRendezvous(
     grpc::CallbackServerContext* context, const v1::WaitRendezvousRequest* request,
     v1::WaitRendezvousResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        OnlyRole(Role::kWorker), "WaitRendezvous");
       !allowed.ok()) {
     grpc::ServerUnaryReactor* refused = context->DefaultReactor();

@@ -433,7 +433,7 @@ ParameterServerService::~ParameterServerService() = default;
 
 grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::InitPartitions(
     grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        OnlyRole(Role::kWorker), "InitPartitions");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerReadReactor<v1::InitPartitionsRequest>>(allowed);
@@ -446,7 +446,7 @@ grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::Init
 grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerService::PushPull(
     grpc::CallbackServerContext* context) {
   if (absl::Status allowed =
-          Authorize(auth_.get(), context->client_metadata(), OnlyRole(Role::kWorker), "PushPull");
+          Authorize(auth_.get(), *context, OnlyRole(Role::kWorker), "PushPull");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>>(
         allowed);
@@ -457,7 +457,7 @@ grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerS
 grpc::ServerWriteReactor<v1::PartitionValues>* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const v1::PullRequest* request) {
   if (absl::Status allowed =
-          Authorize(auth_.get(), context->client_metadata(),
+          Authorize(auth_.get(), *context,
                     Role::kWorker | Role::kCoordinator | Role::kOperator, "Pull");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerWriteReactor<v1::PartitionValues>>(allowed);
@@ -468,7 +468,7 @@ grpc::ServerWriteReactor<v1::PartitionValues>* ParameterServerService::Pull(
 grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
     grpc::CallbackServerContext* context, const v1::GetShardStatusRequest* /*request*/,
     v1::ShardStatus* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        Role::kCoordinator | Role::kOperator, "GetShardStatus");
       !allowed.ok()) {
     return Refuse(context, allowed);
@@ -482,7 +482,7 @@ grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
 grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     grpc::CallbackServerContext* context, const v1::CheckpointRequest* /*request*/,
     v1::CheckpointResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        Role::kCoordinator | Role::kOperator, "Checkpoint");
       !allowed.ok()) {
     return Refuse(context, allowed);
@@ -499,7 +499,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
 grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
     grpc::CallbackServerContext* context, const v1::BeginGenerationRequest* request,
     v1::BeginGenerationResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        OnlyRole(Role::kCoordinator), "BeginGeneration");
       !allowed.ok()) {
     return Refuse(context, allowed);
@@ -516,7 +516,7 @@ grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
 grpc::ServerUnaryReactor* ParameterServerService::EndJob(grpc::CallbackServerContext* context,
                                                          const v1::EndJobRequest* request,
                                                          v1::EndJobResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), context->client_metadata(),
+  if (absl::Status allowed = Authorize(auth_.get(), *context,
                                        OnlyRole(Role::kCoordinator), "EndJob");
       !allowed.ok()) {
     return Refuse(context, allowed);

@@ -478,6 +478,21 @@ TEST(ForgedCallsTest, ServersRefuseToStartWithoutACredentialUnlessTold) {
     const std::string tail = (*short_secret)->LogTail(5);
     EXPECT_TRUE(absl::StrContains(tail, token)) << tail;
     EXPECT_FALSE(absl::StrContains(tail, "short-secret")) << tail;
+
+    // Roles from certificates without mutual TLS to take them from.
+    const std::string good = dir + "/good.token";
+    file = std::fopen(good.c_str(), "w");
+    std::fputs("0123456789abcdef0123456789abcdef", file);
+    std::fclose(file);
+    argv.back() = "--cluster_token_file=" + good;
+    argv.push_back("--certificate_roles");
+    absl::StatusOr<std::unique_ptr<ChildProcess>> no_tls =
+        ChildProcess::Start("certificate-roles", argv, log);
+    ASSERT_TRUE(no_tls.ok());
+    ASSERT_TRUE((*no_tls)->Wait(absl::Seconds(30)));
+    EXPECT_EQ((*no_tls)->exit_code(), 2) << binary;
+    EXPECT_TRUE(absl::StrContains((*no_tls)->LogTail(5), "--certificate_roles needs mutual TLS"))
+        << (*no_tls)->LogTail(5);
   }
 }
 

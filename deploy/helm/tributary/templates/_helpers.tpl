@@ -71,6 +71,9 @@ annotations:
 
 {{/* Flags every binary shares (common/server_flags.cc). Call with (dict "root" $ "role" .Values.ps). */}}
 {{- define "tributary.commonArgs" -}}
+{{- if and .root.Values.tls.certificateRoles (not .root.Values.tls.enabled) -}}
+{{- fail "tls.certificateRoles needs tls.enabled: true (roles come from mutual TLS client certificates)" -}}
+{{- end -}}
 - --drain_seconds={{ .role.drainSeconds }}
 {{- if .root.Values.clusterToken.allowUnauthenticated }}
 - --allow_unauthenticated
@@ -81,7 +84,22 @@ annotations:
 - --tls_cert=/etc/tributary/tls/tls.crt
 - --tls_key=/etc/tributary/tls/tls.key
 - --tls_ca=/etc/tributary/tls/ca.crt
+{{- if .root.Values.tls.certificateRoles }}
+- --certificate_roles
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The TLS Secret a component mounts: its own under tls.certificateRoles (roleSecretNames,
+else secretName). Call with (dict "root" $ "component" "worker").
+*/}}
+{{- define "tributary.tlsSecretName" -}}
+{{- $own := "" -}}
+{{- if .root.Values.tls.certificateRoles -}}
+{{- $own = index .root.Values.tls.roleSecretNames .component | default "" -}}
+{{- end -}}
+{{- $own | default (required "tls.secretName is required when tls.enabled is true" .root.Values.tls.secretName) -}}
 {{- end -}}
 
 {{/*
