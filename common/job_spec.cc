@@ -242,9 +242,21 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
 // Parameters and the widest activation of a built-in model for the whole batch,
 // against kMaxModelParameters and kMaxActivationFloats. The sizes are already bounded
 // (each <= 65536, at most 64 layers), so the sums cannot overflow 64 bits.
-absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
-  if (IsTorchScript(model)) return absl::OkStatus();  // Checked when the file is loaded.
-  uint64_t parameters = 0, widest = 0;
+struct ModelShape {
+  uint64_t parameters = 0;
+  uint64_t widest = 0;       // The widest activation per sample.
+  uint64_t activations = 0;  // All layers' activations per sample.
+};
+
+// A built-in model's size (the sizes are already bounded: each <= 65536, at most 64
+// layers, so the sums cannot overflow 64 bits).
+ModelShape ShapeOf(const v1::ModelSpec& model) {
+  // A spec that did not pass validation: nothing known.
+  if (model.name() == "cnn" ? model.input_shape_size() < 3 || model.conv_channels_size() < 2
+                            : model.layer_sizes_size() == 0) {
+    return ModelShape{};
+  }
+  uint64_t parameters = 0, widest = 0, activations = 0;
   std::vector<uint64_t> widths;
   uint64_t in = 0;
   if (model.name() == "cnn") {
@@ -252,6 +264,8 @@ absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
     const uint64_t c1 = model.conv_channels(0), c2 = model.conv_channels(1);
     parameters += c * c1 * 9 + c1 + c1 * c2 * 9 + c2;
     widest = std::max({c * h * w, c1 * h * w, c2 * (h / 2) * (w / 2)});
+    // Input, both convolutions (before and after pooling).
+    activations += c * h * w + c1 * h * w + c1 * (h / 2) * (w / 2) + c2 * (h / 2) * (w / 2);
     in = c2 * (h / 4) * (w / 4);
     for (uint32_t size : model.layer_sizes()) widths.push_back(size);
   } else {
@@ -259,11 +273,20 @@ absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
     for (int i = 1; i < model.layer_sizes_size(); ++i) widths.push_back(model.layer_sizes(i));
   }
   widest = std::max(widest, in);
+  activations += in;
   for (uint64_t out : widths) {
     parameters += in * out + out;
     widest = std::max(widest, out);
+    activations += out;
     in = out;
   }
+  return ModelShape{parameters, widest, activations};
+}
+
+absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
+  if (IsTorchScript(model)) return absl::OkStatus();  // Checked when the file is loaded.
+  const ModelShape shape = ShapeOf(model);
+  const uint64_t parameters = shape.parameters, widest = shape.widest;
   if (parameters > kMaxModelParameters) {
     return Bad("model.layer_sizes", Sizes(model.layer_sizes()),
                absl::StrCat("the model would have ", parameters, " parameters; at most ",
@@ -280,6 +303,24 @@ absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
 }
 
 }  // namespace
+
+MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing_batch) {
+  MemoryEstimate estimate;
+  if (IsTorchScript(spec.model())) return estimate;  // Unknown until the file is loaded.
+  const ModelShape shape = ShapeOf(spec.model());
+  const uint64_t sharing = std::max<uint64_t>(1, replicas_sharing_batch);
+  const uint64_t batch = (spec.global_batch_size() + sharing - 1) / sharing;
+  estimate.parameters = shape.parameters;
+  // Values, gradients, the pulled copy and the reduction buffer; the activations and
+  // their gradients of every layer for the replica's share of the batch.
+  estimate.replica_bytes = 4 * 4 * shape.parameters + 2 * 4 * shape.activations * batch;
+  const v1::DatasetSpec& data = spec.dataset();
+  if (data.format() == v1::SYNTHETIC) {
+    estimate.data_bytes = 4 * (data.synthetic_train_samples() + data.synthetic_test_samples()) *
+                          (data.synthetic_features() + 1);
+  }
+  return estimate;
+}
 
 bool IsModelFileName(const std::string& name) {
   if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;

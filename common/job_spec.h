@@ -58,6 +58,21 @@ v1::JobSpec WithDefaults(v1::JobSpec spec);
 // kMaxActivationFloats.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
+// Roughly what a job needs in memory, to place it only on workers that reported enough
+// (RegisterWorker's Device.memory_bytes). Zero where it cannot be known before the
+// worker loads the job (a TorchScript model's size, a dataset file's).
+struct MemoryEstimate {
+  uint64_t parameters = 0;
+  // One replica: its parameters four times (values, gradients, the pulled copy, the
+  // reduction buffer) and every layer's activations and their gradients for its share
+  // of the global batch.
+  uint64_t replica_bytes = 0;
+  uint64_t data_bytes = 0;  // A worker's copy of the synthetic data (train + test).
+};
+// With the global batch shared by `replicas_sharing_batch` replicas (at least 1).
+// Expects WithDefaults and ValidateJobSpec to have passed (bounded sizes).
+MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing_batch);
+
 // ceil(train_samples / global_batch_size): the last batch of an epoch may be short.
 uint64_t StepsPerEpoch(const v1::JobSpec& spec, uint64_t train_samples);
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 
@@ -36,6 +37,47 @@ std::vector<v1::Device> CpuDevices(const v1::RegisterWorkerRequest& registration
     device.set_cpu_cores(cores == 0 ? 0 : std::max<uint32_t>(1, cores / replicas));
   }
   return devices;
+}
+
+std::string Gib(uint64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+// Why `devices` cannot hold the job's replicas of `worker`; "" when they can, or when
+// the memory or the job's size is unknown (0).
+std::string MemoryShortfall(const v1::JobSpec& spec, const Candidate& worker,
+                            const std::string& node, const std::vector<v1::Device>& devices,
+                            bool gpu) {
+  const uint32_t replicas = static_cast<uint32_t>(devices.size());
+  const MemoryEstimate estimate =
+      EstimateMemory(spec, std::max<uint32_t>(1, spec.nodes_min()) * replicas);
+  if (estimate.replica_bytes == 0 || devices.empty()) return "";
+  const std::string what = absl::StrCat(
+      estimate.parameters, " parameters, a batch share of ",
+      (spec.global_batch_size() + std::max<uint32_t>(1, spec.nodes_min()) * replicas - 1) /
+          (std::max<uint32_t>(1, spec.nodes_min()) * replicas),
+      " per replica");
+  if (gpu) {
+    for (const v1::Device& device : devices) {
+      if (device.memory_bytes() == 0 || device.memory_bytes() >= estimate.replica_bytes) continue;
+      return absl::StrCat("worker ", worker.worker_id, " on node ", node, ": ",
+                          DescribeGpu(device), " has ", Gib(device.memory_bytes()),
+                          " but one replica needs about ", Gib(estimate.replica_bytes), " (",
+                          what, ")");
+    }
+    return "";
+  }
+  const uint64_t memory = devices.front().memory_bytes();
+  const uint64_t needed = replicas * estimate.replica_bytes + estimate.data_bytes;
+  if (memory == 0 || memory >= needed) return "";
+  return absl::StrCat("worker ", worker.worker_id, " on node ", node, " reports ", Gib(memory),
+                      " of memory but its ", replicas, " replica(s) need about ", Gib(needed),
+                      " (", what,
+                      estimate.data_bytes > 0
+                          ? absl::StrCat(", ", Gib(estimate.data_bytes), " of synthetic data")
+                          : std::string(),
+                      "): use fewer replicas_per_worker, a smaller batch or model, or more "
+                      "nodes");
 }
 
 struct NodeGroup {
@@ -144,7 +186,14 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candida
                        (spec.devices() == v1::AUTO && HasGpu(registration) &&
                         !IsTorchScript(spec.model()));
       if (!gpu) {
-        chosen[worker] = CpuDevices(registration, replicas);
+        std::vector<v1::Device> cpu = CpuDevices(registration, replicas);
+        if (std::string shortfall = MemoryShortfall(spec, *worker, group.name, cpu, false);
+            !shortfall.empty()) {
+          plan.left_out[worker->worker_id] =
+              LeftOut{LeftOut::Kind::kTooLittleMemory, std::move(shortfall)};
+          continue;
+        }
+        chosen[worker] = std::move(cpu);
         continue;
       }
       std::vector<v1::Device> options;
@@ -188,6 +237,12 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candida
                          registration.requested_gpus().empty() ? "" : "requested ", options.size(),
                          " GPU(s), ", picked.size(), " free",
                          busy.empty() ? "" : absl::StrCat(" (", absl::StrJoin(busy, "; "), ")"))};
+        continue;
+      }
+      if (std::string shortfall = MemoryShortfall(spec, *worker, group.name, picked, true);
+          !shortfall.empty()) {
+        plan.left_out[worker->worker_id] =
+            LeftOut{LeftOut::Kind::kTooLittleMemory, std::move(shortfall)};
         continue;
       }
       for (const v1::Device& device : picked) taken[GpuKey(device)] = worker->worker_id;

@@ -29,6 +29,7 @@ struct LeftOut {
     kNoGpu,            // A GPU job, and the worker reported no GPU.
     kTooFewGpus,       // Its node has fewer free GPUs than it needs.
     kNodeNotAdmitted,  // Its node group is beyond nodes_max.
+    kTooLittleMemory,  // It reported less memory than the job needs (EstimateMemory).
   };
   Kind kind;
   std::string reason;  // Names the node, the worker and the GPUs involved.
@@ -40,7 +41,8 @@ struct GenerationPlan {
   // Worker id -> its ranks, devices, replicas and replica indices. The caller fills
   // in job_id, generation, rendezvous_id, shards, job and resume_step.
   std::map<std::string, v1::Assignment> assignments;
-  // Worker id -> why it was left out (no free GPU, no GPU at all, node over nodes_max).
+  // Worker id -> why it was left out (no free GPU, no GPU at all, too little memory,
+  // node over nodes_max).
   std::map<std::string, LeftOut> left_out;
   // Node groups that had at least one assignable worker, including those over nodes_max.
   uint32_t assignable_nodes = 0;

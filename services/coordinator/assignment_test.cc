@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -247,6 +248,45 @@ TEST(ValidateRegistrationTest, Rules) {
   *request.add_devices() = Cpu(1);
   *request.add_devices() = Cpu(1);
   EXPECT_THAT(ValidateRegistration(request).message(), HasSubstr("CPU is listed twice"));
+}
+
+// Workers that reported less memory than the job needs are left out with the numbers;
+// unknown memory (0) places as before.
+TEST(AssignmentTest, WorkersWithTooLittleMemoryAreLeftOutWithTheNumbers) {
+  v1::JobSpec spec = WithDefaults(Spec(1, 4, 2));
+  spec.mutable_model()->clear_layer_sizes();
+  for (uint32_t size : {4096, 4096, 10}) spec.mutable_model()->add_layer_sizes(size);
+  spec.set_global_batch_size(64);
+  // 4096*4096 + 4096 + 4096*10 + 10 parameters, four copies per replica: ~257 MiB each.
+  const MemoryEstimate estimate = EstimateMemory(spec, 2);
+  EXPECT_EQ(estimate.parameters, 4096u * 4096 + 4096 + 4096 * 10 + 10);
+  EXPECT_GT(estimate.replica_bytes, 16 * estimate.parameters);
+  v1::Device small = Cpu(8), big = Cpu(8), unknown = Cpu(8);
+  small.set_memory_bytes(256ull << 20);
+  big.set_memory_bytes(64ull << 30);
+  const GenerationPlan plan = PlanGeneration(
+      spec, {Worker("w-small", 1, "a", {small}), Worker("w-big", 2, "b", {big}),
+             Worker("w-unknown", 3, "c", {unknown})});
+  ExpectConsistent(plan);
+  EXPECT_EQ(plan.assignments.count("w-small"), 0u);
+  EXPECT_EQ(plan.assignments.count("w-big"), 1u);
+  EXPECT_EQ(plan.assignments.count("w-unknown"), 1u);
+  ASSERT_EQ(plan.left_out.count("w-small"), 1u);
+  const LeftOut& left = plan.left_out.at("w-small");
+  EXPECT_EQ(left.kind, LeftOut::Kind::kTooLittleMemory);
+  EXPECT_THAT(left.reason, HasSubstr("worker w-small on node a reports 0.25 GiB of memory"));
+  EXPECT_THAT(left.reason, HasSubstr("2 replica(s) need about"));
+  EXPECT_THAT(left.reason, HasSubstr("16822282 parameters, a batch share of 32 per replica"));
+
+  // A GPU smaller than one replica.
+  v1::Device tiny = Gpu(0);
+  tiny.set_memory_bytes(100ull << 20);
+  spec.set_replicas_per_worker(1);
+  spec.set_devices(v1::GPU);
+  const GenerationPlan gpu = PlanGeneration(spec, {Worker("w-gpu", 1, "g", {tiny, Cpu(8)})});
+  ASSERT_EQ(gpu.left_out.count("w-gpu"), 1u);
+  EXPECT_EQ(gpu.left_out.at("w-gpu").kind, LeftOut::Kind::kTooLittleMemory);
+  EXPECT_THAT(gpu.left_out.at("w-gpu").reason, HasSubstr("GPU 0 (GPU-uuid-0) has 0.10 GiB"));
 }
 
 }  // namespace

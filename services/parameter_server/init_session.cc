@@ -120,8 +120,18 @@ absl::Status ParameterShard::InitSession::Values(v1::PartitionValues& values) {
   values_[slot->second].emplace();
   values_[slot->second]->Swap(&values);
   ++received_;
+  buffered_bytes_ += expected;
+  shard_->metrics_.init_buffered_bytes.Increment(static_cast<double>(expected));
   return absl::OkStatus();
 }
+
+void ParameterShard::InitSession::ReleaseBuffered() {
+  if (buffered_bytes_ == 0) return;
+  shard_->metrics_.init_buffered_bytes.Decrement(static_cast<double>(buffered_bytes_));
+  buffered_bytes_ = 0;
+}
+
+ParameterShard::InitSession::~InitSession() { ReleaseBuffered(); }
 
 absl::StatusOr<v1::InitPartitionsResponse> ParameterShard::InitSession::Finish() {
   if (!have_header_) return absl::InvalidArgumentError("InitPartitions: no InitHeader");
@@ -214,6 +224,7 @@ absl::Status ParameterShard::InstallJob(InitSession& session,
                  << " resumes at step " << header.resume_step()
                  << " but the initial values are for step " << source.partitions[0].step;
   }
+  session.ReleaseBuffered();  // The values now belong to the job (or are dropped).
   absl::StatusOr<std::unique_ptr<ShardJob>> job = BuildShardJob(
       std::move(source), *session.optimizer_, MakeAggregator(session.spec_.mode(), Context()));
   if (!job.ok()) return job.status();

@@ -51,6 +51,10 @@ ABSL_FLAG(double, min_checkpoint_interval_seconds, 5,
           "Checkpoint RPC: at most one new on-demand checkpoint per this many seconds "
           "(sooner: RESOURCE_EXHAUSTED; at the step of the last one: that one again). "
           "Default: 5.");
+ABSL_FLAG(double, init_timeout_seconds, 300,
+          "An InitPartitions stream still open after this many seconds is cancelled and the "
+          "initial values it sent are freed (a caller that stopped sending but keeps its "
+          "connection). Default: 300.");
 ABSL_FLAG(int, checkpoints_to_keep, 5,
           "Checkpoint files kept per shard directory (>= 1); older ones are deleted. "
           "Default: 5 (see docs/parameter_server.md: fewer can leave a restarted shard's "
@@ -93,6 +97,12 @@ int main(int argc, char** argv) {
                << absl::GetFlag(FLAGS_min_checkpoint_interval_seconds);
     return 2;
   }
+  if (!(absl::GetFlag(FLAGS_init_timeout_seconds) >= 1) ||
+      absl::GetFlag(FLAGS_init_timeout_seconds) > 86400) {
+    LOG(ERROR) << "--init_timeout_seconds must be in [1, 86400], got "
+               << absl::GetFlag(FLAGS_init_timeout_seconds);
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_shard_index) < -1) {
     LOG(ERROR) << "--shard_index must be >= -1, got " << absl::GetFlag(FLAGS_shard_index);
     return 2;
@@ -133,7 +143,8 @@ int main(int argc, char** argv) {
                                   : "restored from " + *restored);
 
   tributary::ps::PartitionExecutor executor(threads);
-  tributary::ps::ParameterServerService service(&shard, &executor, *auth);
+  tributary::ps::ParameterServerService service(
+      &shard, &executor, *auth, absl::Seconds(absl::GetFlag(FLAGS_init_timeout_seconds)));
   host.AddService(&service, tributary::v1::ParameterServer::service_full_name());
   if (absl::Status started = host.Start(); !started.ok()) {
     LOG(ERROR) << "cannot start: " << started;
@@ -164,7 +175,10 @@ int main(int argc, char** argv) {
         });
   }
 
-  while (!shutdown.WaitFor(absl::Seconds(1))) shard.RefreshGauges();
+  while (!shutdown.WaitFor(absl::Seconds(1))) {
+    shard.RefreshGauges();
+    service.ExpireStalledInits();
+  }
   LOG(INFO) << "shutting down";
   registration.reset();
   host.Shutdown();

@@ -1,5 +1,7 @@
 #include "services/parameter_server/parameter_server_service.h"
 
+#include <malloc.h>
+
 #include <glog/logging.h>
 
 #include <deque>
@@ -310,21 +312,36 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
 };
 
 // InitPartitions: header, then one message per owned partition.
+const RealClock kRealClock;
+
 class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsRequest> {
  public:
   // With an `auth`, the header must name the node whose credential the stream presented.
+  // `open` lists the open streams (ParameterServerService::ExpireStalledInits).
   InitReactor(ParameterShard* shard, PartitionExecutor* control,
-              v1::InitPartitionsResponse* response, const ClusterAuth* auth,
-              std::string node_credential)
+              grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response,
+              const ClusterAuth* auth, std::string node_credential, OpenInits* open)
       : control_(control),
+        context_(context),
         response_(response),
         auth_(auth),
         node_credential_(std::move(node_credential)),
+        open_(open),
         session_(shard->StartInit()) {
+    open_->Add(this, context_);
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
+    if (!ok && context_->IsCancelled()) {
+      // The caller went away (or the stream expired): nothing to install. Free the
+      // values now, and give large ones back to the system (the PS's malloc keeps up
+      // to 1 GiB of freed memory otherwise: malloc_tuning.h).
+      FreeSession();
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "InitPartitions: cancelled before every value arrived"));
+      return;
+    }
     if (!ok) {
       // All values are in: install on the control lane (it waits for in-flight pushes).
       control_->Submit(0, [this] {
@@ -353,19 +370,31 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
             absl::InvalidArgumentError("InitPartitions: a message with neither header nor values");
     }
     if (!status.ok()) {
+      FreeSession();
       Finish(ToGrpcStatus(status));
       return;
     }
     StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    open_->Remove(this);
+    delete this;
+  }
 
  private:
+  void FreeSession() {
+    const size_t held = session_->buffered_bytes();
+    session_.reset();
+    if (held >= (size_t{16} << 20)) malloc_trim(0);
+  }
+
   PartitionExecutor* control_;
+  grpc::CallbackServerContext* const context_;
   v1::InitPartitionsResponse* response_;
   const ClusterAuth* const auth_;
   const std::string node_credential_;
+  OpenInits* const open_;
   std::unique_ptr<ParameterShard::InitSession> session_;
   v1::InitPartitionsRequest request_;
 };
@@ -425,9 +454,45 @@ grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const abs
 
 }  // namespace
 
+void OpenInits::Add(const void* stream, grpc::CallbackServerContext* context) {
+  absl::MutexLock lock(&mu_);
+  open_[stream] = Open{clock_->Now(), context, false};
+}
+
+void OpenInits::Remove(const void* stream) {
+  absl::MutexLock lock(&mu_);
+  open_.erase(stream);
+}
+
+int OpenInits::Expire(absl::Duration timeout) {
+  const absl::Time now = clock_->Now();
+  int expired = 0;
+  absl::MutexLock lock(&mu_);
+  for (auto& [stream, open] : open_) {
+    if (open.cancelled || now - open.since < timeout) continue;
+    LOG(WARNING) << "InitPartitions from " << open.context->peer() << " open for "
+                 << absl::FormatDuration(now - open.since) << " (--init_timeout_seconds "
+                 << absl::ToDoubleSeconds(timeout) << "): cancelled, its values freed";
+    open.context->TryCancel();
+    open.cancelled = true;
+    ++expired;
+  }
+  return expired;
+}
+
+size_t OpenInits::size() const {
+  absl::MutexLock lock(&mu_);
+  return open_.size();
+}
+
 ParameterServerService::ParameterServerService(ParameterShard* shard, PartitionExecutor* executor,
-                                               std::shared_ptr<const ClusterAuth> auth)
-    : shard_(shard), executor_(executor), auth_(std::move(auth)) {}
+                                               std::shared_ptr<const ClusterAuth> auth,
+                                               absl::Duration init_timeout, const Clock* clock)
+    : shard_(shard),
+      executor_(executor),
+      auth_(std::move(auth)),
+      init_timeout_(init_timeout),
+      open_inits_(clock != nullptr ? clock : &kRealClock) {}
 
 ParameterServerService::~ParameterServerService() = default;
 
@@ -439,8 +504,9 @@ grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::Init
     return new RefusedReactor<grpc::ServerReadReactor<v1::InitPartitionsRequest>>(allowed);
   }
   return new InitReactor(
-      shard_, &control_, response, auth_.get(),
-      auth_ == nullptr ? "" : MetadataValue(context->client_metadata(), kNodeCredentialMetadata));
+      shard_, &control_, context, response, auth_.get(),
+      auth_ == nullptr ? "" : MetadataValue(context->client_metadata(), kNodeCredentialMetadata),
+      &open_inits_);
 }
 
 grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerService::PushPull(

@@ -7,12 +7,37 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/cluster_auth.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
 
 namespace tributary::ps {
+
+// The InitPartitions streams that are open, for expiring stalled ones.
+class OpenInits {
+ public:
+  explicit OpenInits(const Clock* clock) : clock_(clock) {}
+  void Add(const void* stream, grpc::CallbackServerContext* context);
+  void Remove(const void* stream);
+  // Cancels the streams open for `timeout` or longer; how many.
+  int Expire(absl::Duration timeout);
+  size_t size() const;
+
+ private:
+  struct Open {
+    absl::Time since;
+    grpc::CallbackServerContext* context;
+    bool cancelled;
+  };
+  const Clock* const clock_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
+};
 
 class ParameterServerService final : public v1::ParameterServer::CallbackService {
  public:
@@ -23,9 +48,18 @@ class ParameterServerService final : public v1::ParameterServer::CallbackService
   // stream speaks for; Pull a worker, the coordinator or the operator; GetShardStatus
   // and Checkpoint the coordinator or the operator; BeginGeneration and EndJob the
   // coordinator.
+  // InitPartitions streams still open after `init_timeout` are cancelled by
+  // ExpireStalledInits (their buffered values freed). `clock` null: the real clock.
   ParameterServerService(ParameterShard* shard, PartitionExecutor* executor,
-                         std::shared_ptr<const ClusterAuth> auth = nullptr);
+                         std::shared_ptr<const ClusterAuth> auth = nullptr,
+                         absl::Duration init_timeout = absl::Minutes(5),
+                         const Clock* clock = nullptr);
   ~ParameterServerService() override;
+
+  // Cancels InitPartitions streams open longer than the timeout (a caller that stopped
+  // sending but keeps its connection): call periodically. How many were cancelled.
+  int ExpireStalledInits() { return open_inits_.Expire(init_timeout_); }
+  size_t open_inits() const { return open_inits_.size(); }
 
   grpc::ServerReadReactor<v1::InitPartitionsRequest>* InitPartitions(
       grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response) override;
@@ -50,6 +84,8 @@ class ParameterServerService final : public v1::ParameterServer::CallbackService
   ParameterShard* shard_;
   PartitionExecutor* executor_;
   const std::shared_ptr<const ClusterAuth> auth_;
+  const absl::Duration init_timeout_;
+  OpenInits open_inits_;
   // Calls that write files or wait for a job to install run here, not on gRPC's
   // callback threads.
   PartitionExecutor control_{1};

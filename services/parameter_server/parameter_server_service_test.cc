@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <memory>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
+#include "common/clock.h"
 #include "common/grpc_status.h"
 #include "common/http_server.h"
 #include "common/partition_plan.h"
@@ -47,7 +49,9 @@ const uint64_t kSamples[kNodes] = {5, 3, 8};
 
 // One shard process, in-process: core, executor, service, server.
 struct ShardServer {
-  explicit ShardServer(int64_t max_partition_bytes = 4 << 20, std::string checkpoint_dir = "") {
+  explicit ShardServer(int64_t max_partition_bytes = 4 << 20, std::string checkpoint_dir = "",
+                       const Clock* clock = nullptr,
+                       absl::Duration init_timeout = absl::Minutes(5)) {
     ServerOptions server;
     server.name = "parameter_server";
     server.listen_address = "127.0.0.1:0";
@@ -61,7 +65,8 @@ struct ShardServer {
     options.checkpoint_dir = std::move(checkpoint_dir);
     shard = std::make_unique<ParameterShard>(options, host->registry());
     executor = std::make_unique<PartitionExecutor>(2);
-    service = std::make_unique<ParameterServerService>(shard.get(), executor.get());
+    service = std::make_unique<ParameterServerService>(shard.get(), executor.get(), nullptr,
+                                                       init_timeout, clock);
     host->AddService(service.get(), v1::ParameterServer::service_full_name());
     EXPECT_TRUE(host->Start().ok());
     host->SetServing(true);
@@ -406,6 +411,56 @@ TEST(ParameterServerServiceTest, AHalfClosedStreamGetsItsValuesBeforeItEnds) {
   EXPECT_EQ(FloatsOf(values), std::vector<float>(64, -2.0f));
   EXPECT_FALSE(first->Read(&values));
   EXPECT_TRUE(first->Finish().ok());
+}
+
+// Waits (up to 20 s) for `done`.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000; ++i) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
+}
+
+// An InitPartitions whose caller goes away, and one whose caller stops sending but
+// keeps the stream open, hold their initial values no longer: the first is freed when
+// the call is cancelled, the second when it has been open for the init timeout.
+TEST(ParameterServerServiceTest, HalfFinishedInitPartitionsAreFreed) {
+  FakeClock clock;
+  ShardServer server(4 << 20, "", &clock, absl::Seconds(10));
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Sgd(1.0f), 1), 256, 1, 0);
+  const std::vector<v1::PartitionValues> initial =
+      InitialValues(header, std::vector<float>(256, 0.5f));
+  ASSERT_GT(initial.size(), 1u);
+  auto buffered = [&] { return server.shard->metrics().init_buffered_bytes.Value(); };
+  for (const bool caller_leaves : {true, false}) {
+    SCOPED_TRACE(caller_leaves ? "the caller goes away" : "the caller stalls");
+    grpc::ClientContext context;
+    v1::InitPartitionsResponse response;
+    auto writer = server.stub->InitPartitions(&context, &response);
+    v1::InitPartitionsRequest request;
+    *request.mutable_header() = header;
+    ASSERT_TRUE(writer->Write(request));
+    *request.mutable_initial() = initial[0];  // One partition of several.
+    ASSERT_TRUE(writer->Write(request));
+    ASSERT_TRUE(Eventually([&] { return buffered() == 256.0; })) << buffered();
+    EXPECT_EQ(server.service->open_inits(), 1u);
+    if (caller_leaves) {
+      context.TryCancel();
+    } else {
+      EXPECT_EQ(server.service->ExpireStalledInits(), 0) << "not stalled long enough";
+      clock.Advance(absl::Seconds(11));
+      EXPECT_EQ(server.service->ExpireStalledInits(), 1);
+    }
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_TRUE(Eventually([&] { return buffered() == 0 && server.service->open_inits() == 0; }))
+        << buffered() << " bytes, " << server.service->open_inits() << " streams";
+    EXPECT_TRUE(server.shard->Status().job_id().empty()) << "nothing was installed";
+  }
+  // A whole one installs as ever, and its values are no longer counted as buffered.
+  ASSERT_TRUE(InitOverWire(*server.stub, header, std::vector<float>(256, 0.5f)).ok());
+  EXPECT_EQ(buffered(), 0);
+  EXPECT_EQ(server.shard->Status().job_id(), "job-1");
 }
 
 TEST(ParameterServerServiceTest, ControlRpcsOverTheWire) {

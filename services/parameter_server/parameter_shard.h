@@ -90,10 +90,15 @@ class ParameterShard {
     absl::Status Values(v1::PartitionValues& values);
     // Installs the job when all owned partitions arrived, or confirms the installed one.
     absl::StatusOr<v1::InitPartitionsResponse> Finish();
+    // Bytes of initial values held (counted in tributary_ps_init_buffered_bytes until
+    // the job is installed or the session is destroyed).
+    size_t buffered_bytes() const { return buffered_bytes_; }
+    ~InitSession();
 
    private:
     friend class ParameterShard;
     explicit InitSession(ParameterShard* shard) : shard_(shard) {}
+    void ReleaseBuffered();
 
     ParameterShard* shard_;
     bool have_header_ = false;
@@ -106,6 +111,7 @@ class ParameterShard {
     std::vector<v1::Partition> owned_;
     std::vector<std::optional<v1::PartitionValues>> values_;
     size_t received_ = 0;
+    size_t buffered_bytes_ = 0;
   };
   std::unique_ptr<InitSession> StartInit() {
     return std::unique_ptr<InitSession>(new InitSession(this));

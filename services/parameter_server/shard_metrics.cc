@@ -117,6 +117,13 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
               .Help("Pushes that waited for the periodic checkpoint writer to catch up.")
               .Register(registry)
               .Add({})),
+      init_buffered_bytes(
+          prometheus::BuildGauge()
+              .Name("tributary_ps_init_buffered_bytes")
+              .Help("Initial values held by InitPartitions streams that have not installed "
+                    "a job yet.")
+              .Register(registry)
+              .Add({})),
       checkpoint_age_seconds(prometheus::BuildGauge()
                                  .Name("tributary_ps_checkpoint_age_seconds")
                                  .Help("Seconds since the last checkpoint; -1 when none.")

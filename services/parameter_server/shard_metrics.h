@@ -62,6 +62,7 @@ struct ShardMetrics {
   prometheus::Counter& checkpoints_ok;
   prometheus::Counter& checkpoints_error;
   prometheus::Counter& checkpoint_backlog_waits;
+  prometheus::Gauge& init_buffered_bytes;
   prometheus::Gauge& checkpoint_age_seconds;
   prometheus::Gauge& last_checkpoint_timestamp_seconds;
 
