@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -233,6 +234,7 @@ void WriteSeed(const std::string& dir, const std::string& type, const std::strin
                const google::protobuf::Message& message) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(message, &text);
+  std::filesystem::create_directories(dir + "/" + type);
   std::ofstream(dir + "/" + type + "/" + name + ".textproto") << text;
 }
 

@@ -10,6 +10,20 @@
 #include "services/coordinator/coordinator.h"
 
 namespace tributary::coordinator {
+namespace {
+
+// Free text from callers (heartbeat errors, leave/pause/resume/stop reasons) goes into
+// the job's events, its state reason, the state file and the dashboard: at most
+// kMaxReasonBytes of it, the rest counted.
+constexpr size_t kMaxReasonBytes = 1024;
+
+std::string Clip(const std::string& text) {
+  if (text.size() <= kMaxReasonBytes) return text;
+  return absl::StrCat(text.substr(0, kMaxReasonBytes), "... (", text.size() - kMaxReasonBytes,
+                      " more bytes)");
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------
 // Workers. Each RPC computes its answer under the lock and runs `done` outside it.
@@ -88,7 +102,7 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
     const bool current = InGenerationLocked(id) && request.generation() == generation_.number;
     switch (ClassifyReport(request, current, !worker->failed_job.empty())) {
       case ReportKind::kFailed: {
-        const std::string error = request.error().empty() ? "no error message" : request.error();
+        const std::string error = request.error().empty() ? "no error message" : Clip(request.error());
         v1::Job* job = jobs_.Active();
         const bool first_report = job != nullptr && worker->failed_job != job->job_id();
         if (job != nullptr) worker->failed_job = job->job_id();
@@ -101,7 +115,7 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
         break;
       }
       case ReportKind::kLeftStep:
-        EndGenerationLocked(absl::StrCat(who, " left its step: ", request.error()),
+        EndGenerationLocked(absl::StrCat(who, " left its step: ", Clip(request.error())),
                             "worker_step_failed", true);
         break;
       case ReportKind::kRecovered:
@@ -189,7 +203,7 @@ void Coordinator::HandleDeregister(const v1::DeregisterRequest& request,
     }
     const std::string reason =
         absl::StrCat(DescribeWorker(worker->id, worker->registration), " left",
-                     request.reason().empty() ? "" : absl::StrCat(": ", request.reason()));
+                     request.reason().empty() ? "" : absl::StrCat(": ", Clip(request.reason())));
     LOG(INFO) << reason;
     RemoveWorkerLocked(request.worker_id(), reason, "worker_left", false);
     return absl::OkStatus();
@@ -339,7 +353,7 @@ void Coordinator::HandlePauseJob(const v1::JobControlRequest& request, v1::Job* 
       }
       jobs_.Transition(
           **job, v1::PAUSED,
-          absl::StrCat("paused: ", request.reason().empty() ? "PauseJob" : request.reason()),
+          absl::StrCat("paused: ", request.reason().empty() ? "PauseJob" : Clip(request.reason())),
           clock_->Now());
       generation_.pause_at_step.reset();
       generation_.pause_asked_after = workers_.reports_received();
@@ -365,7 +379,7 @@ void Coordinator::HandleResumeJob(const v1::JobControlRequest& request, v1::Job*
       }
       const bool running = generation_.active && generation_.job_id == (*job)->job_id();
       generation_.pause_at_step.reset();
-      const std::string why = request.reason().empty() ? "ResumeJob" : request.reason();
+      const std::string why = request.reason().empty() ? "ResumeJob" : Clip(request.reason());
       jobs_.Transition(**job, running ? v1::RUNNING : v1::RENDEZVOUS,
                        running ? absl::StrCat("resumed: ", why)
                                : absl::StrCat("resumed: ", why, "; forming a new generation"),
@@ -392,7 +406,7 @@ void Coordinator::HandleStopJob(const v1::JobControlRequest& request, v1::Job* r
       }
       FinishJobLocked(
           **job, v1::STOPPED,
-          absl::StrCat("stopped: ", request.reason().empty() ? "StopJob" : request.reason()));
+          absl::StrCat("stopped: ", request.reason().empty() ? "StopJob" : Clip(request.reason())));
       *reply = **job;
     }
     SaveState().IgnoreError();

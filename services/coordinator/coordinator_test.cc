@@ -554,6 +554,38 @@ TEST_F(CoordinatorTest, TooFewSurvivorsMakeTheJobWaitAndSayWhy) {
   EXPECT_EQ(GetJob().waiting_reason(), "");
 }
 
+TEST_F(CoordinatorTest, FreeTextFromCallersIsClippedBeforeItIsKept) {
+  RegisterShards();
+  Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  BeatAll({a, b}, 1);
+  ASSERT_EQ(GetJob().state(), v1::RUNNING);
+  v1::HeartbeatRequest failed;
+  failed.set_worker_id(a);
+  failed.set_generation(1);
+  failed.set_phase(v1::WORKER_FAILED);
+  failed.set_error(std::string(1 << 20, 'e'));
+  v1::HeartbeatResponse reply;
+  Reply beat;
+  coordinator_->HandleHeartbeat(failed, &reply, Done(beat));
+  coordinator_->Tick();
+  const v1::Job job = GetJob();
+  EXPECT_THAT(job.state_reason(), HasSubstr("... (1047552 more bytes)"));
+  EXPECT_LT(job.state_reason().size(), 2048u);
+  EXPECT_LT(Events().size(), 64u << 10) << "the events keep the clipped text only";
+  v1::JobControlRequest pause;
+  pause.set_reason(std::string(100000, 'r'));
+  v1::Job paused;
+  Reply r;
+  coordinator_->HandlePauseJob(pause, &paused, Done(r));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(GetJob().state_reason(), HasSubstr("... (98976 more bytes)"));
+  EXPECT_LT(Events().size(), 64u << 10);
+}
+
 TEST_F(CoordinatorTest, SameErrorFromEveryWorkerFailsTheJob) {
   RegisterShards();
   Submit(Spec(2, 2));

@@ -17,7 +17,9 @@
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/testing/proto_mutator.h"
+#include "common/sha256.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/model_store.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -43,6 +45,12 @@ class EmptyShards : public ShardClient {
     return absl::NotFoundError("no job");
   }
 };
+
+// A small stand-in for a TorchScript archive: what the upload checks (a zip's magic
+// number and data.pkl and version entries), not a loadable model.
+std::string ModelFileBytes() {
+  return std::string("PK\x03\x04", 4) + "model/data.pkl" + std::string(8, '\0') + "model/version";
+}
 
 TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   const char* dir = std::getenv("FUZZ_WRITE_CORPUS");
@@ -96,6 +104,34 @@ TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   v1::JobControlRequest control;
   control.set_reason("fuzz");
   WriteSeed(dir, "job_control", "active_job", control);
+  v1::WaitRendezvousRequest wait;
+  wait.set_rendezvous_id("job-1-0000/g1/node-a");
+  wait.add_keys("nccl_id");
+  wait.add_keys("gloo");
+  wait.set_timeout_ms(500);
+  WriteSeed(dir, "wait_rendezvous", "two_keys", wait);
+  v1::GetJobRequest get;
+  get.set_job_id("job-1-0000");
+  WriteSeed(dir, "get_job", "by_id", get);
+  v1::ListJobsRequest list;
+  WriteSeed(dir, "list_jobs", "all", list);
+  v1::ListWorkersRequest workers;
+  WriteSeed(dir, "list_workers", "all", workers);
+  v1::GetClusterStatusRequest cluster;
+  WriteSeed(dir, "get_cluster_status", "all", cluster);
+  // UploadModel streams: the header, then the file's bytes (one chunk here).
+  const std::string file = ModelFileBytes();
+  v1::UploadModelRequest header;
+  header.mutable_header()->set_file_name("model.pt");
+  header.mutable_header()->set_size_bytes(file.size());
+  header.mutable_header()->set_sha256(Sha256Hex(file));
+  WriteSeed(dir, "upload_model_header", "model", header);
+  v1::UploadModelRequest chunk;
+  chunk.set_chunk(file);
+  WriteSeed(dir, "upload_model_chunk", "whole_file", chunk);
+  v1::FetchModelRequest fetch;
+  fetch.set_sha256(Sha256Hex(file));
+  WriteSeed(dir, "fetch_model", "stored", fetch);
 }
 
 template <typename T>
@@ -125,8 +161,15 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
   const auto publishes = Seeds<v1::PublishRendezvousRequest>("publish_rendezvous");
   const auto submits = Seeds<v1::SubmitJobRequest>("submit_job");
   const auto controls = Seeds<v1::JobControlRequest>("job_control");
+  const auto waits = Seeds<v1::WaitRendezvousRequest>("wait_rendezvous");
+  const auto gets = Seeds<v1::GetJobRequest>("get_job");
+  const auto lists = Seeds<v1::ListJobsRequest>("list_jobs");
+  const auto list_workers = Seeds<v1::ListWorkersRequest>("list_workers");
+  const auto cluster_statuses = Seeds<v1::GetClusterStatusRequest>("get_cluster_status");
   ASSERT_FALSE(workers.empty() || beats.empty() || leaves.empty() || shard_registrations.empty() ||
-               publishes.empty() || submits.empty() || controls.empty());
+               publishes.empty() || submits.empty() || controls.empty() || waits.empty() ||
+               gets.empty() || lists.empty() || list_workers.empty() ||
+               cluster_statuses.empty());
 
   ProtoMutator mutator(20261125);
   int ok = 0, refused = 0, answered = 0, asked = 0;
@@ -155,12 +198,29 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     if (i % 16 == 0) ask(&Coordinator::HandlePauseJob, controls, new v1::Job);
     if (i % 16 == 8) ask(&Coordinator::HandleResumeJob, controls, new v1::Job);
     if (i % 64 == 63) ask(&Coordinator::HandleStopJob, controls, new v1::Job);
+    ask(&Coordinator::HandleGetJob, gets, new v1::Job);
+    if (i % 4 == 1) ask(&Coordinator::HandleListJobs, lists, new v1::ListJobsResponse);
+    if (i % 4 == 2) ask(&Coordinator::HandleListWorkers, list_workers, new v1::ListWorkersResponse);
+    if (i % 4 == 3) {
+      ask(&Coordinator::HandleGetClusterStatus, cluster_statuses, new v1::ClusterStatus);
+    }
+    {
+      // WaitRendezvous answers when its keys exist or its (bounded) wait ends; some
+      // waits are cancelled as a client that goes away does.
+      auto request = mutator.Mutate(waits[i % waits.size()]);
+      auto* reply = new v1::WaitRendezvousResponse;
+      replies.emplace_back(reply);
+      ++asked;
+      const uint64_t wait_id = coordinator.HandleWaitRendezvous(
+          static_cast<const v1::WaitRendezvousRequest&>(*request), reply, done);
+      if (i % 3 == 0 && wait_id != 0 && coordinator.CancelWaitRendezvous(wait_id)) --asked;
+    }
     clock.Advance(absl::Milliseconds(100));
     coordinator.Tick();
     if (i % 32 == 0) coordinator.PollShards();
   }
-  // Whatever still waits (a registration waiting for its generation) is answered once
-  // its deadline passes.
+  // Whatever still waits (a registration waiting for its generation, a rendezvous
+  // wait) is answered once its deadline passes.
   clock.Advance(absl::Minutes(10));
   coordinator.Tick();
   EXPECT_LE(answered, asked);
@@ -171,6 +231,68 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
   EXPECT_LE(status.shards_size(), 1);
   std::printf("%d of %d requests answered: %d OK, %d refused with a status\n", answered, asked, ok,
               refused);
+}
+
+// UploadModel and FetchModel against the model store: mutated headers, chunks and
+// digests. Every upload ends with a status (stored only when size, digest and archive
+// hold), nothing is stored twice or past the limits, and a fetch of anything but a
+// stored digest is refused; the file stored first still reads back intact.
+TEST(RequestFuzzTest, UploadAndFetchModelAnswerEveryRequestWithAStatus) {
+  const auto headers = Seeds<v1::UploadModelRequest>("upload_model_header");
+  const auto chunks = Seeds<v1::UploadModelRequest>("upload_model_chunk");
+  const auto fetches = Seeds<v1::FetchModelRequest>("fetch_model");
+  ASSERT_FALSE(headers.empty() || chunks.empty() || fetches.empty());
+  ModelStoreOptions options;
+  options.directory = std::string(std::getenv("TEST_TMPDIR")) + "/models";
+  options.max_model_bytes = 1 << 20;
+  options.max_stored_bytes = 4 << 20;
+  ModelStore store(options);
+  ASSERT_TRUE(store.Open().ok());
+  const std::string file = ModelFileBytes();
+  {
+    auto upload = store.StartUpload();
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    ASSERT_TRUE((*upload)->Header(headers[0].header()).ok());
+    ASSERT_TRUE((*upload)->Chunk(chunks[0].chunk()).ok());
+    auto stored = (*upload)->Finish();
+    ASSERT_TRUE(stored.ok()) << stored.status();
+  }
+  ProtoMutator mutator(20261126);
+  int stored = 0, refused = 0, fetched = 0;
+  const int iterations = FuzzIterations(2000);
+  for (int i = 0; i < iterations; ++i) {
+    auto upload = store.StartUpload();
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    auto header = mutator.Mutate(headers[i % headers.size()]);
+    const auto& request = static_cast<const v1::UploadModelRequest&>(*header);
+    absl::Status status = request.has_header()
+                              ? (*upload)->Header(request.header())
+                              : absl::InvalidArgumentError("the first message is no header");
+    for (int k = 0; status.ok() && k < 1 + i % 3; ++k) {
+      auto chunk = mutator.Mutate(chunks[(i + k) % chunks.size()]);
+      status = (*upload)->Chunk(static_cast<const v1::UploadModelRequest&>(*chunk).chunk());
+    }
+    if (status.ok()) {
+      absl::StatusOr<v1::UploadModelResponse> finished = (*upload)->Finish();
+      if (finished.ok() && !finished->already_stored()) ++stored;
+      if (!finished.ok()) ++refused;
+    } else {
+      ++refused;
+    }
+    auto fetch = mutator.Mutate(fetches[i % fetches.size()]);
+    const std::string& digest = static_cast<const v1::FetchModelRequest&>(*fetch).sha256();
+    absl::StatusOr<std::shared_ptr<const std::string>> read = store.Read(digest);
+    if (read.ok()) {
+      ++fetched;
+      EXPECT_EQ(Sha256Hex(**read), digest) << "a fetch returned another file's bytes";
+    }
+  }
+  EXPECT_GT(refused, 0);
+  absl::StatusOr<std::shared_ptr<const std::string>> first = store.Read(Sha256Hex(file));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(**first, file);
+  std::printf("%d uploads stored, %d refused; %d fetches answered with a file\n", stored, refused,
+              fetched);
 }
 
 }  // namespace
