@@ -106,9 +106,7 @@ std::string LocalCluster::cluster_token_file() const {
 }
 
 ChannelOptions LocalCluster::channel_options() const {
-  ChannelOptions options;
-  if (auth_ != nullptr) options.auth_header = auth_->HeaderFor(Role::kOperator);
-  return options;
+  return ChannelOptionsFor(auth_.get(), Role::kOperator);
 }
 
 namespace {

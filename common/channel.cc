@@ -42,6 +42,20 @@ class AuthInterceptorFactory final
 
 }  // namespace
 
+ChannelOptions ChannelOptionsFor(const ClusterAuth* auth, Role role) {
+  ChannelOptions options;
+  if (auth != nullptr) options.auth_header = auth->HeaderFor(role);
+  return options;
+}
+
+absl::StatusOr<ChannelOptions> ChannelOptionsFromTokenFile(const std::string& token_file,
+                                                           Role role) {
+  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
+      ClusterAuth::FromFile("cluster_token_file", token_file);
+  if (!auth.ok()) return auth.status();
+  return ChannelOptionsFor(auth->get(), role);
+}
+
 ChannelOptions ChannelOptionsFromFlags(Role role) {
   ChannelOptions options;
   options.tls = TlsFilesFromFlags();

@@ -26,6 +26,13 @@ struct ChannelOptions {
   std::string auth_header;
 };
 
+// ChannelOptions (no TLS) that send `role`'s credential of `auth`; none when null.
+ChannelOptions ChannelOptionsFor(const ClusterAuth* auth, Role role);
+// The same with the secret in `token_file` (e.g. a `tributary local` run directory's
+// cluster.token); the file's errors as ClusterAuth::FromFile gives them.
+absl::StatusOr<ChannelOptions> ChannelOptionsFromTokenFile(const std::string& token_file,
+                                                           Role role);
+
 // ChannelOptions with the TLS files of --tls_cert/--tls_key/--tls_ca and, when
 // --cluster_token_file is set (and readable), the credential of `role`.
 ChannelOptions ChannelOptionsFromFlags(Role role);

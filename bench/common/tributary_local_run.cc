@@ -161,12 +161,11 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     if (stub == nullptr) {
       if (std::optional<int> port = CoordinatorPort(options.run_dir)) {
         // As the operator, with the secret tributary local made (ListWorkers needs it).
-        ChannelOptions channel_options;
-        absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
-            ClusterAuth::FromFile("cluster_token_file", options.run_dir + "/cluster.token");
-        if (auth.ok()) channel_options.auth_header = (*auth)->HeaderFor(Role::kOperator);
+        absl::StatusOr<ChannelOptions> channel_options =
+            ChannelOptionsFromTokenFile(options.run_dir + "/cluster.token", Role::kOperator);
         absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-            MakeChannel(absl::StrCat("127.0.0.1:", *port), channel_options);
+            MakeChannel(absl::StrCat("127.0.0.1:", *port),
+                        channel_options.value_or(ChannelOptions()));
         if (channel.ok()) stub = v1::Coordinator::NewStub(*channel);
       }
     }

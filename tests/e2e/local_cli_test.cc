@@ -138,12 +138,10 @@ std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& cluster_dir
   }
   const int port = static_cast<int>(Number(ReadJson(path), "grpc_port"));
   // As the operator, with the secret `tributary local` made (ListWorkers needs it).
-  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
-      ClusterAuth::FromFile("cluster_token_file", cluster_dir + "/cluster.token");
-  EXPECT_TRUE(auth.ok()) << auth.status();
-  ChannelOptions options;
-  if (auth.ok()) options.auth_header = (*auth)->HeaderFor(Role::kOperator);
-  return *MakeChannel(absl::StrCat("127.0.0.1:", port), options);
+  absl::StatusOr<ChannelOptions> options =
+      ChannelOptionsFromTokenFile(cluster_dir + "/cluster.token", Role::kOperator);
+  EXPECT_TRUE(options.ok()) << options.status();
+  return *MakeChannel(absl::StrCat("127.0.0.1:", port), options.value_or(ChannelOptions()));
 }
 
 // Polls the active job until `done` holds; the last job seen either way.

@@ -17,7 +17,6 @@
 #include "common/child_process.h"
 #include "common/cluster_auth.h"
 #include "tests/training/cluster_fixture.h"
-#include "worker/engine/trainer.h"
 
 namespace tributary::testing {
 namespace {
@@ -98,12 +97,53 @@ TEST(ChaosTest, KillsAndAJoinLeaveTheParametersOfACleanRun) {
       cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   EXPECT_EQ(pulled->step, kSteps);
-  engine::TrainerOptions options;
-  options.replicas = 1;
-  auto trainer = engine::LocalTrainer::Create(spec, options);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  for (uint64_t i = 0; i < kSteps; ++i) ASSERT_TRUE((*trainer)->Step().ok());
-  EXPECT_LE(MaxRelativeDifference(pulled->values, (*trainer)->parameters()), 1e-5);
+  EXPECT_LE(MaxRelativeDifference(pulled->values, ReferenceParameters(spec, kSteps)), 1e-5);
+}
+
+// Rank 0 SIGKILLed after the last step, while it evaluates the final parameters (a
+// model wide enough that the evaluation of 20,000 test samples takes a while), then
+// started again: a new generation forms after the last step, rank 0 evaluates, and the
+// job completes with its test accuracy (it used to complete with -1).
+TEST(ChaosTest, KillingRankZeroAtTheEndKeepsTheFinalEvaluation) {
+  std::unique_ptr<cli::LocalCluster> cluster = StartCluster("end", ClusterShape());
+  ASSERT_NE(cluster, nullptr);
+  const uint64_t kSteps = 60;
+  v1::JobSpec spec = SyntheticJob(32, kSteps);
+  spec.mutable_model()->clear_layer_sizes();
+  for (uint32_t size : {32, 1024, 1024, 4}) spec.mutable_model()->add_layer_sizes(size);
+  spec.mutable_dataset()->set_synthetic_test_samples(20000);
+  spec.set_nodes_min(2);
+  spec.set_nodes_max(2);
+  absl::StatusOr<v1::Job> submitted = SubmitJob(*cluster, spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  absl::StatusOr<v1::Job> trained = WaitForJob(
+      *cluster, submitted->job_id(),
+      [&](const v1::Job& job) { return job.step() >= kSteps || Finished(job); },
+      absl::Minutes(3));
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  ASSERT_EQ(trained->state(), v1::RUNNING) << "the job ended before rank 0 could be killed";
+  // Which process is rank 0 (by its pid in ListWorkers).
+  auto coordinator = v1::Coordinator::NewStub(cluster->coordinator_channel());
+  v1::ListWorkersResponse workers;
+  grpc::ClientContext list;
+  ASSERT_TRUE(coordinator->ListWorkers(&list, v1::ListWorkersRequest(), &workers).ok());
+  std::string rank0;
+  for (const v1::WorkerInfo& worker : workers.workers()) {
+    if (!worker.has_assignment() || worker.assignment().global_rank() != 0) continue;
+    for (ChildProcess* process : cluster->processes()) {
+      if (static_cast<uint32_t>(process->pid()) == worker.pid()) rank0 = process->name();
+    }
+  }
+  ASSERT_FALSE(rank0.empty()) << "rank 0 not found among the processes";
+  const absl::Status restarted = cluster->KillAndRestart(rank0);
+  ASSERT_TRUE(restarted.ok()) << rank0 << ": " << restarted;
+  absl::StatusOr<v1::Job> done =
+      WaitForJob(*cluster, submitted->job_id(), Finished, absl::Minutes(3));
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::COMPLETED) << done->state_reason();
+  EXPECT_GE(done->generation(), 2u) << "rank 0 was killed after the job had completed";
+  EXPECT_GE(done->result().test_accuracy(), 0.0f) << "the final evaluation was lost";
+  EXPECT_EQ(done->step(), kSteps);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "worker/engine/trainer.h"
 
 namespace tributary::testing {
 
@@ -123,6 +124,20 @@ v1::JobSpec SyntheticJob(uint32_t batch, uint64_t steps) {
   spec.mutable_optimizer()->set_learning_rate(0.05f);
   spec.set_seed(7);
   return WithDefaults(spec);
+}
+
+std::vector<float> ReferenceParameters(const v1::JobSpec& spec, uint64_t steps) {
+  engine::TrainerOptions options;
+  options.replicas = 1;
+  auto trainer = engine::LocalTrainer::Create(spec, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return {};
+  for (uint64_t i = 0; i < steps; ++i) {
+    auto step = (*trainer)->Step();
+    EXPECT_TRUE(step.ok()) << step.status();
+    if (!step.ok()) break;
+  }
+  return (*trainer)->parameters();
 }
 
 double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {

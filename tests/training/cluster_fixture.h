@@ -46,6 +46,10 @@ absl::StatusOr<std::vector<v1::ShardStatus>> ShardStatuses(cli::LocalCluster& cl
 // A small synthetic job: quick to load, no files needed.
 v1::JobSpec SyntheticJob(uint32_t batch, uint64_t steps);
 
+// The single-replica reference: `spec` trained by one replica alone for `steps` steps
+// (what SYNC on any cluster must equal, up to the order of float additions).
+std::vector<float> ReferenceParameters(const v1::JobSpec& spec, uint64_t steps);
+
 // Largest |a - b| over the elements divided by the largest |b|.
 double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);
 

@@ -17,19 +17,6 @@
 namespace tributary::testing {
 namespace {
 
-// The single-replica reference: the same spec, one replica, the same number of steps.
-std::vector<float> ReferenceParameters(const v1::JobSpec& spec, uint64_t steps) {
-  engine::TrainerOptions options;
-  options.replicas = 1;
-  auto trainer = engine::LocalTrainer::Create(spec, options);
-  EXPECT_TRUE(trainer.ok()) << trainer.status();
-  for (uint64_t i = 0; i < steps; ++i) {
-    auto step = (*trainer)->Step();
-    EXPECT_TRUE(step.ok()) << step.status();
-  }
-  return (*trainer)->parameters();
-}
-
 // Test loss of the job's initial parameters (every party derives them from the seed).
 double UntrainedTestLoss(const v1::JobSpec& spec) {
   engine::TrainerOptions options;
