@@ -96,7 +96,9 @@ ABSL_FLAG(uint32_t, nodes_min, 0,
           "Nodes needed to start (and to go on after a failure); 0 = every node the local "
           "cluster starts (submit: 1).");
 ABSL_FLAG(uint32_t, nodes_max, 0, "Nodes admitted; 0 = nodes_min.");
-ABSL_FLAG(uint32_t, replicas, 2, "Replicas per worker process. Default: 2.");
+ABSL_FLAG(uint32_t, replicas, 0,
+          "Replicas per worker process. 0 = `tributary local`: one per core it gives each "
+          "worker (the machine's cores / --workers, at least 1); elsewhere 1. Default: 0.");
 ABSL_FLAG(std::string, job_devices, "auto", "Where replicas run: auto, cpu or gpu. Default: auto.");
 ABSL_FLAG(int64_t, partition_bytes, tributary::kDefaultPartitionBytes,
           "Largest partition in bytes. Default: 4194304 (4 MiB).");
@@ -364,7 +366,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   if (use("nodes_max") && absl::GetFlag(FLAGS_nodes_max) > 0) {
     spec.set_nodes_max(absl::GetFlag(FLAGS_nodes_max));
   }
-  if (use("replicas")) spec.set_replicas_per_worker(absl::GetFlag(FLAGS_replicas));
+  if (use("replicas") && absl::GetFlag(FLAGS_replicas) > 0) {
+    spec.set_replicas_per_worker(absl::GetFlag(FLAGS_replicas));
+  }
   if (use("job_devices")) {
     absl::StatusOr<v1::DeviceKind> devices =
         ParseChoice<v1::DeviceKind>("job_devices", absl::GetFlag(FLAGS_job_devices),

@@ -57,7 +57,8 @@ TEST_F(JobFlagsTest, DefaultsAreTheMainJob) {
   EXPECT_EQ(spec->dataset().format(), v1::IDX);
   EXPECT_EQ(spec->mode(), v1::SYNC);
   EXPECT_EQ(spec->epochs(), 3u);
-  EXPECT_EQ(spec->replicas_per_worker(), 2u);
+  // --replicas 0: the proto default; `tributary local` then sizes it to the cores.
+  EXPECT_EQ(spec->replicas_per_worker(), 1u);
   EXPECT_EQ(spec->optimizer().type(), v1::MOMENTUM);
   EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.05f);
 }

@@ -20,6 +20,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -60,7 +61,11 @@ ABSL_FLAG(std::string, out, "",
 
 // --- tributary local ---
 ABSL_FLAG(int, ps_shards, 2, "local: parameter server shards to start. Default: 2.");
+ABSL_DECLARE_FLAG(uint32_t, replicas);  // cli/job_flags.cc
 ABSL_FLAG(int, workers, 2, "local: worker processes to start. Default: 2.");
+ABSL_FLAG(bool, oversubscribe, false,
+          "local: allow more replicas (--workers x --replicas) than the machine has cores. "
+          "Default: false.");
 ABSL_FLAG(int, nodes, 0,
           "local: node groups the workers are spread over (workers of one node reduce "
           "through Gloo and push once); 0 = one node per worker. Default: 0.");
@@ -427,16 +432,31 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   options.coordinator_args = absl::GetFlag(FLAGS_coordinator_arg);
   options.parameter_server_args = absl::GetFlag(FLAGS_ps_arg);
   options.worker_args = absl::GetFlag(FLAGS_worker_arg);
-  // Every worker runs on this machine: share its cores among all their replicas, so
-  // that together they do not oversubscribe it (a worker alone would take them all).
+  // The thread budget: every worker runs on this machine, so its cores are shared out
+  // among all their replicas (a worker alone would take them all). By default each core
+  // gets one replica with one compute thread (measured best here: docs/performance.md);
+  // more replicas than cores only when asked (--oversubscribe).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = std::max(1, options.workers);
+  // GPU workers (--devices other than cpu) get one replica per worker by default: a
+  // replica there is a GPU.
+  const bool cpu_workers = absl::GetFlag(FLAGS_devices) == "cpu";
+  if (absl::GetFlag(FLAGS_replicas) == 0 && !FlagGiven("job_json")) {
+    spec->set_replicas_per_worker(
+        cpu_workers ? static_cast<uint32_t>(std::clamp(cores / workers, 1, 64)) : 1);
+  }
+  const int replicas = workers * static_cast<int>(std::max(1u, spec->replicas_per_worker()));
+  if (cpu_workers && replicas > cores && !absl::GetFlag(FLAGS_oversubscribe)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--workers=", workers, " x --replicas=", spec->replicas_per_worker(), " = ", replicas,
+        " replicas on this machine's ", cores,
+        " cores: each would get less than a core. Use fewer, or pass --oversubscribe")));
+  }
   bool threads_given = false;
   for (const std::string& arg : options.worker_args) {
     threads_given = threads_given || absl::StartsWith(arg, "--cpu_threads");
   }
   if (!threads_given) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int replicas =
-        std::max(1, options.workers) * static_cast<int>(std::max(1u, spec->replicas_per_worker()));
     options.worker_args.push_back(absl::StrCat("--cpu_threads=", std::max(1, cores / replicas)));
   }
   if (options.ps_shards < 1 || options.workers < 1) {

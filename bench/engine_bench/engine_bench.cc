@@ -4,6 +4,7 @@
 // is one JSON object with every number. With --torch_python (default /usr/bin/python3)
 // PyTorch runs the same models on the same device and thread count afterwards
 // (torch_engine.py), and each row gets its ratio to PyTorch; without torch the rows say so.
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/common/bench_runfiles.h"
 #include "common/child_process.h"
+#include "common/cpu_check.h"
 #include "common/process.h"
 #include "common/tls.h"
 #include "proto/job.pb.h"
@@ -87,6 +89,40 @@ double SgemmGflops(int n, int threads, double min_seconds) {
           workers.emplace_back([&, t] { c[t].noalias() = a[t] * b[t]; });
         }
         c[0].noalias() = a[0] * b[0];
+        for (std::thread& w : workers) w.join();
+      },
+      min_seconds);
+  return 2.0 * n * n * n * threads / seconds / 1e9;
+}
+
+// The same measurement with OpenBLAS's cblas_sgemm (one thread each), loaded at run
+// time so that the benchmark needs no BLAS to build: -1 when libopenblas.so.0 is absent.
+double OpenBlasSgemmGflops(int n, int threads, double min_seconds) {
+  void* library = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) return -1;
+  // cblas_sgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) with
+  // CblasRowMajor = 101, CblasNoTrans = 111.
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                         int, float, float*, int);
+  using SetThreads = void (*)(int);
+  auto sgemm = reinterpret_cast<Sgemm>(dlsym(library, "cblas_sgemm"));
+  auto set_threads = reinterpret_cast<SetThreads>(dlsym(library, "openblas_set_num_threads"));
+  if (sgemm == nullptr) return -1;
+  if (set_threads != nullptr) set_threads(1);
+  std::vector<std::vector<float>> a, b, c;
+  for (int t = 0; t < threads; ++t) {
+    a.emplace_back(static_cast<size_t>(n) * n, 0.5f + 0.01f * t);
+    b.emplace_back(static_cast<size_t>(n) * n, 0.25f);
+    c.emplace_back(static_cast<size_t>(n) * n);
+  }
+  auto one = [&](int t) {
+    sgemm(101, 111, 111, n, n, n, 1.0f, a[t].data(), n, b[t].data(), n, 0.0f, c[t].data(), n);
+  };
+  const double seconds = TimePerCall(
+      [&] {
+        std::vector<std::thread> workers;
+        for (int t = 1; t < threads; ++t) workers.emplace_back(one, t);
+        one(0);
         for (std::thread& w : workers) w.join();
       },
       min_seconds);
@@ -198,8 +234,17 @@ int Run(const char* argv0) {
   SetCpuMatmulThreads(threads);
 
   const double sgemm = SgemmGflops(1024, threads, min_seconds);
-  std::printf("sgemm 1024x1024x1024 (Eigen, on %d threads at once): %.1f GFLOP/s\n", threads,
-              sgemm);
+  std::printf("sgemm 1024x1024x1024 (Eigen %s, on %d threads at once): %.1f GFLOP/s\n",
+              BuiltForAvx2AndFma() ? "with AVX2+FMA" : "without AVX2 (--config=portable)",
+              threads, sgemm);
+  const double openblas = OpenBlasSgemmGflops(1024, threads, min_seconds);
+  if (openblas > 0) {
+    std::printf("sgemm 1024x1024x1024 (OpenBLAS, on %d threads at once): %.1f GFLOP/s "
+                "(Eigen %.2f of it)\n",
+                threads, openblas, sgemm / openblas);
+  } else {
+    std::printf("sgemm (OpenBLAS): libopenblas.so.0 not found\n");
+  }
 
   std::vector<Result> results;
   for (const std::string name : {"logreg", "mlp", "cnn"}) {
@@ -248,7 +293,8 @@ int Run(const char* argv0) {
 
   std::vector<std::string> fields = {absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
                                      absl::StrFormat("\"threads\":%d", threads),
-                                     absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm)};
+                                     absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm),
+                                     absl::StrFormat("\"openblas_sgemm_gflops\":%.2f", openblas)};
   const std::string python = absl::GetFlag(FLAGS_torch_python);
   if (!python.empty()) {
     absl::StatusOr<TorchFigures> torch = MeasureTorch(argv0, python, gpu, threads, min_seconds);

@@ -5,6 +5,8 @@
 // train; a worker killed mid-run must not stop the job nor make any step count twice.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <string>
 #include <vector>
 
@@ -86,6 +88,33 @@ TEST(DistributedTrainingTest, SyncOnTwoNodesEqualsOneReplica) {
   const v1::Job job = RunToCompletion(*cluster, spec);
   EXPECT_EQ(job.step(), 20u);
   ExpectEqualsSingleReplica(*cluster, spec, 20);
+}
+
+// The same job on two fresh clusters of the same layout (2 nodes x 2 replicas, 2
+// shards) ends with the same parameters bit for bit: with AVX2 the engine's buffers
+// must be aligned for that (worker/engine/aligned.h).
+TEST(DistributedTrainingTest, TheSameJobOnTheSameLayoutGivesTheSameBits) {
+  ClusterShape shape;
+  shape.ps_shards = 2;
+  shape.workers = 2;
+  const v1::JobSpec spec = FashionMlp(/*batch=*/64, /*steps=*/40, /*replicas=*/2, /*nodes=*/2);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto cluster = StartCluster(absl::StrCat("same_bits_", run), shape);
+    const v1::Job job = RunToCompletion(*cluster, spec);
+    ASSERT_EQ(job.step(), 40u);
+    absl::StatusOr<cli::PulledParameters> pulled =
+        cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    runs.push_back(pulled->values);
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  size_t differing = 0;
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    differing += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0u) << "of " << runs[0].size() << " parameters, max relative difference "
+                           << MaxRelativeDifference(runs[1], runs[0]);
 }
 
 TEST(DistributedTrainingTest, SyncOnOneGlooNodeWithAnUnevenBatchEqualsOneReplica) {

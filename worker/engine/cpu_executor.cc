@@ -152,14 +152,14 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
                                           const ParametersNeededFn& needed) {
   using S = Scalar;
   const int64_t n = batch.count;
-  std::vector<S>& input = activations_[0];
+  AlignedVector<S>& input = activations_[0];
   input.resize(n * model_.input.size());
   std::copy(batch.features, batch.features + input.size(), input.begin());
 
   for (size_t i = 0; i < model_.layers.size(); ++i) {
     const LayerSpec& l = model_.layers[i];
-    const std::vector<S>& x = activations_[i];
-    std::vector<S>& y = activations_[i + 1];
+    const AlignedVector<S>& x = activations_[i];
+    AlignedVector<S>& y = activations_[i + 1];
     const int64_t in_size = l.in.size();
     const int64_t out_size = l.out.size();
     y.resize(n * out_size);
@@ -242,7 +242,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
           std::copy(x.begin(), x.begin() + n * out_size, y.begin());
           break;
         }
-        std::vector<S>& scale = dropout_scale_[i];
+        AlignedVector<S>& scale = dropout_scale_[i];
         scale.resize(n * out_size);
         const S keep_scale = S(1) / (S(1) - S(l.dropout));
         for (int64_t s = 0; s < n; ++s) {
@@ -261,7 +261,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
   // Softmax cross-entropy, summed over the batch; dlogits = softmax - onehot.
   LossStats stats;
   stats.samples = n;
-  const std::vector<S>& logits = activations_.back();
+  const AlignedVector<S>& logits = activations_.back();
   const int64_t classes = model_.num_classes;
   for (int64_t s = 0; s < n; ++s) {
     const S* z = logits.data() + s * classes;
@@ -307,8 +307,8 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
 
   for (size_t i = model_.layers.size(); i-- > 0;) {
     const LayerSpec& l = model_.layers[i];
-    const std::vector<S>& x = activations_[i];
-    const std::vector<S>& y = activations_[i + 1];
+    const AlignedVector<S>& x = activations_[i];
+    const AlignedVector<S>& y = activations_[i + 1];
     const int64_t in_size = l.in.size();
     const int64_t out_size = l.out.size();
     // The first layer's input gradient is never needed; its parameters' are.
@@ -326,7 +326,13 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           db.setZero();
         } else {
           Product(*runner_, dw, dy.transpose(), xm, false);
-          db.noalias() = dy.colwise().sum();
+          // Summed into an aligned scratch, then copied: Eigen picks which columns it
+          // sums with vectors, and so their order of additions, from the destination's
+          // address, and grads may lie anywhere (aligned.h).
+          bias_sums_.resize(out_size);
+          RowVectorMap<S> sums(bias_sums_.data(), out_size);
+          sums.noalias() = dy.colwise().sum();
+          db = sums;
         }
         ready(l.bias, l.bias.offset);
         ready(l.weight, l.weight.offset);
@@ -349,8 +355,9 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
         MatrixMap<S> dw(grads + l.weight.offset, oc, ckk);
         VectorMap<S> db(grads + l.bias.offset, oc);
+        bias_sums_.assign(oc, S(0));  // Aligned, as for linear layers.
+        VectorMap<S> sums(bias_sums_.data(), oc);
         dw.setZero();
-        db.setZero();
         for (int64_t s0 = 0; s0 < n; s0 += chunk) {
           const int64_t g = std::min(chunk, n - s0);
           for (int64_t t = 0; t < g; ++t) {
@@ -363,7 +370,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
           ConstMatrixMap<S> dout(dout_.data(), oc, g * ohw);
           Product(*runner_, dw, dout, col.transpose(), true);
-          db.noalias() += dout.rowwise().sum();
+          sums.noalias() += dout.rowwise().sum();
           if (need_input_grad) {
             MatrixMap<S> dcol(dcol_.data(), ckk, g * ohw);
             Product(*runner_, dcol, w.transpose(), dout, false);
@@ -374,6 +381,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
             }
           }
         }
+        db = sums;
         ready(l.bias, l.bias.offset);
         ready(l.weight, l.weight.offset);
         break;
@@ -403,7 +411,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         if (dropout == nullptr) {
           std::copy(grad_out_.begin(), grad_out_.begin() + n * out_size, grad_in_.begin());
         } else {
-          const std::vector<S>& scale = dropout_scale_[i];
+          const AlignedVector<S>& scale = dropout_scale_[i];
           for (int64_t j = 0; j < n * out_size; ++j) grad_in_[j] = grad_out_[j] * scale[j];
         }
         break;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "worker/engine/aligned.h"
 #include "worker/engine/model.h"
 #include "worker/engine/parallel_runner.h"
 #include "worker/engine/replica.h"
@@ -44,12 +45,14 @@ class CpuExecutor {
 
   ModelDef model_;
   // activations_[i] is the input of layer i; activations_.back() holds the logits.
-  std::vector<std::vector<Scalar>> activations_;
-  std::vector<std::vector<Scalar>> dropout_scale_;  // Per layer: mask / (1 - p).
+  // Every buffer reduced over is 64-byte aligned (aligned.h: run-to-run exactness).
+  std::vector<AlignedVector<Scalar>> activations_;
+  std::vector<AlignedVector<Scalar>> dropout_scale_;  // Per layer: mask / (1 - p).
   std::vector<std::vector<int32_t>> pool_argmax_;   // Per layer: input index of each max.
-  std::vector<Scalar> grad_out_, grad_in_;          // Ping-pong activation gradients.
+  AlignedVector<Scalar> grad_out_, grad_in_;        // Ping-pong activation gradients.
   std::unique_ptr<ParallelRunner> runner_;          // Splits large products.
-  std::vector<Scalar> col_, dcol_, dout_;           // im2col scratch of a chunk of samples.
+  AlignedVector<Scalar> col_, dcol_, dout_;         // im2col scratch of a chunk of samples.
+  AlignedVector<Scalar> bias_sums_;                 // A layer's bias gradient, summed here.
 };
 
 extern template class CpuExecutor<float>;
