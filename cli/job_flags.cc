@@ -83,7 +83,8 @@ ABSL_FLAG(double, beta1, 0, "adam/adamw: first-moment decay; 0 = the default (0.
 ABSL_FLAG(double, beta2, 0, "adam/adamw: second-moment decay; 0 = the default (0.999).");
 ABSL_FLAG(double, epsilon, 0, "adam/adamw: denominator epsilon; 0 = the default (1e-8).");
 ABSL_FLAG(double, weight_decay, 0, "Weight decay (L2; decoupled for adamw). Default: 0.");
-ABSL_FLAG(std::string, lr_schedule, "constant", "constant, step or cosine. Default: constant.");
+ABSL_FLAG(std::string, lr_schedule, "cosine",
+          "constant, step or cosine (to min_lr over the job's steps). Default: cosine.");
 ABSL_FLAG(uint64_t, lr_step_size, 0, "step schedule: steps between decays.");
 ABSL_FLAG(double, lr_gamma, 0.1, "step schedule: decay factor. Default: 0.1.");
 ABSL_FLAG(double, min_lr, 0, "cosine schedule: floor. Default: 0.");
