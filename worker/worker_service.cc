@@ -1,5 +1,6 @@
 #include "worker/worker_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace tributary::worker {
@@ -30,8 +31,13 @@ grpc::ServerUnaryReactor* WorkerService::Drain(grpc::CallbackServerContext* cont
     refused->Finish(ToGrpcStatus(allowed));
     return refused;
   }
-  response->set_phase(
-      handler_.Drain(request->reason().empty() ? "Drain RPC" : request->reason()));
+  // The reason is logged and becomes the Deregister reason: 1 KiB of it at most.
+  std::string reason = request->reason().empty() ? "Drain RPC" : request->reason();
+  if (reason.size() > kMaxDrainReasonBytes) {
+    reason = absl::StrCat(reason.substr(0, kMaxDrainReasonBytes), "... (",
+                          reason.size() - kMaxDrainReasonBytes, " more bytes)");
+  }
+  response->set_phase(handler_.Drain(reason));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

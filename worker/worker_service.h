@@ -12,6 +12,9 @@ namespace tributary::worker {
 
 class WorkerService : public v1::Worker::CallbackService {
  public:
+  // Of a DrainRequest's reason, what reaches the handler (the rest is counted).
+  static constexpr size_t kMaxDrainReasonBytes = 1024;
+
   // With an `auth` (--cluster_token_file), GetStatus needs any cluster role and Drain
   // the coordinator's or the operator's.
   explicit WorkerService(WorkerHandler& handler,
