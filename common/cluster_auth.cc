@@ -89,7 +89,6 @@ absl::StatusOr<Role> CertificateRole(const grpc::AuthContext& peer, absl::string
              "from it: mutual TLS with --tls_cert, --tls_key and --tls_ca on every component)"));
   }
   std::optional<Role> named;
-  std::string all;
   for (const char* property : {GRPC_PEER_URI_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
     for (const grpc::string_ref& value : peer.FindPropertyValues(property)) {
       const absl::string_view uri(value.data(), value.size());

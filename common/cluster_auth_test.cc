@@ -28,7 +28,8 @@ TEST(ClusterAuthTest, EachRoleIsAcceptedWhereAllowedAndRefusedElsewhere) {
   auto auth = Auth();
   std::vector<std::pair<std::string, std::string>> storage = {
       {kClusterAuthMetadata, auth->HeaderFor(Role::kWorker)}};
-  EXPECT_EQ(*auth->Check(MetadataOf(storage), nullptr, OnlyRole(Role::kWorker), "Heartbeat"), Role::kWorker);
+  EXPECT_EQ(*auth->Check(MetadataOf(storage), nullptr, OnlyRole(Role::kWorker), "Heartbeat"),
+            Role::kWorker);
   absl::StatusOr<Role> refused =
       auth->Check(MetadataOf(storage), nullptr, Role::kCoordinator | Role::kOperator, "Drain");
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);

@@ -49,14 +49,13 @@ std::string MemoryShortfall(const v1::JobSpec& spec, const Candidate& worker,
                             const std::string& node, const std::vector<v1::Device>& devices,
                             bool gpu) {
   const uint32_t replicas = static_cast<uint32_t>(devices.size());
-  const MemoryEstimate estimate =
-      EstimateMemory(spec, std::max<uint32_t>(1, spec.nodes_min()) * replicas);
+  // At least nodes_min nodes of this many replicas share the global batch.
+  const uint64_t sharing = uint64_t{std::max<uint32_t>(1, spec.nodes_min())} * replicas;
+  const MemoryEstimate estimate = EstimateMemory(spec, static_cast<uint32_t>(sharing));
   if (estimate.replica_bytes == 0 || devices.empty()) return "";
-  const std::string what = absl::StrCat(
-      estimate.parameters, " parameters, a batch share of ",
-      (spec.global_batch_size() + std::max<uint32_t>(1, spec.nodes_min()) * replicas - 1) /
-          (std::max<uint32_t>(1, spec.nodes_min()) * replicas),
-      " per replica");
+  const std::string what =
+      absl::StrCat(estimate.parameters, " parameters, a batch share of ",
+                   (spec.global_batch_size() + sharing - 1) / sharing, " per replica");
   if (gpu) {
     for (const v1::Device& device : devices) {
       if (device.memory_bytes() == 0 || device.memory_bytes() >= estimate.replica_bytes) continue;

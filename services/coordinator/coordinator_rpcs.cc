@@ -102,7 +102,8 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
     const bool current = InGenerationLocked(id) && request.generation() == generation_.number;
     switch (ClassifyReport(request, current, !worker->failed_job.empty())) {
       case ReportKind::kFailed: {
-        const std::string error = request.error().empty() ? "no error message" : Clip(request.error());
+        const std::string error =
+            request.error().empty() ? "no error message" : Clip(request.error());
         v1::Job* job = jobs_.Active();
         const bool first_report = job != nullptr && worker->failed_job != job->job_id();
         if (job != nullptr) worker->failed_job = job->job_id();

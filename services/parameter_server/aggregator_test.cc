@@ -28,7 +28,9 @@ class AggregatorTest : public ::testing::Test {
     context.metrics = &metrics_;
     context.sinks = &sinks_;
     context.clock = &clock_;
-    context.step_moved = [this](ShardPartition&, uint64_t from, uint64_t to) { moves_.push_back({from, to}); };
+    context.step_moved = [this](ShardPartition&, uint64_t from, uint64_t to) {
+      moves_.push_back({from, to});
+    };
     JobSource source;
     source.job_id = "job-1";
     source.spec = spec;

@@ -311,9 +311,9 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// InitPartitions: header, then one message per owned partition.
 const RealClock kRealClock;
 
+// InitPartitions: header, then one message per owned partition.
 class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsRequest> {
  public:
   // With an `auth`, the header must name the node whose credential the stream presented.

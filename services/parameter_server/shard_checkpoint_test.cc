@@ -426,7 +426,8 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
   {
     ParameterShard shard(Options(dir, 0), nullptr);
     ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
-    Train(shard, header, 0, 1);
+    RecordingSink sink;  // EndJob ends the nodes' sinks: it must outlive the job.
+    Train(shard, header, 0, 1, 0, &sink);
     v1::EndJobRequest request;
     request.set_job_id("job-2");
     EXPECT_EQ(shard.EndJob(request).status().code(), absl::StatusCode::kNotFound);

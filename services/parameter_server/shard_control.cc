@@ -197,7 +197,7 @@ std::string ParameterShard::CheckpointDirLocked() const {
 }
 
 absl::StatusOr<ShardCheckpoint> ParameterShard::Snapshot(uint64_t step, bool job_ended,
-                                                        bool captured) const {
+                                                         bool captured) const {
   const ShardJob& job = *job_;
   ShardCheckpoint snapshot;
   CheckpointMeta& meta = snapshot.meta;
@@ -313,8 +313,9 @@ absl::StatusOr<uint32_t> ParameterShard::RewindToCheckpointLocked(uint64_t step)
   for (auto& partition : job.partitions) {
     absl::MutexLock partition_lock(&partition->mu);
     auto& captures = partition->captures;
-    captured = captured && std::any_of(captures.begin(), captures.end(),
-                                       [&](const ShardPartition::Capture& c) { return c.step == step; });
+    captured =
+        captured && std::any_of(captures.begin(), captures.end(),
+                                [&](const ShardPartition::Capture& c) { return c.step == step; });
   }
   if (captured) {
     for (auto& partition : job.partitions) {

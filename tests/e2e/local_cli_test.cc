@@ -25,17 +25,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/child_process.h"
 #include "cli/parameters.h"
+#include "common/channel.h"
+#include "common/child_process.h"
+#include "common/cluster_auth.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "common/channel.h"
-#include "common/cluster_auth.h"
 #include "tests/e2e/test_binaries.h"
 
 namespace tributary::testing {
 namespace {
-
 
 // `tributary local` with its run directory, summary and log under TEST_TMPDIR/name.
 struct LocalRun {
@@ -215,8 +214,8 @@ TEST(LocalCliTest, TrainsAFashionMnistSubsetToTheStatedAccuracy) {
 
 TEST(LocalCliTest, MoreReplicasThanCoresOnlyWhenAsked) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  LocalRun run = StartLocal("oversubscribed", {"--workers=1", absl::StrCat("--replicas=", cores + 1),
-                                               "--max_steps=1"});
+  LocalRun run = StartLocal(
+      "oversubscribed", {"--workers=1", absl::StrCat("--replicas=", cores + 1), "--max_steps=1"});
   EXPECT_NE(WaitForExit(run, absl::Minutes(1)), 0);
   const std::string log = run.process->LogTail(5);
   EXPECT_TRUE(absl::StrContains(log, absl::StrCat("--workers=1 x --replicas=", cores + 1))) << log;
@@ -233,15 +232,15 @@ TEST(LocalCliTest, SyncEqualsTheSingleProcessTrainer) {
     "globalBatchSize": 50, "epochs": 2, "seed": "5",
     "optimizer": {"type": "ADAM", "learningRate": 0.002},
     "replicasPerWorker": 3, "partitionBytes": "16384"})";
-  LocalRun run = StartLocal("exact", {"--job_json=" + spec, "--params_out=" + dir + "/local.f32",
-                                      "--oversubscribe"});
+  LocalRun run = StartLocal(
+      "exact", {"--job_json=" + spec, "--params_out=" + dir + "/local.f32", "--oversubscribe"});
   ASSERT_EQ(WaitForExit(run, absl::Minutes(5)), 0) << run.process->LogTail(30);
 
   absl::StatusOr<std::unique_ptr<ChildProcess>> single =
       ChildProcess::Start("train_local",
-                               {Runfile("worker/train_local"), "--job_json=" + spec, "--replicas=1",
-                                "--save_params=" + dir + "/single.f32"},
-                               dir + "/train_local.log");
+                          {Runfile("worker/train_local"), "--job_json=" + spec, "--replicas=1",
+                           "--save_params=" + dir + "/single.f32"},
+                          dir + "/train_local.log");
   ASSERT_TRUE(single.ok()) << single.status();
   ASSERT_TRUE((*single)->Wait(absl::Minutes(5))) << (*single)->LogTail(20);
   ASSERT_EQ((*single)->exit_code(), 0) << (*single)->LogTail(20);

@@ -29,7 +29,8 @@ struct AlignedAllocator {
     if (n == 0) return nullptr;
     if (n > static_cast<size_t>(-1) / sizeof(T)) throw std::bad_alloc();
     // aligned_alloc wants a multiple of the alignment.
-    const size_t bytes = (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    const size_t bytes =
+        (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     void* p = std::aligned_alloc(kBufferAlignment, bytes);
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
