@@ -99,7 +99,7 @@ ABSL_FLAG(uint32_t, nodes_min, 0,
 ABSL_FLAG(uint32_t, nodes_max, 0, "Nodes admitted; 0 = nodes_min.");
 ABSL_FLAG(uint32_t, replicas, 0,
           "Replicas per worker process. 0 = `tributary local`: one per core it gives each "
-          "worker (the machine's cores / --workers, at least 1); elsewhere 1. Default: 0.");
+          "worker (the usable cores / --workers, at least 1); elsewhere 1. Default: 0.");
 ABSL_FLAG(std::string, job_devices, "auto", "Where replicas run: auto, cpu or gpu. Default: auto.");
 ABSL_FLAG(int64_t, partition_bytes, tributary::kDefaultPartitionBytes,
           "Largest partition in bytes. Default: 4194304 (4 MiB).");

@@ -35,6 +35,7 @@
 #include "common/grpc_status.h"
 #include "common/process.h"
 #include "common/shutdown.h"
+#include "common/usable_cores.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/torchscript.h"
@@ -436,7 +437,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   // among all their replicas (a worker alone would take them all). By default each core
   // gets one replica with one compute thread (measured best here: docs/performance.md);
   // more replicas than cores only when asked (--oversubscribe).
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = UsableCores();
   const int workers = std::max(1, options.workers);
   // GPU workers (--devices other than cpu) get one replica per worker by default: a
   // replica there is a GPU.

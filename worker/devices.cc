@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/usable_cores.h"
 
 #if defined(TRIBUTARY_WITH_CUDA)
 #include <cuda_runtime.h>
@@ -27,7 +28,7 @@ v1::Device CpuDevice() {
   if (pages > 0 && page_size > 0) {
     cpu.set_memory_bytes(static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size));
   }
-  cpu.set_cpu_cores(std::max(1u, std::thread::hardware_concurrency()));
+  cpu.set_cpu_cores(static_cast<uint32_t>(UsableCores()));
   return cpu;
 }
 

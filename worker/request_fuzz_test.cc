@@ -88,7 +88,9 @@ TEST(WorkerRequestFuzzTest, EveryRequestIsAnsweredAndTheReasonIsBounded) {
       const grpc::Status status =
           stub->Drain(&context, static_cast<const v1::DrainRequest&>(*request), &response);
       status.ok() ? ++ok : ++refused;
-      if (status.ok()) EXPECT_EQ(response.phase(), v1::WORKER_DRAINING);
+      if (status.ok()) {
+        EXPECT_EQ(response.phase(), v1::WORKER_DRAINING);
+      }
     }
     {
       auto request = mutator.Mutate(statuses[i % statuses.size()]);

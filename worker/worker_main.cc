@@ -51,7 +51,8 @@ ABSL_FLAG(double, model_fetch_timeout_seconds, 300,
 
 // --- Compute ---
 ABSL_FLAG(int, cpu_threads, 0,
-          "Threads each CPU matrix product may use; 0 = the machine's cores divided by the "
+          "Threads each CPU matrix product may use; 0 = the cores this process may use (its "
+          "CPU affinity and its container's CPU limit) divided by the "
           "replicas of this process (at least 1). Default: 0.");
 ABSL_FLAG(bool, overlap_updates, true,
           "Apply each step's PS update partition by partition while the next step's forward "

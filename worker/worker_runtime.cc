@@ -13,6 +13,7 @@
 #include "common/confined_path.h"
 #include "common/job_spec.h"
 #include "common/process.h"
+#include "common/usable_cores.h"
 #include "worker/engine/cpu_executor.h"
 #include "worker/engine/torchscript.h"
 
@@ -459,8 +460,8 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     return;
   }
   if (assignment.devices_size() > 0 && assignment.devices(0).kind() == v1::CPU) {
-    // The node's replicas share the machine's cores.
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // The node's replicas share the cores this process may use (affinity, CPU limit).
+    const int cores = UsableCores();
     const int sharing = static_cast<int>(std::max(1u, assignment.replicas())) *
                         static_cast<int>(std::max(1u, assignment.local_world_size()));
     const int threads =

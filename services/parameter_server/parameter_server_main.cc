@@ -14,6 +14,7 @@
 #include "common/process.h"
 #include "common/service_host.h"
 #include "common/shutdown.h"
+#include "common/usable_cores.h"
 #include "services/parameter_server/coordinator_registration.h"
 #include "services/parameter_server/malloc_tuning.h"
 #include "services/parameter_server/parameter_server_service.h"
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--summation_threads must be >= 0, got " << threads;
     return 2;
   }
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = tributary::UsableCores();
   absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
       tributary::ServerClusterAuthFromFlags("parameter_server");
   if (!auth.ok()) {

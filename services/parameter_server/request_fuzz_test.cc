@@ -125,7 +125,9 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     tally(shard.Pull(static_cast<const v1::PullRequest&>(*pull)).status());
     // GetShardStatus and Checkpoint read no request field: called among the mutated
     // requests, on whatever state those left.
-    if (i % 16 == 0) EXPECT_LE(shard.Status().partitions_size(), 2);
+    if (i % 16 == 0) {
+      EXPECT_LE(shard.Status().partitions_size(), 2);
+    }
     if (i % 100 == 0) tally(shard.Checkpoint().status());
     if (i % 50 == 0) {
       auto end = mutator.Mutate(ends[i % ends.size()]);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/usable_cores.h"
 #include "worker/engine/cpu_executor.h"
 #include "worker/engine/cpu_replica.h"
 #include "worker/engine/job_model.h"
@@ -84,7 +85,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const v1::Job
 
   const int cores = options.cpu_threads > 0
                         ? options.cpu_threads
-                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+                        : UsableCores();
   SetCpuMatmulThreads(std::max(1, cores / static_cast<int>(options.replicas)));
   if (model->torchscript != nullptr) {
     SetTorchThreads(std::max(1, cores / static_cast<int>(options.replicas)));
