@@ -239,9 +239,6 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   return absl::OkStatus();
 }
 
-// Parameters and the widest activation of a built-in model for the whole batch,
-// against kMaxModelParameters and kMaxActivationFloats. The sizes are already bounded
-// (each <= 65536, at most 64 layers), so the sums cannot overflow 64 bits.
 struct ModelShape {
   uint64_t parameters = 0;
   uint64_t widest = 0;       // The widest activation per sample.
@@ -283,6 +280,8 @@ ModelShape ShapeOf(const v1::ModelSpec& model) {
   return ModelShape{parameters, widest, activations};
 }
 
+// Parameters and the widest activation of a built-in model for the whole batch,
+// against kMaxModelParameters and kMaxActivationFloats.
 absl::Status ValidateModelSize(const v1::ModelSpec& model, uint64_t batch) {
   if (IsTorchScript(model)) return absl::OkStatus();  // Checked when the file is loaded.
   const ModelShape shape = ShapeOf(model);

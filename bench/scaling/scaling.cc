@@ -43,7 +43,7 @@ constexpr char kUsage[] =
     "1,2,4), with the ratio to the first, step time and communication share.\n"
     "Usage: bazel run //bench/scaling -- [--worker_counts=1,2,4] [--ps_shards=2] [job flags]\n"
     "Job flags are tributary local's, with its defaults (mlp 784,256,128,10 on Fashion-MNIST,\n"
-    "--batch=64, --optimizer=momentum, --lr=0.05, --replicas=2 per worker) except --epochs,\n"
+    "--batch=64, --optimizer=momentum, --lr=0.05, cosine, 1 replica per worker) except --epochs,\n"
     "which is 1 here unless given (--helpfull lists them all).";
 
 int Fail(const absl::Status& status) {
@@ -90,6 +90,8 @@ int Run(const char* argv0) {
     options.workers = workers;
     options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
     options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
+    // More workers than cores is what this benchmark measures the cost of.
+    options.extra_args.push_back("--oversubscribe");
     options.name = absl::StrCat("W=", workers);
     std::printf("running tributary local: %d worker(s) x %u replicas, %d PS shards ...\n", workers,
                 spec->replicas_per_worker(), options.ps_shards);

@@ -55,7 +55,7 @@ constexpr char kUsage[] =
     "Usage: bazel run //bench/time_to_accuracy -- [--workers=2] [--ps_shards=2]\n"
     "       [--target_accuracy=0.85] [job flags]\n"
     "Job flags are tributary local's, with its defaults (mlp 784,256,128,10 on Fashion-MNIST,\n"
-    "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, --replicas=2 per worker):\n"
+    "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, cosine, 1 replica per worker):\n"
     "--model, --layers, --batch, --epochs, --max_steps, --optimizer, --lr, --train_limit, ...\n"
     "(--helpfull lists them all).";
 

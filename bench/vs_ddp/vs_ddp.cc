@@ -65,7 +65,7 @@ constexpr char kUsage[] =
     "       [--target_accuracy=0.85] [job flags]\n"
     "Needs torch for /usr/bin/python3 (bash scripts/setup); skipped otherwise.\n"
     "Job flags are tributary local's, with its defaults (mlp 784,256,128,10 on Fashion-MNIST,\n"
-    "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, --replicas=2 per worker);\n"
+    "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, cosine, 1 replica per worker);\n"
     "the PyTorch side mirrors mlp on IDX data in SYNC mode only (--helpfull lists them all).\n"
     "With --model_file=net.pt both sides train that TorchScript file (DDP loads it with\n"
     "torch.jit.load).";
