@@ -3,9 +3,10 @@
 `kubectl apply --dry-run=client` and `helm install --dry-run=client` still ask a server
 which kinds exist (discovery), whether each object exists already, and (Helm) which
 releases exist. This answers those questions on a loopback port with the built-in
-resources of Kubernetes 1.31, an empty cluster and no stored releases, so the real
-clients parse, map and print the chart's manifests without a cluster. It never
-accepts a write.
+resources of Kubernetes 1.31 (and the Prometheus Operator's monitoring.coreos.com/v1
+kinds, as a cluster with its CRDs installed serves them), an empty cluster and no
+stored releases, so the real clients parse, map and print the chart's manifests
+without a cluster. It never accepts a write.
 """
 
 import http.server
@@ -14,7 +15,7 @@ import os
 import threading
 import urllib.parse
 
-# (group/version, resource, kind, namespaced) of the built-in kinds a chart may use.
+# (group/version, resource, kind, namespaced) of the kinds a chart may use.
 RESOURCES = [
     ("v1", "configmaps", "ConfigMap", True),
     ("v1", "endpoints", "Endpoints", True),
@@ -36,6 +37,9 @@ RESOURCES = [
     ("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
     ("rbac.authorization.k8s.io/v1", "roles", "Role", True),
     ("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding", True),
+    # CustomResourceDefinitions of the Prometheus Operator.
+    ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True),
+    ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", True),
 ]
 
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "linux/amd64"}

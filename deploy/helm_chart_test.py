@@ -5,7 +5,8 @@ other variants, every rendered manifest parsed by `kubectl apply --dry-run=clien
 (against a loopback stand-in for the API server's discovery, see fake_apiserver.py),
 then checked against the binaries themselves: every flag the chart passes must be one
 the binary defines (from its --helpfull), ports and probes must agree with those flags
-and their defaults. Bad values must be refused by values.schema.json.
+and their defaults. Every pod must meet the Pod Security Standards' "restricted" level.
+Bad values must be refused by values.schema.json.
 """
 
 import argparse
@@ -65,17 +66,28 @@ class Tools:
     def kubectl(self, args, **kwargs):
         return self.run(ARGS.kubectl, args, **kwargs)
 
-    def template(self, values_files=(), sets=(), check=True):
-        args = ["template", RELEASE, self.chart, "--namespace", NAMESPACE]
+    @staticmethod
+    def value_args(values_files=(), sets=(), set_json=()):
+        args = []
         for path in values_files:
             args += ["-f", path]
         for item in sets:
             args += ["--set", item]
-        return self.helm(args, check=check)
+        for item in set_json:
+            args += ["--set-json", item]
+        return args
 
-    def render(self, values_files=(), sets=()):
+    def template(self, values_files=(), sets=(), check=True, set_json=()):
+        args = ["template", RELEASE, self.chart, "--namespace", NAMESPACE]
+        return self.helm(args + self.value_args(values_files, sets, set_json), check=check)
+
+    def lint(self, values_files=(), sets=(), set_json=(), check=True):
+        args = ["lint", "--strict", self.chart]
+        return self.helm(args + self.value_args(values_files, sets, set_json), check=check)
+
+    def render(self, values_files=(), sets=(), set_json=()):
         """The manifests as kubectl parsed them: a list of objects."""
-        manifest = self.template(values_files, sets).stdout
+        manifest = self.template(values_files, sets, set_json=set_json).stdout
         path = os.path.join(_tmpdir(), "manifest.yaml")
         with open(path, "w") as out:
             out.write(manifest)
@@ -217,6 +229,96 @@ def workload(items, role):
     return one(items, kind, "%s-%s" % (RELEASE, role))
 
 
+def pods(items):
+    """{(kind, name): pod spec} of every workload rendered."""
+    return {(item["kind"], item["metadata"]["name"]): pod_spec(item) for item in items
+            if item["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")}
+
+
+def selects(selector, labels):
+    """Whether a LabelSelector (matchLabels, matchExpressions) matches these labels."""
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values", [])
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and labels.get(key) in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+# The Pod Security Standards, level "restricted" (Kubernetes 1.31), as the API server's
+# PodSecurity admission checks them: the baseline controls plus the restricted ones.
+RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                           "persistentVolumeClaim", "projected", "secret"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}
+
+
+def restricted_violations(spec):
+    """Every way a pod spec breaks the Pod Security "restricted" level; empty: none."""
+    found = []
+    pod = spec.get("securityContext", {})
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(host):
+            found.append(host)
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            found.append("volume %s is %s" % (volume["name"], sorted(kinds)))
+    for sysctl in pod.get("sysctls", []):
+        if sysctl["name"] not in SAFE_SYSCTLS:
+            found.append("sysctl " + sysctl["name"])
+    containers = (spec.get("initContainers", []) + spec.get("containers", []) +
+                  spec.get("ephemeralContainers", []))
+    for container in containers:
+        name = container["name"]
+        context = container.get("securityContext", {})
+
+        def effective(key):
+            return context[key] if key in context else pod.get(key)
+        if context.get("privileged"):
+            found.append(name + ": privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(name + ": allowPrivilegeEscalation is not false")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            found.append(name + ": capabilities.drop lacks ALL")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(name + ": capabilities.add " + str(capabilities["add"]))
+        if effective("runAsNonRoot") is not True:
+            found.append(name + ": runAsNonRoot is not true")
+        if effective("runAsUser") == 0:
+            found.append(name + ": runAsUser 0")
+        seccomp = (effective("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append("%s: seccompProfile %s" % (name, seccomp))
+        if context.get("procMount", "Default") != "Default":
+            found.append(name + ": procMount")
+        apparmor = (effective("appArmorProfile") or {}).get("type", "RuntimeDefault")
+        if apparmor not in ("RuntimeDefault", "Localhost"):
+            found.append(name + ": appArmorProfile " + apparmor)
+        selinux = effective("seLinuxOptions") or {}
+        if selinux.get("user") or selinux.get("role") or selinux.get("type", "") not in (
+                "", "container_t", "container_init_t", "container_kvm_t",
+                "container_engine_t"):
+            found.append(name + ": seLinuxOptions")
+        for port in container.get("ports", []):
+            if port.get("hostPort"):
+                found.append("%s: hostPort %d" % (name, port["hostPort"]))
+    return found
+
+
 # --- Tests ------------------------------------------------------------------------------
 
 class LintTest(unittest.TestCase):
@@ -244,6 +346,7 @@ class DefaultValuesTest(unittest.TestCase):
                 ("NetworkPolicy", "tributary-parameter-server"),
                 ("NetworkPolicy", "tributary-worker"),
                 ("PersistentVolumeClaim", "tributary-coordinator-state"),
+                ("PodDisruptionBudget", "tributary-ps"),
                 ("Secret", "tributary-cluster-token"),
                 ("Service", "tributary-coordinator"),
                 ("Service", "tributary-ps"),
@@ -420,6 +523,15 @@ class GpuValuesTest(unittest.TestCase):
                        "effect": "NoSchedule"}, tolerations)
         self.assertEqual(pod_spec(statefulset)["nodeSelector"], {"nvidia.com/gpu.present": "true"})
         self.assertEqual(container["image"], "tributary:0.1.0-cuda")
+
+    def test_only_workers_pull_the_cuda_image(self):
+        self.assertEqual(only_container(workload(self.items, "worker"))["image"],
+                         "tributary:0.1.0-cuda")
+        for role in ("coordinator", "ps"):
+            self.assertEqual(only_container(workload(self.items, role))["image"],
+                             "tributary:0.1.0", role)
+        hook = only_container(one(self.items, "Job", "tributary-job-submit"))
+        self.assertEqual(hook["image"], "tributary:0.1.0")
 
     def test_only_workers_get_gpus(self):
         for role in ("coordinator", "ps"):
@@ -643,6 +755,206 @@ class OtherValuesTest(unittest.TestCase):
                       notes)
         self.assertIn('-H "authorization: Bearer $TOKEN"', notes)
         self.assertIn("get secret tributary-control-token", notes)
+
+
+class PodSecurityTest(unittest.TestCase):
+    """Every pod of the chart, in every variant, meets the "restricted" level."""
+
+    VARIANTS = {
+        "default": dict(),
+        "gpu": dict(values_files=["GPU"]),
+        "tributary submitter": dict(sets=["job.submit=true", "controlToken.value=t"]),
+        "grpcurl submitter": dict(sets=["job.submit=true", "job.submitter=grpcurl"]),
+        "tls": dict(sets=["tls.enabled=true", "tls.secretName=s", "job.submit=true"]),
+    }
+
+    @staticmethod
+    def render_variant(variant):
+        files = [ARGS.gpu_values if f == "GPU" else f for f in variant.get("values_files", [])]
+        return TOOLS.render(values_files=files, sets=variant.get("sets", ()))
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rendered = {name: cls.render_variant(variant)
+                        for name, variant in cls.VARIANTS.items()}
+
+    def test_every_pod_has_the_runtime_default_seccomp_profile(self):
+        checked = set()
+        for variant, items in self.rendered.items():
+            for (kind, name), spec in pods(items).items():
+                with self.subTest(variant=variant, pod=name):
+                    self.assertEqual(spec.get("securityContext", {}).get("seccompProfile"),
+                                     {"type": "RuntimeDefault"})
+                    for container in spec["containers"]:
+                        # No container overrides the pod's profile.
+                        self.assertNotIn("seccompProfile",
+                                         container.get("securityContext", {}), name)
+                checked.add((kind, name))
+        self.assertEqual(checked, {("Deployment", "tributary-coordinator"),
+                                   ("StatefulSet", "tributary-ps"),
+                                   ("StatefulSet", "tributary-worker"),
+                                   ("Job", "tributary-job-submit")})
+
+    def test_every_pod_meets_the_restricted_pod_security_level(self):
+        submitters = set()
+        for variant, items in self.rendered.items():
+            for (kind, name), spec in pods(items).items():
+                with self.subTest(variant=variant, pod=name):
+                    self.assertEqual(restricted_violations(spec), [])
+                    for container in spec["containers"]:
+                        context = container["securityContext"]
+                        self.assertIs(context["allowPrivilegeEscalation"], False)
+                        self.assertEqual(context["capabilities"]["drop"], ["ALL"])
+                        self.assertIs(context["readOnlyRootFilesystem"], True)
+                if kind == "Job":
+                    submitters.add(spec["containers"][0]["image"].split(":")[0])
+        self.assertEqual(submitters, {"tributary", "fullstorydev/grpcurl"})
+
+    def test_the_check_sees_what_breaks_the_level(self):
+        # The checker above is not vacuous: each of these breaks "restricted".
+        cases = [
+            (["podSecurityContext.seccompProfile=null"], "seccompProfile None"),
+            (["podSecurityContext.seccompProfile.type=Unconfined"], "seccompProfile Unconfined"),
+            (["securityContext.allowPrivilegeEscalation=true"], "allowPrivilegeEscalation"),
+            (["securityContext.capabilities.drop=null"], "capabilities.drop lacks ALL"),
+            (["worker.extraVolumes[0].name=host", "worker.extraVolumes[0].hostPath.path=/d"],
+             "volume host is ['hostPath']"),
+        ]
+        for sets, violation in cases:
+            with self.subTest(values=sets):
+                items = TOOLS.render(sets=sets)
+                found = restricted_violations(pod_spec(workload(items, "worker")))
+                self.assertTrue(any(violation in v for v in found), found)
+
+
+class DisruptionBudgetTest(unittest.TestCase):
+    def test_a_drain_evicts_one_shard_at_a_time(self):
+        items = TOOLS.render()
+        budgets = by_kind(items, "PodDisruptionBudget")
+        self.assertEqual(list(budgets), ["tributary-ps"])
+        budget = budgets["tributary-ps"]
+        self.assertEqual(budget["apiVersion"], "policy/v1")
+        self.assertEqual(budget["spec"]["maxUnavailable"], 1)
+        self.assertNotIn("minAvailable", budget["spec"])
+        selector = budget["spec"]["selector"]
+        # It selects the shards' pods, and only them.
+        for role in WORKLOADS:
+            labels = workload(items, role)["spec"]["template"]["metadata"]["labels"]
+            self.assertEqual(selects(selector, labels), role == "ps", role)
+        self.assertEqual(selector, workload(items, "ps")["spec"]["selector"])
+
+    def test_max_unavailable_follows_the_values(self):
+        for value, expected in (("2", 2), ("25%", "25%")):
+            items = TOOLS.render(sets=["ps.replicas=4",
+                                       "ps.podDisruptionBudget.maxUnavailable=" + value])
+            budget = one(items, "PodDisruptionBudget", "tributary-ps")
+            self.assertEqual(budget["spec"]["maxUnavailable"], expected)
+
+    def test_only_rendered_when_it_protects_something(self):
+        for sets in (["ps.podDisruptionBudget.enabled=false"], ["ps.replicas=1"]):
+            with self.subTest(values=sets):
+                self.assertEqual(by_kind(TOOLS.render(sets=sets), "PodDisruptionBudget"), {})
+
+    def test_a_budget_that_would_block_every_drain_is_refused(self):
+        for item in ("ps.podDisruptionBudget.maxUnavailable=0",
+                     "ps.podDisruptionBudget.maxUnavailable=0%"):
+            result = TOOLS.template(sets=[item], check=False)
+            self.assertNotEqual(result.returncode, 0, item)
+            self.assertIn("- ps.podDisruptionBudget.maxUnavailable:", result.stderr)
+
+
+class ServiceMonitorTest(unittest.TestCase):
+    def test_absent_by_default(self):
+        self.assertEqual(by_kind(TOOLS.render(), "ServiceMonitor"), {})
+
+    def test_scrapes_every_components_metrics_port(self):
+        items = TOOLS.render(sets=["metrics.serviceMonitor.enabled=true",
+                                   "metrics.serviceMonitor.interval=15s",
+                                   "metrics.serviceMonitor.scrapeTimeout=10s",
+                                   "metrics.serviceMonitor.labels.release=kube-prometheus",
+                                   "worker.httpPort=9000"])
+        monitor = one(items, "ServiceMonitor", "tributary")
+        self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(monitor["metadata"]["namespace"], NAMESPACE)
+        self.assertEqual(monitor["metadata"]["labels"]["release"], "kube-prometheus")
+        spec = monitor["spec"]
+        self.assertEqual(spec["namespaceSelector"], {"matchNames": [NAMESPACE]})
+        self.assertEqual(spec["endpoints"], [{"port": "http", "path": "/metrics",
+                                              "scheme": "http", "interval": "15s",
+                                              "scrapeTimeout": "10s"}])
+        # It selects the three components' Services and nothing else, and each one's
+        # `http` port reaches the container's --http_port.
+        selected = {name for name, service in by_kind(items, "Service").items()
+                    if selects(spec["selector"], service["metadata"]["labels"])}
+        self.assertEqual(selected, {"tributary-coordinator", "tributary-ps", "tributary-worker"})
+        for role in WORKLOADS:
+            service = one(items, "Service", "tributary-" + role)
+            port = [p for p in service["spec"]["ports"] if p["name"] == "http"][0]
+            container = only_container(workload(items, role))
+            self.assertEqual(ports_by_name(container)[port["targetPort"]],
+                             int(flag_value(container_flags(container), "http_port")), role)
+        self.assertEqual(spec["targetLabels"], ["app.kubernetes.io/component"])
+
+    def test_without_a_timeout_prometheus_picks_it(self):
+        items = TOOLS.render(sets=["metrics.serviceMonitor.enabled=true"])
+        endpoint = one(items, "ServiceMonitor", "tributary")["spec"]["endpoints"][0]
+        self.assertEqual(endpoint["interval"], "30s")
+        self.assertNotIn("scrapeTimeout", endpoint)
+
+    def test_bad_settings_are_refused(self):
+        for item, named in (("metrics.serviceMonitor.interval=soon", "interval"),
+                            ("metrics.serviceMonitor.scrapeTimeout=10", "scrapeTimeout"),
+                            ("metrics.serviceMonitor.enable=true", "enable")):
+            result = TOOLS.template(sets=[item], check=False)
+            self.assertNotEqual(result.returncode, 0, item)
+            self.assertIn("values don't meet the specifications of the schema", result.stderr)
+            self.assertIn(named, result.stderr)
+
+
+class ComponentImagesTest(unittest.TestCase):
+    def images(self, items):
+        found = {}
+        for role in WORKLOADS:
+            container = only_container(workload(items, role))
+            found[role] = (container["image"], container["imagePullPolicy"])
+        if "tributary-job-submit" in by_kind(items, "Job"):
+            container = only_container(one(items, "Job", "tributary-job-submit"))
+            found["job"] = (container["image"], container["imagePullPolicy"])
+        return found
+
+    def test_one_shared_image_by_default(self):
+        self.assertEqual(self.images(TOOLS.render(sets=["job.submit=true"])),
+                         {role: ("tributary:0.1.0", "IfNotPresent")
+                          for role in ("coordinator", "ps", "worker", "job")})
+
+    def test_each_component_overrides_the_shared_image_field_by_field(self):
+        items = TOOLS.render(sets=["job.submit=true",
+                                   "image.repository=registry.example.com/tributary",
+                                   "image.pullPolicy=Always",
+                                   "coordinator.image.repository=registry.example.com/coord",
+                                   "ps.image.tag=0.2.0",
+                                   "worker.image.tag=0.1.0-cuda",
+                                   "worker.image.pullPolicy=IfNotPresent",
+                                   "job.image.repository=registry.example.com/cli",
+                                   "job.image.tag=cli"])
+        self.assertEqual(self.images(items), {
+            "coordinator": ("registry.example.com/coord:0.1.0", "Always"),
+            "ps": ("registry.example.com/tributary:0.2.0", "Always"),
+            "worker": ("registry.example.com/tributary:0.1.0-cuda", "IfNotPresent"),
+            "job": ("registry.example.com/cli:cli", "Always"),
+        })
+
+    def test_the_shared_tag_still_applies_to_every_component(self):
+        # Values written before per-component images keep their meaning.
+        items = TOOLS.render(sets=["job.submit=true", "image.tag=0.1.0-cuda"])
+        for role, (image, _) in self.images(items).items():
+            self.assertEqual(image, "tributary:0.1.0-cuda", role)
+
+    def test_the_grpcurl_submitter_keeps_its_own_image(self):
+        items = TOOLS.render(sets=["job.submit=true", "job.submitter=grpcurl",
+                                   "job.image.tag=ignored"])
+        self.assertEqual(self.images(items)["job"],
+                         ("fullstorydev/grpcurl:v1.9.1", "IfNotPresent"))
 
 
 class SchemaTest(unittest.TestCase):

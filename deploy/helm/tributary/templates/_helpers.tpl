@@ -45,8 +45,18 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 app.kubernetes.io/part-of: tributary
 {{- end -}}
 
+{{/*
+A component's image: each field of its own image (coordinator.image, ps.image,
+worker.image, job.image) where set, else the shared image's; the tag last falls back
+to the chart's appVersion. Call with (dict "root" $ "image" .Values.worker.image).
+*/}}
 {{- define "tributary.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $own := .image | default dict -}}
+{{- $shared := .root.Values.image -}}
+{{ $own.repository | default $shared.repository }}:{{ $own.tag | default $shared.tag | default .root.Chart.AppVersion }}
+{{- end -}}
+{{- define "tributary.imagePullPolicy" -}}
+{{- (.image | default dict).pullPolicy | default .root.Values.image.pullPolicy -}}
 {{- end -}}
 
 {{/* Pod-template metadata. Call with (dict "root" $ "component" "ps" "httpPort" 8081). */}}
