@@ -6,7 +6,9 @@ other variants, every rendered manifest parsed by `kubectl apply --dry-run=clien
 then checked against the binaries themselves: every flag the chart passes must be one
 the binary defines (from its --helpfull), ports and probes must agree with those flags
 and their defaults. Every pod must meet the Pod Security Standards' "restricted" level.
-Bad values must be refused by values.schema.json.
+Bad values must be refused by values.schema.json, and the job specs it accepts or
+refuses must be accepted or refused alike by the real ValidateJobSpec (through
+`tributary submit`).
 """
 
 import argparse
@@ -15,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -254,6 +257,11 @@ def selects(selector, labels):
     return True
 
 
+def path_is_under(path, root):
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return root == "/" or path == root or path.startswith(root + "/")
+
+
 # The Pod Security Standards, level "restricted" (Kubernetes 1.31), as the API server's
 # PodSecurity admission checks them: the baseline controls plus the restricted ones.
 RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
@@ -317,6 +325,60 @@ def restricted_violations(spec):
             if port.get("hostPort"):
                 found.append("%s: hostPort %d" % (name, port["hostPort"]))
     return found
+
+
+def submit_check(spec):
+    """(accepted, message): the real ValidateJobSpec's verdict on a JobSpec, from
+    `tributary submit --job_json` against an address that refuses connections: the CLI
+    parses (proto3 JSON) and validates the spec before it dials, so UNAVAILABLE means
+    the spec passed and INVALID_ARGUMENT names what did not."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # Bound, never listening: connections are refused.
+        address = "127.0.0.1:%d" % closed.getsockname()[1]
+        result = subprocess.run([ARGS.cli, "submit", "--coordinator=" + address,
+                                 "--job_json=" + json.dumps(spec)],
+                                capture_output=True, text=True, timeout=60)
+    message = (result.stdout + result.stderr).strip()
+    if "INVALID_ARGUMENT" in message:
+        return False, message
+    if "UNAVAILABLE" in message:
+        return True, message
+    raise AssertionError("tributary submit neither refused the spec nor dialed: " + message)
+
+
+def camel(name):
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def merge_field(spec, path, value):
+    """A copy of a JobSpec (lowerCamelCase) with `--set-json job.spec.PATH=VALUE` applied
+    as the chart would: maps merged key by key, null deletes, proto names of fields
+    replace their lowerCamelCase ones."""
+    def coalesce(node, key, value):
+        key = camel(key)
+        if value is None:
+            node.pop(key, None)
+        elif isinstance(value, dict):
+            target = node.setdefault(key, {})
+            if not isinstance(target, dict):
+                target = node[key] = {}
+            for inner_key, inner_value in value.items():
+                coalesce(target, inner_key, inner_value)
+        else:
+            node[key] = value
+
+    spec = json.loads(json.dumps(spec))
+    node = spec
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(camel(part), {})
+    coalesce(node, parts[-1], value)
+    return spec
+
+
+def job_spec(items):
+    return json.loads(one(items, "ConfigMap", "tributary-job")["data"]["job.json"])
 
 
 # --- Tests ------------------------------------------------------------------------------
@@ -532,6 +594,26 @@ class GpuValuesTest(unittest.TestCase):
                              "tributary:0.1.0", role)
         hook = only_container(one(self.items, "Job", "tributary-job-submit"))
         self.assertEqual(hook["image"], "tributary:0.1.0")
+
+    def test_workers_mount_the_data_the_job_reads(self):
+        spec = job_spec(self.items)
+        self.assertEqual(spec["dataset"]["format"], "IDX")
+        directory = spec["dataset"]["directory"]
+        statefulset = workload(self.items, "worker")
+        container = only_container(statefulset)
+        # A mount of the worker holds the job's directory...
+        mounts = [m for m in container["volumeMounts"] if path_is_under(directory, m["mountPath"])]
+        self.assertEqual(len(mounts), 1, container["volumeMounts"])
+        self.assertTrue(mounts[0]["readOnly"])
+        # ...from a volume that is data (a claim), not one of the chart's own...
+        volume = [v for v in pod_spec(statefulset)["volumes"] if v["name"] == mounts[0]["name"]][0]
+        self.assertEqual(volume["persistentVolumeClaim"]["claimName"], "fashion-mnist")
+        # ...and --data_root lets the worker read it.
+        data_root = flag_value(container_flags(container), "data_root")
+        self.assertIsNotNone(data_root, "no --data_root: the workers may read anything")
+        self.assertTrue(path_is_under(directory, data_root), (directory, data_root))
+        self.assertTrue(path_is_under(mounts[0]["mountPath"], data_root))
+        self.assertIn("data_root", binary_flags(ARGS.worker))
 
     def test_only_workers_get_gpus(self):
         for role in ("coordinator", "ps"):
@@ -957,6 +1039,252 @@ class ComponentImagesTest(unittest.TestCase):
                          ("fullstorydev/grpcurl:v1.9.1", "IfNotPresent"))
 
 
+class DataVolumeTest(unittest.TestCase):
+    PVC = ["worker.dataVolume.enabled=true",
+           "worker.dataVolume.source.persistentVolumeClaim.claimName=datasets"]
+
+    def test_none_by_default(self):
+        items = TOOLS.render()
+        statefulset = workload(items, "worker")
+        self.assertNotIn("data", [v["name"] for v in pod_spec(statefulset)["volumes"]])
+        self.assertIsNone(flag_value(container_flags(only_container(statefulset)), "data_root"))
+
+    def test_the_data_volume_is_mounted_and_becomes_the_data_root(self):
+        items = TOOLS.render(sets=self.PVC + ["job.spec.dataset.format=IDX",
+                                              "job.spec.dataset.directory=/data/mnist"])
+        statefulset = workload(items, "worker")
+        container = only_container(statefulset)
+        mount = [m for m in container["volumeMounts"] if m["name"] == "data"][0]
+        self.assertEqual(mount, {"name": "data", "mountPath": "/data", "readOnly": True})
+        volume = [v for v in pod_spec(statefulset)["volumes"] if v["name"] == "data"][0]
+        self.assertEqual(volume, {"name": "data",
+                                  "persistentVolumeClaim": {"claimName": "datasets"}})
+        self.assertEqual(flag_value(container_flags(container), "data_root"), "/data")
+        self.assertIn("data_root", binary_flags(ARGS.worker))
+        # Only the workers read data.
+        for role in ("coordinator", "ps"):
+            self.assertNotIn("data", [v["name"] for v in pod_spec(workload(items, role))["volumes"]])
+
+    def test_an_explicit_data_root_must_hold_the_volume(self):
+        items = TOOLS.render(sets=self.PVC + ["worker.dataVolume.mountPath=/mnt/data/mnist",
+                                              "worker.dataRoot=/mnt/data"])
+        flags = container_flags(only_container(workload(items, "worker")))
+        self.assertEqual(flag_value(flags, "data_root"), "/mnt/data")
+        result = TOOLS.template(sets=self.PVC + ["worker.dataRoot=/srv"], check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn('worker.dataVolume.mountPath "/data" lies outside worker.dataRoot "/srv"',
+                      result.stderr)
+        # Without a data volume, dataRoot alone confines the workers.
+        items = TOOLS.render(sets=["worker.dataRoot=/srv/data"])
+        flags = container_flags(only_container(workload(items, "worker")))
+        self.assertEqual(flag_value(flags, "data_root"), "/srv/data")
+
+    def test_dataset_paths_outside_the_data_root_are_refused_when_rendering(self):
+        cases = [
+            (["job.spec.dataset.format=CSV", "job.spec.dataset.trainPath=/etc/passwd"],
+             'job.spec.dataset.trainPath "/etc/passwd" lies outside the workers\' '
+             '--data_root=/data'),
+            (["job.spec.dataset.format=NPY", "job.spec.dataset.train_path=/data/x.npy",
+              "job.spec.dataset.train_labels_path=/data/../y.npy"],
+             'job.spec.dataset.trainLabelsPath "/data/../y.npy" lies outside'),
+            # IDX without a directory reads the coordinator's default, not the volume.
+            (["job.spec.dataset.format=IDX"],
+             'job.spec.dataset.directory "/usr/share/datasets/fashion-mnist" (IDX\'s '
+             'default when unset) lies outside'),
+        ]
+        for sets, message in cases:
+            with self.subTest(values=sets):
+                result = TOOLS.template(sets=self.PVC + sets, check=False)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn(message, result.stderr)
+        # Relative paths resolve on the worker: left to it.
+        TOOLS.template(sets=self.PVC + ["job.spec.dataset.format=CSV",
+                                        "job.spec.dataset.trainPath=train.csv"])
+
+    def test_an_enabled_volume_needs_exactly_one_source(self):
+        for sets, named in (
+                (["worker.dataVolume.enabled=true"], "- worker.dataVolume.source:"),
+                (self.PVC + ["worker.dataVolume.source.nfs.path=/x"], "- worker.dataVolume.source:"),
+                (["worker.dataVolume.source.gitRepos.repository=x"], "worker.dataVolume.source"),
+                (["worker.dataVolume.mountPath=data"], "- worker.dataVolume.mountPath:"),
+                (["worker.dataRoot=data"], "- worker.dataRoot:")):
+            with self.subTest(values=sets):
+                result = TOOLS.template(sets=sets, check=False)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn("values don't meet the specifications of the schema", result.stderr)
+                self.assertIn(named, result.stderr)
+
+
+class JobSpecSchemaTest(unittest.TestCase):
+    """job.spec is checked by values.schema.json when the chart renders, and agrees
+    with the coordinator's own validation (common/job_spec.cc) both ways."""
+
+    # ({PATH: VALUE} given as --set-json job.spec.PATH=VALUE, the field the error must
+    # name). Each is refused by ValidateJobSpec too, except those of COORDINATOR_ACCEPTS.
+    BAD = [
+        ({"batchSize": 64}, "job.spec"),  # An unknown field.
+        ({"globalBatchSize": 0}, "job.spec.globalBatchSize"),
+        ({"globalBatchSize": 65537}, "job.spec.globalBatchSize"),
+        ({"global_batch_size": 100000}, "job.spec.global_batch_size"),
+        ({"globalBatchSize": 12.5}, "job.spec.globalBatchSize"),
+        ({"epochs": -1}, "job.spec.epochs"),
+        ({"epochs": "two"}, "job.spec.epochs"),
+        ({"epochs": 1000001}, "job.spec.epochs"),
+        ({"maxSteps": 1099511627777}, "job.spec.maxSteps"),
+        ({"mode": "SIDEWAYS"}, "job.spec.mode"),
+        ({"mode": "TRAINING_MODE_UNSPECIFIED"}, "job.spec.mode"),
+        ({"mode": 1}, "job.spec.mode"),  # Enums by name.
+        ({"mode": "BOUNDED_STALENESS", "staleness": 1000001}, "job.spec.staleness"),
+        ({"devices": "TPU"}, "job.spec.devices"),
+        ({"wireDtype": "FLOAT64"}, "job.spec.wireDtype"),
+        ({"wire_dtype": "DOUBLE"}, "job.spec.wire_dtype"),
+        ({"nodesMin": 0}, "job.spec.nodesMin"),
+        ({"nodesMax": 65537}, "job.spec.nodesMax"),
+        ({"replicasPerWorker": 65}, "job.spec.replicasPerWorker"),
+        ({"partitionBytes": 1002}, "job.spec.partitionBytes"),
+        ({"partitionBytes": 128}, "job.spec.partitionBytes"),
+        ({"seed": -1}, "job.spec.seed"),
+        ({"seed": 0}, "job.spec.seed"),
+        ({"name": "x" * 129}, "job.spec.name"),
+        ({"model.name": "resnet"}, "job.spec.model.name"),
+        ({"model.layerSizes": [784, 0, 10]}, "job.spec.model.layerSizes.1"),
+        ({"model.layer_sizes": [784, 70000, 10]}, "job.spec.model.layer_sizes.1"),
+        ({"model.layerSizes": [784]}, "job.spec.model.layerSizes"),
+        ({"model": {"name": "cnn", "layerSizes": [128, 10], "convChannels": [32, 64, 128]}},
+         "job.spec.model.convChannels"),
+        ({"model": {"name": "cnn", "layerSizes": [128, 10], "inputShape": [1, 28, 28, 1]}},
+         "job.spec.model.inputShape"),
+        ({"model.dropout": 1}, "job.spec.model.dropout"),
+        ({"model": {"name": "torchscript", "layerSizes": None,
+                    "torchscript": {"sha256": "f" * 64}}, "devices": "GPU"}, "job.spec.devices"),
+        ({"model": {"name": "torchscript", "torchscript": {"sha256": "f" * 64}}},
+         "job.spec.model.layerSizes"),
+        ({"model.torchscript": {"sha256": "f" * 64}}, "job.spec.model.torchscript"),
+        ({"dataset.format": "PARQUET"}, "job.spec.dataset.format"),
+        ({"dataset.syntheticClasses": 1}, "job.spec.dataset.syntheticClasses"),
+        ({"dataset.synthetic_train_samples": 16777217},
+         "job.spec.dataset.synthetic_train_samples"),
+        ({"dataset.syntheticFeatures": 65537}, "job.spec.dataset.syntheticFeatures"),
+        ({"optimizer.type": "LION"}, "job.spec.optimizer.type"),
+        ({"optimizer.learningRate": -0.1}, "job.spec.optimizer.learningRate"),
+        ({"optimizer.momentum": 1}, "job.spec.optimizer.momentum"),
+        ({"optimizer.weight_decay": -1}, "job.spec.optimizer.weight_decay"),
+        ({"optimizer.schedule": {"kind": "LINEAR"}}, "job.spec.optimizer.schedule.kind"),
+        ({"optimizer.schedule": {"kind": "STEP", "stepSize": 10, "gamma": 1.5}},
+         "job.spec.optimizer.schedule.gamma"),
+    ]
+    # Refused by the schema but accepted by the coordinator: a 0 (or UNSPECIFIED) it
+    # replaces by the field's default (the chart asks to leave the field out instead),
+    # and an enum by number (proto3 JSON allows it; the chart takes names).
+    COORDINATOR_ACCEPTS = [{"globalBatchSize": 0}, {"nodesMin": 0}, {"seed": 0},
+                           {"mode": "TRAINING_MODE_UNSPECIFIED"}, {"mode": 1}]
+
+    # Accepted by both, at the bounds, under either name.
+    GOOD = [
+        {"globalBatchSize": 65536},
+        {"global_batch_size": 256, "optimizer.learning_rate": 0.01},
+        {"epochs": 0, "max_steps": 1099511627776},
+        {"epochs": 1000000},
+        {"mode": "BOUNDED_STALENESS", "staleness": 1000000},
+        {"nodesMin": 2, "nodes_max": 65536},
+        {"replicas_per_worker": 64, "devices": "CPU", "wireDtype": "BFLOAT16"},
+        {"partitionBytes": 256},
+        {"seed": "18446744073709551615", "checkpoint_interval_steps": "100",
+         "evalIntervalSteps": 50},
+        {"name": "x" * 128},
+        {"model": {"name": "cnn", "layerSizes": [128, 10], "conv_channels": [32, 64],
+                   "inputShape": [1, 28, 28], "dropout": 0.5}},
+        {"model": {"name": "logreg", "layerSizes": [784, 10]}},
+        {"dataset": {"format": "SYNTHETIC", "syntheticClasses": 65536,
+                     "synthetic_train_samples": 16777216, "syntheticTestSamples": 1,
+                     "syntheticFeatures": 8}},
+        {"dataset": {"format": "CSV", "trainPath": "/data/train.csv", "label_column": 3,
+                     "csvHasHeader": True}},
+        {"optimizer": {"type": "ADAMW", "beta1": 0, "beta2": 0.999, "epsilon": 1e-8,
+                       "weightDecay": 0.01,
+                       "schedule": {"kind": "COSINE", "min_lr": 0, "warmupSteps": "100"}}},
+        {"optimizer.schedule": {"kind": "STEP", "step_size": 10, "gamma": 1}},
+    ]
+
+    @staticmethod
+    def set_json(fields):
+        return ["job.spec.%s=%s" % (path, json.dumps(value)) for path, value in fields.items()]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.default_spec = job_spec(TOOLS.render())
+
+    def test_bad_specs_fail_helm_template_and_lint_naming_the_field(self):
+        for fields, named in self.BAD:
+            with self.subTest(spec=fields):
+                for run in (TOOLS.template, TOOLS.lint):
+                    result = run(set_json=self.set_json(fields), check=False)
+                    output = result.stdout + result.stderr
+                    self.assertNotEqual(result.returncode, 0, "accepted %s" % fields)
+                    self.assertIn("values don't meet the specifications of the schema", output)
+                    self.assertRegex(output, r"(?m)- %s: " % re.escape(named))
+
+    def test_the_coordinator_refuses_them_too(self):
+        for fields, named in self.BAD:
+            spec = self.default_spec
+            for path, value in fields.items():
+                spec = merge_field(spec, path, value)
+            accepted, message = submit_check(spec)
+            with self.subTest(spec=fields):
+                if fields in self.COORDINATOR_ACCEPTS:
+                    self.assertTrue(accepted, message)
+                else:
+                    self.assertFalse(accepted, "the schema refuses %s, ValidateJobSpec "
+                                               "accepts it" % fields)
+
+    def test_good_specs_render_in_lower_camel_case_and_pass_validation(self):
+        for fields in self.GOOD:
+            with self.subTest(spec=fields):
+                spec = job_spec(TOOLS.render(set_json=self.set_json(fields)))
+                # What the hook submits: the values merged into the defaults, every
+                # field under its lowerCamelCase name.
+                expected = self.default_spec
+                for path, value in fields.items():
+                    expected = merge_field(expected, path, value)
+                if not any(camel(path) == "nodesMax" for path in fields):
+                    expected["nodesMax"] = max(2, expected.get("nodesMin", 1))
+                self.assertEqual(spec, expected)
+                accepted, message = submit_check(spec)
+                self.assertTrue(accepted, message)
+
+    def test_proto_names_win_over_the_defaults_lower_camel_case(self):
+        spec = job_spec(TOOLS.render(sets=["job.spec.global_batch_size=512",
+                                           "job.spec.nodes_min=2"]))
+        self.assertEqual(spec["globalBatchSize"], 512)
+        self.assertEqual(spec["nodesMin"], 2)
+        self.assertEqual(spec["nodesMax"], 2)
+        self.assertNotIn("global_batch_size", spec)
+
+    def test_the_default_and_gpu_specs_pass_validation(self):
+        for files in ([], [ARGS.gpu_values]):
+            spec = job_spec(TOOLS.render(values_files=files))
+            accepted, message = submit_check(spec)
+            self.assertTrue(accepted, "%s: %s" % (files, message))
+
+    def test_what_one_field_cannot_tell_is_checked_against_the_release(self):
+        cases = [
+            (["job.spec.nodesMin=3", "job.spec.nodesMax=2"],
+             "job.spec.nodesMax (2) must be >= job.spec.nodesMin (3)"),
+            (["job.spec.partitionBytes=8388608"],
+             "job.spec.partitionBytes (8388608, 4194304 when unset) is larger than "
+             "ps.maxPartitionBytes (4194304)"),
+            (["ps.maxPartitionBytes=1048576"],
+             "job.spec.partitionBytes (4194304, 4194304 when unset) is larger than "
+             "ps.maxPartitionBytes (1048576)"),
+        ]
+        for sets, message in cases:
+            with self.subTest(values=sets):
+                result = TOOLS.template(sets=sets, check=False)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn(message, result.stderr)
+        TOOLS.template(sets=["ps.maxPartitionBytes=8388608", "job.spec.partitionBytes=8388608"])
+
+
 class SchemaTest(unittest.TestCase):
     BAD_VALUES = [
         # (--set, what the error must name)
@@ -992,14 +1320,10 @@ class SchemaTest(unittest.TestCase):
         with open(ARGS.job_proto) as proto_file:
             proto = proto_file.read()
 
-        def camel(name):
-            head, *rest = name.split("_")
-            return head + "".join(part.title() for part in rest)
-
         def message_fields(message):
             body = re.search(r"message %s \{(.*?)\n\}" % message, proto, flags=re.S).group(1)
-            return {camel(name) for name in re.findall(
-                r"^\s+(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;", body, flags=re.M)}
+            return re.findall(r"^\s+(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;", body,
+                              flags=re.M)
 
         def enum_values(enum):
             body = re.search(r"enum %s \{(.*?)\n\}" % enum, proto + TENSOR_PROTO[0],
@@ -1010,9 +1334,17 @@ class SchemaTest(unittest.TestCase):
         for message, definition in (("JobSpec", "jobSpec"), ("ModelSpec", "modelSpec"),
                                     ("DatasetSpec", "datasetSpec"),
                                     ("OptimizerSpec", "optimizerSpec"),
-                                    ("LrSchedule", "lrSchedule")):
-            self.assertEqual(set(definitions[definition]["properties"]), message_fields(message),
-                             message)
+                                    ("LrSchedule", "lrSchedule"),
+                                    ("TorchScriptFile", "torchScriptFile")):
+            properties = definitions[definition]["properties"]
+            fields = message_fields(message)
+            # Every field under its JSON name and its proto name (proto3 JSON accepts
+            # both), the proto name with the very same schema.
+            self.assertEqual(set(properties), {camel(f) for f in fields} | set(fields), message)
+            for field in fields:
+                if field != camel(field):
+                    self.assertEqual(properties[field], {"$ref": "#/definitions/%s/properties/%s"
+                                                         % (definition, camel(field))}, field)
             self.assertFalse(definitions[definition]["additionalProperties"], message)
         job = definitions["jobSpec"]["properties"]
         self.assertEqual(job["mode"]["enum"], enum_values("TrainingMode"))

@@ -155,17 +155,108 @@ The JobSpec the hook submits: job.spec, with nodesMax (when unset) raised to the
 pod count, so every node that hosts a worker pod is admitted (the proto's own default,
 nodesMin, would leave the others idle); and, for GPU pods, replicasPerWorker (when
 unset) set to worker.gpus: a GPU worker runs one replica per GPU, so the proto's
-default of 1 would leave the other GPUs of the pod idle.
+default of 1 would leave the other GPUs of the pod idle. Every field under its
+lowerCamelCase name; checked against the rest of the release (values.schema.json has
+checked each field alone).
 */}}
 {{- define "tributary.jobSpecJson" -}}
 {{- $spec := deepCopy .Values.job.spec -}}
+{{- $_ := include "tributary.camelCaseKeys" $spec -}}
 {{- if not (hasKey $spec "nodesMax") -}}
 {{- $_ := set $spec "nodesMax" (max (int .Values.worker.replicas) (int (default 1 $spec.nodesMin))) -}}
 {{- end -}}
 {{- if and (gt (int .Values.worker.gpus) 0) (not (hasKey $spec "replicasPerWorker")) -}}
 {{- $_ := set $spec "replicasPerWorker" (int .Values.worker.gpus) -}}
 {{- end -}}
+{{- include "tributary.checkJobSpec" (dict "root" . "spec" $spec) -}}
 {{- toJson $spec -}}
+{{- end -}}
+
+{{/*
+Renames the proto field names of a JobSpec (global_batch_size) to their lowerCamelCase
+JSON names (globalBatchSize), in place and in every nested message. The proto name
+wins when both are present: values.yaml's defaults use lowerCamelCase, so a proto
+name can only be the user's. Call with the spec (a dict); prints nothing.
+*/}}
+{{- define "tributary.camelCaseKeys" -}}
+{{- $message := . -}}
+{{- range $key := keys $message | sortAlpha -}}
+{{- if contains "_" $key -}}
+{{- $_ := set $message (camelcase $key | untitle) (index $message $key) -}}
+{{- $_ := unset $message $key -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $value := $message -}}
+{{- if kindIs "map" $value -}}
+{{- $_ := include "tributary.camelCaseKeys" $value -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+What the schema cannot check in one field of the JobSpec (lowerCamelCase keys, nodesMax
+filled in), against the rest of the release: nodesMax >= nodesMin; its partitions fit
+the shards' ps.maxPartitionBytes; its dataset paths lie under the workers' --data_root.
+Call with (dict "root" $ "spec" $spec); prints nothing.
+*/}}
+{{- define "tributary.checkJobSpec" -}}
+{{- $spec := .spec -}}
+{{- $nodesMin := int (default 1 $spec.nodesMin) -}}
+{{- if lt (int $spec.nodesMax) $nodesMin -}}
+{{- fail (printf "job.spec.nodesMax (%d) must be >= job.spec.nodesMin (%d)" (int $spec.nodesMax) $nodesMin) -}}
+{{- end -}}
+{{- $partition := int64 (default 4194304 $spec.partitionBytes) -}}
+{{- if gt $partition (int64 .root.Values.ps.maxPartitionBytes) -}}
+{{- fail (printf "job.spec.partitionBytes (%d, 4194304 when unset) is larger than ps.maxPartitionBytes (%d): the shards would refuse the job's partitions" $partition (int64 .root.Values.ps.maxPartitionBytes)) -}}
+{{- end -}}
+{{- $root := include "tributary.dataRoot" .root -}}
+{{- if $root -}}
+{{- $dataset := $spec.dataset | default dict -}}
+{{- $paths := dict -}}
+{{- range $field := list "directory" "trainPath" "testPath" "trainLabelsPath" "testLabelsPath" -}}
+{{- with index $dataset $field -}}
+{{- $_ := set $paths $field . -}}
+{{- end -}}
+{{- end -}}
+{{- /* The coordinator's default for IDX (common/job_spec.h kDefaultIdxDirectory). */ -}}
+{{- $defaulted := "" -}}
+{{- if and (not $paths.directory) (eq ($dataset.format | default "IDX") "IDX") -}}
+{{- $_ := set $paths "directory" "/usr/share/datasets/fashion-mnist" -}}
+{{- $defaulted = " (IDX's default when unset)" -}}
+{{- end -}}
+{{- range $field, $path := $paths -}}
+{{- if and (isAbs $path) (not (include "tributary.pathIsUnder" (dict "path" $path "root" $root))) -}}
+{{- fail (printf "job.spec.dataset.%s %q%s lies outside the workers' --data_root=%s (worker.dataRoot, else worker.dataVolume.mountPath): the job would fail with PERMISSION_DENIED" $field $path (ternary $defaulted "" (eq $field "directory")) $root) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The workers' --data_root: worker.dataRoot, else the data volume's mount path, else
+empty (the flag is not passed: the binary's default /). Fails when the data volume
+lies outside an explicit worker.dataRoot.
+*/}}
+{{- define "tributary.dataRoot" -}}
+{{- $w := .Values.worker -}}
+{{- $volume := $w.dataVolume -}}
+{{- if and $volume.enabled $w.dataRoot (not (include "tributary.pathIsUnder" (dict "path" $volume.mountPath "root" $w.dataRoot))) -}}
+{{- fail (printf "worker.dataVolume.mountPath %q lies outside worker.dataRoot %q: the workers could not read it" $volume.mountPath $w.dataRoot) -}}
+{{- end -}}
+{{- if $w.dataRoot -}}
+{{- clean $w.dataRoot -}}
+{{- else if $volume.enabled -}}
+{{- clean $volume.mountPath -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when path (absolute) is root or lies under it, lexically; else empty. */}}
+{{- define "tributary.pathIsUnder" -}}
+{{- $path := clean .path -}}
+{{- $root := clean .root -}}
+{{- if or (eq $root "/") (eq $path $root) (hasPrefix (printf "%s/" $root) $path) -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{/* The cluster secret's Secret name (key `token`): an existing one, or the chart's. */}}
