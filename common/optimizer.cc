@@ -98,54 +98,61 @@ float Optimizer::LearningRate(uint64_t step) const {
   return static_cast<float>(rate);
 }
 
-void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* state,
-                      size_t n) const {
-  const float lr = LearningRate(step);
-  const float wd = spec_.weight_decay();
-  switch (spec_.type()) {
+namespace {
+
+// One update of out[i] from in[i] and g(i), the gradient of element i. Every optimizer
+// has one loop per variant with no branch inside, so that it vectorizes (with
+// -fno-math-errno: BUILD.bazel); the arithmetic of an element never depends on how
+// its gradient is obtained, so Apply and ApplyMean agree bit for bit.
+template <typename Gradient>
+void Update(const v1::OptimizerSpec& spec, float lr, uint64_t step, const float* in, float* out,
+            Gradient g, float* state, size_t n) {
+  const float wd = spec.weight_decay();
+  switch (spec.type()) {
     case v1::MOMENTUM: {
-      const float mu = spec_.momentum();
+      const float mu = spec.momentum();
       float* velocity = state;
-      if (spec_.nesterov()) {
+      if (spec.nesterov()) {
         for (size_t i = 0; i < n; ++i) {
-          const float g = grad[i] + wd * params[i];
-          velocity[i] = mu * velocity[i] + g;
-          params[i] -= lr * (g + mu * velocity[i]);
+          const float p = in[i];
+          const float d = g(i) + wd * p;
+          velocity[i] = mu * velocity[i] + d;
+          out[i] = p - lr * (d + mu * velocity[i]);
         }
       } else {
         for (size_t i = 0; i < n; ++i) {
-          const float g = grad[i] + wd * params[i];
-          velocity[i] = mu * velocity[i] + g;
-          params[i] -= lr * velocity[i];
+          const float p = in[i];
+          const float d = g(i) + wd * p;
+          velocity[i] = mu * velocity[i] + d;
+          out[i] = p - lr * velocity[i];
         }
       }
       break;
     }
     case v1::ADAM:
     case v1::ADAMW: {
-      const float b1 = spec_.beta1();
-      const float b2 = spec_.beta2();
-      const float eps = spec_.epsilon();
+      const float b1 = spec.beta1();
+      const float b2 = spec.beta2();
+      const float eps = spec.epsilon();
       const double t = static_cast<double>(step) + 1;
       const float correction1 = static_cast<float>(1 - std::pow(static_cast<double>(b1), t));
       const float correction2 = static_cast<float>(1 - std::pow(static_cast<double>(b2), t));
       float* m = state;
       float* v = state + n;
-      // One loop per variant, with no branch inside, so that it vectorizes (with
-      // -fno-math-errno: BUILD.bazel); the arithmetic is the same either way.
       auto adam = [&](auto decoupled_tag) {
         constexpr bool kDecoupled = decltype(decoupled_tag)::value;
         for (size_t i = 0; i < n; ++i) {
-          if (kDecoupled) params[i] -= lr * wd * params[i];
-          const float g = kDecoupled ? grad[i] : grad[i] + wd * params[i];
-          m[i] = b1 * m[i] + (1 - b1) * g;
-          v[i] = b2 * v[i] + (1 - b2) * g * g;
+          float p = in[i];
+          if (kDecoupled) p -= lr * wd * p;
+          const float d = kDecoupled ? g(i) : g(i) + wd * p;
+          m[i] = b1 * m[i] + (1 - b1) * d;
+          v[i] = b2 * v[i] + (1 - b2) * d * d;
           const float m_hat = m[i] / correction1;
           const float v_hat = v[i] / correction2;
-          params[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+          out[i] = p - lr * m_hat / (std::sqrt(v_hat) + eps);
         }
       };
-      if (spec_.type() == v1::ADAMW) {
+      if (spec.type() == v1::ADAMW) {
         adam(std::true_type{});
       } else {
         adam(std::false_type{});
@@ -153,8 +160,25 @@ void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* st
       break;
     }
     default:  // SGD
-      for (size_t i = 0; i < n; ++i) params[i] -= lr * (grad[i] + wd * params[i]);
+      for (size_t i = 0; i < n; ++i) {
+        const float p = in[i];
+        out[i] = p - lr * (g(i) + wd * p);
+      }
   }
+}
+
+}  // namespace
+
+void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* state,
+                      size_t n) const {
+  Update(spec_, LearningRate(step), step, params, params, [grad](size_t i) { return grad[i]; },
+         state, n);
+}
+
+void Optimizer::ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum,
+                          float divisor, float* state, size_t n) const {
+  Update(spec_, LearningRate(step), step, in, out,
+         [grad_sum, divisor](size_t i) { return grad_sum[i] / divisor; }, state, n);
 }
 
 }  // namespace tributary

@@ -32,6 +32,12 @@ class Optimizer {
   // exactly the same result as applying it to the whole buffer.
   void Apply(uint64_t step, float* params, const float* grad, float* state, size_t n) const;
 
+  // The PS's fused pass: out[0, n) = in[0, n) after one update with the mean gradient
+  // grad_sum[i] / divisor, reading and writing each element once. Bit for bit what
+  // dividing first and calling Apply on a copy of `in` gives. `out` may be `in`.
+  void ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum, float divisor,
+                 float* state, size_t n) const;
+
   const v1::OptimizerSpec& spec() const { return spec_; }
 
  private:

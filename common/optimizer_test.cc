@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -150,6 +151,48 @@ TEST(OptimizerTest, RangesGiveTheSameBitsAsTheWholeBuffer) {
       }
     }
     EXPECT_EQ(whole, parts) << v1::OptimizerType_Name(type);
+  }
+}
+
+TEST(OptimizerTest, ApplyMeanIsDivideThenApplyBitForBit) {
+  for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
+    for (bool nesterov : {false, true}) {
+      v1::OptimizerSpec spec = Spec(type, 0.03f);
+      spec.set_weight_decay(0.002f);
+      if (type == v1::MOMENTUM) {
+        spec.set_momentum(0.9f);
+        spec.set_nesterov(nesterov);
+      }
+      Optimizer optimizer = Make(spec);
+      const size_t n = 1003;  // Not a multiple of the vector width.
+      std::mt19937 rng(3);
+      std::normal_distribution<float> normal;
+      std::vector<float> params(n), sum(n);
+      for (size_t i = 0; i < n; ++i) {
+        params[i] = normal(rng);
+        sum[i] = 37.0f * normal(rng);
+      }
+      const float samples = 37.0f;
+      std::vector<float> reference = params, fused_out(n), in_place = params;
+      std::vector<float> reference_state(optimizer.state_slots() * n, 0.0f);
+      std::vector<float> fused_state = reference_state, in_place_state = reference_state;
+      std::vector<float> fused_in = params;
+      for (uint64_t step = 0; step < 4; ++step) {
+        std::vector<float> mean(n);
+        for (size_t i = 0; i < n; ++i) mean[i] = sum[i] / samples;
+        optimizer.Apply(step, reference.data(), mean.data(), reference_state.data(), n);
+        optimizer.ApplyMean(step, fused_in.data(), fused_out.data(), sum.data(), samples,
+                            fused_state.data(), n);
+        fused_in = fused_out;
+        optimizer.ApplyMean(step, in_place.data(), in_place.data(), sum.data(), samples,
+                            in_place_state.data(), n);
+      }
+      const std::string name = v1::OptimizerType_Name(type) + (nesterov ? " nesterov" : "");
+      EXPECT_EQ(fused_out, reference) << name;
+      EXPECT_EQ(in_place, reference) << name;
+      EXPECT_EQ(fused_state, reference_state) << name;
+      EXPECT_NE(reference, params) << name;
+    }
   }
 }
 

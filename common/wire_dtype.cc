@@ -1,5 +1,6 @@
 #include "common/wire_dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -133,22 +134,22 @@ bool AccumulateInto(v1::DType dtype, const char* src, size_t n, float* __restric
     case v1::FLOAT32:
       for (size_t i = 0; i < n; ++i) {
         const float value = LoadFloat(src + 4 * i);
-        bad |= NotFinite(value);
         dst[i] += value;
+        bad |= NotFinite(value) | NotFinite(dst[i]);
       }
       break;
     case v1::FLOAT16:
       for (size_t i = 0; i < n; ++i) {
         const float value = WidenHalf(Load16(src + 2 * i));
-        bad |= NotFinite(value);
         dst[i] += value;
+        bad |= NotFinite(value) | NotFinite(dst[i]);
       }
       break;
     case v1::BFLOAT16:
       for (size_t i = 0; i < n; ++i) {
         const float value = WidenBfloat16(Load16(src + 2 * i));
-        bad |= NotFinite(value);
         dst[i] += value;
+        bad |= NotFinite(value) | NotFinite(dst[i]);
       }
       break;
     default:
@@ -190,6 +191,72 @@ bool AllZero(v1::DType dtype, const char* src, size_t n) {
     }
   }
   return true;
+}
+
+namespace {
+
+// Calls f(data, count, first) on runs of whole elements of `width` bytes, in order;
+// an element split between two pieces is put together in a small buffer first.
+// Returns whether every call returned true.
+template <typename F>
+bool ForEachRun(const ByteSpans& src, size_t width, F&& f) {
+  bool all = true;
+  size_t index = 0;
+  char carry[8];
+  size_t carried = 0;
+  for (absl::string_view piece : src.pieces) {
+    const char* p = piece.data();
+    size_t left = piece.size();
+    if (carried > 0) {
+      const size_t take = std::min(width - carried, left);
+      std::memcpy(carry + carried, p, take);
+      carried += take;
+      p += take;
+      left -= take;
+      if (carried < width) continue;
+      all &= f(carry, size_t{1}, index);
+      ++index;
+      carried = 0;
+    }
+    const size_t whole = left / width;
+    if (whole > 0) {
+      all &= f(p, whole, index);
+      index += whole;
+    }
+    p += whole * width;
+    left -= whole * width;
+    if (left > 0) {
+      std::memcpy(carry, p, left);
+      carried = left;
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+bool WidenInto(v1::DType dtype, const ByteSpans& src, float* dst) {
+  return ForEachRun(src, WireBytes(dtype), [&](const char* data, size_t n, size_t first) {
+    return WidenInto(dtype, data, n, dst + first);
+  });
+}
+
+bool AccumulateInto(v1::DType dtype, const ByteSpans& src, float* dst) {
+  return ForEachRun(src, WireBytes(dtype), [&](const char* data, size_t n, size_t first) {
+    return AccumulateInto(dtype, data, n, dst + first);
+  });
+}
+
+bool AllZero(v1::DType dtype, const ByteSpans& src) {
+  return ForEachRun(src, WireBytes(dtype), [&](const char* data, size_t n, size_t) {
+    return AllZero(dtype, data, n);
+  });
+}
+
+bool CopyFloatsInto(const ByteSpans& src, float* dst) {
+  return ForEachRun(src, sizeof(float), [&](const char* data, size_t n, size_t first) {
+    return WidenInto(v1::FLOAT32, data, n, dst + first);
+  });
 }
 
 bool AllFinite(const float* data, size_t n) {
