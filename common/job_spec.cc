@@ -338,6 +338,13 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   OptimizerDefaults(*spec.mutable_optimizer());
   if (spec.mode() == v1::TRAINING_MODE_UNSPECIFIED) spec.set_mode(v1::SYNC);
   if (spec.mode() == v1::BOUNDED_STALENESS && spec.staleness() == 0) spec.set_staleness(4);
+  if (spec.mode() == v1::LOCAL_SGD) {
+    if (spec.sync_every() == 0) spec.set_sync_every(kDefaultSyncEvery);
+    v1::OptimizerSpec& outer = *spec.mutable_outer_optimizer();
+    // Plain averaging unless asked otherwise: rate 1 for either outer optimizer.
+    if (outer.learning_rate() == 0) outer.set_learning_rate(1.0f);
+    OptimizerDefaults(outer);
+  }
   if (spec.nodes_min() == 0) spec.set_nodes_min(1);
   if (spec.nodes_max() == 0) spec.set_nodes_max(spec.nodes_min());
   if (spec.replicas_per_worker() == 0) spec.set_replicas_per_worker(1);
@@ -374,7 +381,20 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return optimizer.status();
   }
   if (!v1::TrainingMode_IsValid(spec.mode()) || spec.mode() == v1::TRAINING_MODE_UNSPECIFIED) {
-    return Bad("mode", spec.mode(), "must be SYNC, ASYNC or BOUNDED_STALENESS");
+    return Bad("mode", spec.mode(), "must be SYNC, ASYNC, BOUNDED_STALENESS or LOCAL_SGD");
+  }
+  if (spec.mode() == v1::LOCAL_SGD) {
+    if (spec.sync_every() == 0 || spec.sync_every() > kMaxSyncEvery) {
+      return Bad("sync_every", spec.sync_every(), absl::StrCat("must be in [1, ", kMaxSyncEvery, "]"));
+    }
+    const v1::OptimizerSpec& outer = spec.outer_optimizer();
+    if (outer.type() != v1::SGD && outer.type() != v1::MOMENTUM) {
+      return Bad("outer_optimizer.type", v1::OptimizerType_Name(outer.type()),
+                 "must be SGD or MOMENTUM");
+    }
+    if (absl::StatusOr<Optimizer> optimizer = Optimizer::Create(outer, 1); !optimizer.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("outer_", optimizer.status().message()));
+    }
   }
   if (spec.mode() == v1::BOUNDED_STALENESS && spec.staleness() == 0) {
     return Bad("staleness", 0, "must be > 0 for BOUNDED_STALENESS");
@@ -413,6 +433,20 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return Bad("wire_dtype", spec.wire_dtype(), "must be FLOAT32, FLOAT16 or BFLOAT16");
   }
   return absl::OkStatus();
+}
+
+const v1::OptimizerSpec& PsOptimizerSpec(const v1::JobSpec& spec) {
+  return spec.mode() == v1::LOCAL_SGD ? spec.outer_optimizer() : spec.optimizer();
+}
+
+uint64_t SyncRoundStart(const v1::JobSpec& spec, uint64_t step) {
+  if (spec.mode() != v1::LOCAL_SGD || spec.sync_every() == 0) return step;
+  return step - step % spec.sync_every();
+}
+
+bool EndsSyncRound(const v1::JobSpec& spec, uint64_t step, uint64_t total_steps) {
+  if (spec.mode() != v1::LOCAL_SGD || spec.sync_every() <= 1) return true;
+  return (step + 1) % spec.sync_every() == 0 || step + 1 == total_steps;
 }
 
 uint64_t StepsPerEpoch(const v1::JobSpec& spec, uint64_t train_samples) {

@@ -22,6 +22,8 @@ inline constexpr uint32_t kMaxJobEpochs = 1000000;
 inline constexpr uint64_t kMaxJobSteps = uint64_t{1} << 40;
 inline constexpr uint32_t kMaxJobNodes = 65536;
 inline constexpr uint32_t kMaxStaleness = 1000000;
+inline constexpr uint32_t kDefaultSyncEvery = 8;
+inline constexpr uint32_t kMaxSyncEvery = 1000000;
 inline constexpr int kMaxLayers = 64;
 inline constexpr uint64_t kMaxLayerSize = 65536;      // Any entry of layer_sizes.
 inline constexpr uint64_t kMaxConvChannels = 4096;
@@ -72,6 +74,17 @@ struct MemoryEstimate {
 // With the global batch shared by `replicas_sharing_batch` replicas (at least 1).
 // Expects WithDefaults and ValidateJobSpec to have passed (bounded sizes).
 MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing_batch);
+
+// The optimizer the PS shards run: the job's, or in LOCAL_SGD its outer optimizer
+// (the job's own then runs on every node).
+const v1::OptimizerSpec& PsOptimizerSpec(const v1::JobSpec& spec);
+
+// LOCAL_SGD synchronizations: the first step of the round `step` belongs to (a
+// multiple of sync_every), and whether the nodes synchronize after `step` (its
+// successor is a multiple of sync_every, or it is the job's last step). Every step
+// is a round of its own in the other modes.
+uint64_t SyncRoundStart(const v1::JobSpec& spec, uint64_t step);
+bool EndsSyncRound(const v1::JobSpec& spec, uint64_t step, uint64_t total_steps);
 
 // ceil(train_samples / global_batch_size): the last batch of an epoch may be short.
 uint64_t StepsPerEpoch(const v1::JobSpec& spec, uint64_t train_samples);

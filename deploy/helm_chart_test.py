@@ -1135,6 +1135,9 @@ class JobSpecSchemaTest(unittest.TestCase):
         ({"mode": "TRAINING_MODE_UNSPECIFIED"}, "job.spec.mode"),
         ({"mode": 1}, "job.spec.mode"),  # Enums by name.
         ({"mode": "BOUNDED_STALENESS", "staleness": 1000001}, "job.spec.staleness"),
+        ({"mode": "LOCAL_SGD", "syncEvery": 1000001}, "job.spec.syncEvery"),
+        ({"mode": "LOCAL_SGD", "outer_optimizer": {"type": "ADAM"}},
+         "job.spec.outer_optimizer.type"),
         ({"devices": "TPU"}, "job.spec.devices"),
         ({"wireDtype": "FLOAT64"}, "job.spec.wireDtype"),
         ({"wire_dtype": "DOUBLE"}, "job.spec.wire_dtype"),
@@ -1186,6 +1189,8 @@ class JobSpecSchemaTest(unittest.TestCase):
         {"epochs": 0, "max_steps": 1099511627776},
         {"epochs": 1000000},
         {"mode": "BOUNDED_STALENESS", "staleness": 1000000},
+        {"mode": "LOCAL_SGD", "sync_every": 1000000,
+         "outerOptimizer": {"type": "MOMENTUM", "learningRate": 0.7, "nesterov": True}},
         {"nodesMin": 2, "nodes_max": 65536},
         {"replicas_per_worker": 64, "devices": "CPU", "wireDtype": "BFLOAT16"},
         {"partitionBytes": 256},

@@ -122,6 +122,16 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
           options.ps_channel, spec.mode(), spec.wire_dtype());
     }
   }
+  if (session->local_sgd_ && assignment.node_leader()) {
+    // The job's optimizer runs here, on the node's own copy; the PS runs the outer one.
+    absl::StatusOr<Optimizer> inner = Optimizer::Create(spec.optimizer(), total_steps);
+    if (!inner.ok()) return inner.status();
+    session->inner_ = *std::move(inner);
+    const size_t n = session->model_.num_parameters;
+    session->inner_state_.assign(n * session->inner_->state_slots(), 0.0f);
+    session->anchor_.resize(n);
+    session->local_.resize(n);
+  }
   session->comm_thread_ = std::thread([s = session.get()] { s->CommLoop(); });
   LOG(INFO) << "generation " << assignment.generation() << ": " << assignment.replicas()
             << " replica(s) on " << assignment.devices(0).name() << ", node "
@@ -145,7 +155,7 @@ TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datase
       sampler_(assignment_.job(), data.train.size()),
       params_(model_.num_parameters),
       node_grad_(model_.num_parameters),
-      incoming_(assignment_.node_leader() ? model_.num_parameters : 0),
+      local_sgd_(assignment_.job().mode() == v1::LOCAL_SGD),
       gate_(model_.num_parameters) {
   // Every party generates the same initial parameters from the job's seed; the PS
   // keeps whatever it already holds, and Prepare() pulls that.
@@ -187,16 +197,23 @@ absl::StatusOr<uint64_t> TrainingSession::Prepare() {
     if (!installed.ok()) return installed.status();
     absl::StatusOr<uint64_t> pulled = ps_->PullAll(params_.data());
     if (!pulled.ok()) return pulled.status();
-    // SYNC: every partition stands exactly at the step the generation resumes from.
-    // ASYNC / BOUNDED_STALENESS: nodes run on their own clocks (restarted at the
-    // resume step), and the values may already hold pushes of nodes that ran ahead.
-    if (assignment_.job().mode() == v1::SYNC && *pulled != step) {
+    // SYNC and LOCAL_SGD: every partition stands exactly at the step the generation
+    // resumes from. ASYNC / BOUNDED_STALENESS: nodes run on their own clocks
+    // (restarted at the resume step), and the values may already hold pushes of nodes
+    // that ran ahead.
+    const v1::TrainingMode mode = assignment_.job().mode();
+    if ((mode == v1::SYNC || mode == v1::LOCAL_SGD) && *pulled != step) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the PS shards stand at step ", *pulled, " but the assignment of generation ",
           assignment_.generation(), " resumes at step ", step));
     }
-    if (absl::Status opened = ps_->Open(incoming_.data()); !opened.ok()) return opened;
+    if (absl::Status opened = ps_->Open(); !opened.ok()) return opened;
+    // LOCAL_SGD: the first round starts from the shards' values (its inner optimizer
+    // state starts afresh with every generation).
+    if (local_sgd_) anchor_ = params_;
   }
+  round_start_ = step;
+  round_samples_ = 0;
   // The leader's pulled parameters become every replica's of the node group.
   for (const v1::Partition& partition : plan_.partitions()) {
     absl::Status s =
@@ -251,7 +268,7 @@ void TrainingSession::CommLoop() {
       }
     }
     if (apply) {
-      gate_.Finish(ApplyUpdate(step));
+      gate_.Finish(ApplyUpdate());
     } else {
       absl::Status status = ReduceAndPush(step);
       absl::MutexLock lock(&mu_);
@@ -262,10 +279,16 @@ void TrainingSession::CommLoop() {
 }
 
 absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
-  const uint64_t node_samples =
+  const v1::JobSpec& spec = assignment_.job();
+  update_.step = step;
+  update_.node_samples =
       PartsRange(sampler_.BatchSize(step), assignment_.total_replicas(),
                  assignment_.node_first_replica(), assignment_.node_replicas())
           .count;
+  update_.sync = EndsSyncRound(spec, step, total_steps_);
+  update_.push_step = local_sgd_ ? round_start_ : step;
+  round_samples_ += update_.node_samples;
+  const uint32_t round_steps = static_cast<uint32_t>(step + 1 - round_start_);
   // Last partition first: the order backward finishes them, the same in every process
   // of the node group (collectives must match).
   for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
@@ -284,50 +307,99 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
     }
     const absl::Time start = absl::Now();
-    absl::Status reduced = reducer_->ReduceGradients(partition.offset(), partition.length(),
-                                                     node_grad_.data() + partition.offset());
+    float* grad = node_grad_.data() + partition.offset();
+    absl::Status reduced =
+        reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
     {
       absl::MutexLock lock(&mu_);
       reduce_seconds_ += SecondsSince(start);
     }
     if (!reduced.ok()) return reduced;
-    if (leader()) {
+    if (!leader() || !update_.sync) continue;
+    if (!local_sgd_) {
       absl::Status pushed =
-          ps_->Push(step, partition.id(), node_grad_.data() + partition.offset(), node_samples);
+          ps_->Push(step, partition.id(), grad, update_.node_samples, /*steps=*/1);
       if (!pushed.ok()) return pushed;
+      continue;
     }
+    // The round's end: the node's values after this step, and what it pushes, its
+    // change since the round began times the round's samples (the PS divides the
+    // nodes' sum by their samples: a mean weighted by samples). Buffers travel as
+    // values, as in SYNC.
+    uint64_t samples = round_samples_;
+    if (!partition.buffers()) {
+      float* local = local_.data() + partition.offset();
+      InnerUpdate(partition, local);
+      const float* anchor = anchor_.data() + partition.offset();
+      const float scale = static_cast<float>(round_samples_);
+      for (int64_t i = 0; i < partition.length(); ++i) grad[i] = (anchor[i] - local[i]) * scale;
+    } else {
+      samples = update_.node_samples;
+    }
+    absl::Status pushed = ps_->Push(round_start_, partition.id(), grad, samples, round_steps);
+    if (!pushed.ok()) return pushed;
+  }
+  if (update_.sync) {
+    round_start_ = step + 1;
+    round_samples_ = 0;
   }
   return absl::OkStatus();
 }
 
-absl::Status TrainingSession::ApplyPartition(uint64_t step, const v1::Partition& partition,
-                                             double* waited) {
-  if (leader()) {
+void TrainingSession::InnerUpdate(const v1::Partition& partition, float* out) {
+  const int64_t offset = partition.offset();
+  const float* in = params_.data() + offset;
+  const float* grad = node_grad_.data() + offset;
+  const size_t n = static_cast<size_t>(partition.length());
+  if (partition.buffers()) {
+    std::memcpy(out, grad, n * sizeof(float));  // The buffers' new values, not gradients.
+    return;
+  }
+  if (update_.node_samples == 0) {  // No samples here this step: nothing to apply.
+    if (out != in) std::memcpy(out, in, n * sizeof(float));
+    return;
+  }
+  // Each partition's state is one block (slots x length floats at slots x offset), laid
+  // out slot by slot as the PS keeps it per partition.
+  float* state = inner_state_.data() + offset * inner_->state_slots();
+  inner_->ApplyMean(update_.step, in, out, grad, static_cast<float>(update_.node_samples), state,
+                    n);
+}
+
+absl::Status TrainingSession::ApplyPartition(const v1::Partition& partition, double* waited) {
+  float* params = params_.data() + partition.offset();
+  if (leader() && update_.sync) {
     const absl::Time start = absl::Now();
-    // Woken by the update, a refusal, or Interrupt (a new generation, a stop).
-    absl::Status status = ps_->WaitUpdated(partition.id(), step, options_.update_timeout);
+    // Woken by the update, a refusal, or Interrupt (a new generation, a stop). The
+    // values are written into the parameters here, after the step's backward.
+    absl::Status status = ps_->WaitUpdated(partition.id(), update_.push_step,
+                                           options_.update_timeout, params);
     if (absl::IsDeadlineExceeded(status)) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "step ", step, ": partition ", partition.id(), " got no update from shard ",
+          "step ", update_.step, ": partition ", partition.id(), " got no update from shard ",
           partition.shard(), " within ", absl::FormatDuration(options_.update_timeout)));
     }
     if (absl::IsAborted(status)) {
       return absl::AbortedError(
-          absl::StrCat("update of step ", step, " interrupted: ", status.message()));
+          absl::StrCat("update of step ", update_.step, " interrupted: ", status.message()));
     }
     if (!status.ok()) return status;
     *waited += SecondsSince(start);
-    std::memcpy(params_.data() + partition.offset(), incoming_.data() + partition.offset(),
-                partition.length() * sizeof(float));
+    if (local_sgd_) {
+      std::memcpy(anchor_.data() + partition.offset(), params,
+                  partition.length() * sizeof(float));
+    }
+  } else if (leader()) {
+    InnerUpdate(partition, params);  // LOCAL_SGD inside a round: the node's own step.
   }
   return reducer_->BroadcastParameters(params_.data(), partition.offset(), partition.length());
 }
 
-absl::Status TrainingSession::ApplyUpdate(uint64_t step) {
+absl::Status TrainingSession::ApplyUpdate() {
   // First partition first: the next forward needs the first layers first.
   for (const v1::Partition& partition : plan_.partitions()) {
     double waited = 0;
-    absl::Status applied = ApplyPartition(step, partition, &waited);
+    absl::Status applied = ApplyPartition(partition, &waited);
     {
       absl::MutexLock lock(&mu_);
       update_wait_seconds_ += waited;

@@ -4,9 +4,12 @@
 // as backward finishes each partition (last layer first) a communication thread
 // reduces it over the node group and the leader pushes it to its shard. The step
 // returns once everything is pushed; the same thread then applies the PS's update
-// partition by partition, first partition first (leader: wait for it and copy it
+// partition by partition, first partition first (leader: wait for it and write it
 // into the parameter buffer; all: broadcast it over the node group), while the next
 // step's forward runs and waits, layer by layer, only for the partitions it reads.
+// LOCAL_SGD: the leader applies the job's optimizer to the node's own parameters at
+// every step instead (the update is the node's mean gradient), and pushes only at the
+// end of each round: its parameter change since the round began.
 #ifndef TRIBUTARY_WORKER_TRAINING_SESSION_H_
 #define TRIBUTARY_WORKER_TRAINING_SESSION_H_
 
@@ -15,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,10 +145,14 @@ class TrainingSession {
   // finishes them, then applies the step's update from first to last.
   void CommLoop();
   absl::Status ReduceAndPush(uint64_t step);
-  // Applies step `step`'s update partition by partition, advancing applied_until_.
-  absl::Status ApplyUpdate(uint64_t step);
+  // Applies the update of the step ReduceAndPush did last, partition by partition,
+  // opening the gate as it goes.
+  absl::Status ApplyUpdate();
   // Waits for partition p's update (leader) and broadcasts it over the node group.
-  absl::Status ApplyPartition(uint64_t step, const v1::Partition& partition, double* waited);
+  absl::Status ApplyPartition(const v1::Partition& partition, double* waited);
+  // LOCAL_SGD, leader: the node's update of the partition by the inner optimizer, from
+  // the parameters into `out` (which may be the parameters themselves).
+  void InnerUpdate(const v1::Partition& partition, float* out);
   // Replica i's parameters-needed hook: blocks until [offset, offset + length) holds
   // the parameters of the step being computed (or the update failed).
   void WaitForParameters(int replica, int64_t offset, int64_t length);
@@ -158,8 +166,28 @@ class TrainingSession {
   engine::Sampler sampler_;
 
   std::vector<float> params_;     // This process's host parameters (replicas read them).
-  std::vector<float> node_grad_;  // Leader: the node's gradient sum; others: scratch.
-  std::vector<float> incoming_;   // Leader: partitions as the PS sends them.
+  // Leader: the node's gradient sum (LOCAL_SGD: at a round's end, what it pushes);
+  // others: scratch.
+  std::vector<float> node_grad_;
+
+  // What the communication thread works out when it reduces a step, for the update
+  // that follows (both on that thread).
+  struct StepUpdate {
+    uint64_t step = 0;
+    uint64_t node_samples = 0;  // This node's share of the step's batch.
+    bool sync = true;           // Pushed to the PS (always, except inside LOCAL_SGD rounds).
+    uint64_t push_step = 0;     // The step the push names (LOCAL_SGD: its round's first).
+  };
+  StepUpdate update_;
+  // LOCAL_SGD, leader: the inner optimizer and its state, the parameters at the last
+  // synchronization, the node's values at a round's end (scratch), and the round.
+  const bool local_sgd_;
+  std::optional<Optimizer> inner_;
+  std::vector<float> inner_state_;
+  std::vector<float> anchor_;
+  std::vector<float> local_;
+  uint64_t round_start_ = 0;
+  uint64_t round_samples_ = 0;
   std::unique_ptr<engine::ReplicaGroup> replicas_;
   std::unique_ptr<RendezvousClient> rendezvous_;
   std::unique_ptr<IntraNodeReducer> reducer_;

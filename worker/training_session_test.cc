@@ -98,7 +98,6 @@ class ManualNode {
         plan_(plan),
         model_(*engine::BuildModel(spec.model())),
         params_(model_.num_parameters),
-        incoming_(model_.num_parameters),
         grads_(model_.num_parameters),
         replica_(model_, params_.data()),
         sampler_(spec, data.train.size()),
@@ -110,7 +109,7 @@ class ManualNode {
   // Installs the job at generation 1 of two nodes.
   void Install() {
     ASSERT_TRUE(ps_.InitPartitions(spec_, spec_.max_steps(), params_.data()).ok());
-    ASSERT_TRUE(ps_.Open(incoming_.data()).ok());
+    ASSERT_TRUE(ps_.Open().ok());
   }
 
   // Forward/backward of node 1's share of the step's global batch.
@@ -130,16 +129,17 @@ class ManualNode {
 
   void Push(uint64_t step, uint32_t partition) {
     ASSERT_TRUE(
-        ps_.Push(step, partition, grads_.data() + plan_.partitions(partition).offset(), samples_)
+        ps_.Push(step, partition, grads_.data() + plan_.partitions(partition).offset(), samples_, 1)
             .ok());
   }
 
   // Waits for every partition's update and takes it as the next step's parameters.
   void Finish(uint64_t step) {
     for (const v1::Partition& partition : plan_.partitions()) {
-      ASSERT_TRUE(ps_.WaitUpdated(partition.id(), step, kHang).ok());
+      ASSERT_TRUE(ps_.WaitUpdated(partition.id(), step, kHang,
+                                  params_.data() + partition.offset())
+                      .ok());
     }
-    params_ = incoming_;
   }
 
   const std::vector<float>& parameters() const { return params_; }
@@ -149,7 +149,7 @@ class ManualNode {
   const engine::Datasets& data_;
   const v1::PartitionPlan plan_;
   const engine::ModelDef model_;
-  std::vector<float> params_, incoming_, grads_;
+  std::vector<float> params_, grads_;
   engine::CpuReplica replica_;
   engine::Sampler sampler_;
   InMemoryPsConnection ps_;

@@ -9,7 +9,9 @@
 namespace tributary::ps {
 
 std::unique_ptr<Aggregator> MakeAggregator(v1::TrainingMode mode, AggregatorContext context) {
-  if (mode == v1::SYNC) return internal::MakeSyncAggregator(std::move(context));
+  if (mode == v1::SYNC || mode == v1::LOCAL_SGD) {
+    return internal::MakeSyncAggregator(std::move(context));
+  }
   return internal::MakeAsyncAggregator(std::move(context));
 }
 
@@ -23,20 +25,25 @@ namespace internal {
 
 std::shared_ptr<v1::PartitionValues> NextUpdate(const ShardJob& job, ShardPartition& p,
                                                 uint64_t update_number, bool finite,
-                                                const AggregatorContext& context, bool* applied) {
-  std::shared_ptr<v1::PartitionValues> next = p.NextValues();
+                                                float divisor, const AggregatorContext& context,
+                                                bool* applied) {
+  std::shared_ptr<v1::PartitionValues> next = p.FreshValues();
+  float* params = reinterpret_cast<float*>(next->mutable_data()->data());
+  const float* current = reinterpret_cast<const float*>(p.values->data().data());
+  next->set_version(p.values->version());
   *applied = finite;
   if (!finite) {
+    std::memcpy(params, current, p.length * sizeof(float));
     ++p.skipped_non_finite;
     context.metrics->updates_skipped_non_finite.Increment();
     return next;
   }
-  float* params = reinterpret_cast<float*>(next->mutable_data()->data());
   const absl::Time start = context.clock->Now();
   if (p.buffers) {
     std::memcpy(params, p.sum.data(), p.length * sizeof(float));  // Node 0's buffers.
   } else {
-    job.optimizer.Apply(update_number, params, p.sum.data(), p.state.data(), p.length);
+    job.optimizer.ApplyMean(update_number, current, params, p.sum.data(), divisor,
+                            p.state.data(), p.length);
   }
   context.metrics->optimizer_apply_seconds.Observe(
       absl::ToDoubleSeconds(context.clock->Now() - start));

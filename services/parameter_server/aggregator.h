@@ -3,11 +3,16 @@
 //
 //   SyncAggregator (sync_aggregator.cc), SYNC: values stand at step s. Each node of
 //     the generation pushes its gradient sum for step s once; the pushes are summed
-//     (widened to float32) as they arrive. When the last node's push arrives the sum
-//     is divided by the total sample count, the optimizer is applied as update number
-//     s, the partition moves to step s + 1 and its new values go to every node's sink.
-//     The values of step s (and the optimizer state) are kept so a new generation can
+//     (widened to float32, straight from the received bytes) as they arrive. When the
+//     last node's push arrives one pass divides the sum by the total sample count and
+//     applies the optimizer as update number s into the next values buffer; the
+//     partition moves to step s + 1 and its new values go to every node's sink. The
+//     values of step s (and the optimizer state) are kept so a new generation can
 //     roll the partition back one step.
+//     LOCAL_SGD is the same with rounds for steps: a round [s, s + k) is pushed at s
+//     (k = GradientPush.steps, the same for every node), the nodes' parameter changes
+//     are summed and divided like gradients, the outer optimizer applied, and the
+//     partition moves to s + k; a rollback goes back one round.
 //   AsyncAggregator (async_aggregator.cc), ASYNC: every push is divided by its own
 //     sample count and applied at once, as update number `version`; the new values go
 //     to the pusher. BOUNDED_STALENESS(k): the same, but a push for step s waits
@@ -28,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/partition_codec.h"
 #include "proto/parameter_server.pb.h"
 #include "services/parameter_server/checkpoint_file.h"
 #include "services/parameter_server/shard_job.h"
@@ -57,9 +63,9 @@ class Aggregator {
   virtual ~Aggregator() = default;
 
   // Takes one push that the shard validated (job, generation, node, partition, dtype,
-  // length). `sink` (may be null) gets the pusher's values where the mode says so.
+  // length, steps). `sink` (may be null) gets the pusher's values where the mode says so.
   virtual absl::StatusOr<PushResult> Push(const ShardJob& job, ShardPartition& p,
-                                          const v1::GradientPush& push, NodeSink* sink) = 0;
+                                          const GradientPushView& push, NodeSink* sink) = 0;
 
   // A new generation resumes at `resume`. Why the partition cannot get there without a
   // checkpoint ("" when it can).
@@ -85,6 +91,7 @@ class Aggregator {
   virtual uint64_t RestoredStep(const v1::PartitionValues& values, uint64_t recorded) const = 0;
 };
 
+// SyncAggregator for SYNC and LOCAL_SGD, AsyncAggregator for the others.
 std::unique_ptr<Aggregator> MakeAggregator(v1::TrainingMode mode, AggregatorContext context);
 
 // Counts a refused push under `reason` and returns `status`.

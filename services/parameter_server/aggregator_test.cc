@@ -20,9 +20,14 @@ constexpr size_t kLength = 4;
 
 class AggregatorTest : public ::testing::Test {
  protected:
-  void Make(v1::TrainingMode mode, uint32_t nodes, uint32_t staleness = 0) {
+  void Make(v1::TrainingMode mode, uint32_t nodes, uint32_t staleness = 0,
+            v1::OptimizerSpec outer = v1::OptimizerSpec()) {
     v1::JobSpec spec = testing::MakeSpec(mode, testing::Sgd(1.0f), nodes);
     spec.set_staleness(staleness);
+    if (mode == v1::LOCAL_SGD) {
+      spec.set_sync_every(4);
+      *spec.mutable_outer_optimizer() = outer;
+    }
     spec = WithDefaults(spec);
     AggregatorContext context;
     context.metrics = &metrics_;
@@ -42,7 +47,7 @@ class AggregatorTest : public ::testing::Test {
     seed.values = std::make_shared<v1::PartitionValues>();
     seed.values->set_dtype(v1::FLOAT32);
     seed.values->set_data(std::string(kLength * sizeof(float), '\0'));
-    absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), 100);
+    absl::StatusOr<Optimizer> optimizer = Optimizer::Create(PsOptimizerSpec(spec), 100);
     ASSERT_TRUE(optimizer.ok());
     absl::StatusOr<std::unique_ptr<ShardJob>> job =
         BuildShardJob(std::move(source), *std::move(optimizer), MakeAggregator(mode, context));
@@ -52,10 +57,11 @@ class AggregatorTest : public ::testing::Test {
   }
 
   absl::StatusOr<PushResult> Push(uint32_t node, uint64_t step, float value, uint64_t samples,
-                                  NodeSink* sink) {
+                                  NodeSink* sink, uint32_t steps = 0) {
     v1::GradientPush push;
     push.set_node_rank(node);
     push.set_step(step);
+    push.set_steps(steps);
     push.set_sample_count(samples);
     push.set_dtype(v1::FLOAT32);
     std::vector<float> grad(kLength, value);
@@ -63,7 +69,7 @@ class AggregatorTest : public ::testing::Test {
     sinks_.Register(node, sink);
     ShardPartition& p = *job_->partitions[0];
     absl::MutexLock lock(&p.mu);
-    return job_->aggregator->Push(*job_, p, push, sink);
+    return job_->aggregator->Push(*job_, p, ViewOf(push), sink);
   }
 
   ShardPartition& partition() { return *job_->partitions[0]; }
@@ -133,6 +139,58 @@ TEST_F(AggregatorTest, SyncResumeRollsBackOneStepOrSaysWhyItCannot) {
   EXPECT_EQ(partition().step, 1u);
   EXPECT_EQ(partition().values->step(), 1u);
   EXPECT_EQ(partition().pushed.size(), 3u);
+}
+
+TEST_F(AggregatorTest, LocalSgdAveragesTheNodesChangesOverARoundWithTheOuterOptimizer) {
+  v1::OptimizerSpec outer;
+  outer.set_type(v1::SGD);
+  outer.set_learning_rate(0.5f);
+  Make(v1::LOCAL_SGD, 2, 0, outer);
+  // Round [0, 4): node 0 moved by 2 per sample over 1 sample, node 1 by 6 over 3.
+  ASSERT_EQ(*Push(0, 0, 2.0f, 1, &a_, 4), PushResult::kAccepted);
+  EXPECT_EQ(*Push(0, 0, 2.0f, 1, &a_, 4), PushResult::kDuplicate);
+  ASSERT_EQ(*Push(1, 0, 18.0f, 3, &b_, 4), PushResult::kAccepted);
+  // Mean change (2 + 18) / 4 = 5; outer SGD at 0.5 from 0: -2.5. The next round is at 4.
+  ASSERT_NE(a_.Last(0), nullptr);
+  EXPECT_THAT(FloatsOf(*a_.Last(0)), ElementsAre(-2.5f, -2.5f, -2.5f, -2.5f));
+  EXPECT_EQ(a_.Last(0)->step(), 4u);
+  EXPECT_EQ(b_.Last(0), a_.Last(0));
+  EXPECT_THAT(moves_, ElementsAre(std::pair<uint64_t, uint64_t>{0, 4}));
+  // A push of the done round is a duplicate; one of the round after next is ahead.
+  EXPECT_EQ(*Push(0, 0, 2.0f, 1, &a_, 4), PushResult::kDuplicate);
+  EXPECT_THAT(Push(0, 8, 1.0f, 1, &a_, 4).status().message(),
+              HasSubstr("is ahead: the partition is at step 4 (LOCAL_SGD runs one round"));
+  // The last round may be short, but every node must say the same length.
+  ASSERT_EQ(*Push(0, 4, 1.0f, 1, &a_, 2), PushResult::kAccepted);
+  absl::StatusOr<PushResult> mismatched = Push(1, 4, 1.0f, 1, &b_, 3);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(),
+              HasSubstr("covers 3 step(s) but the round's first push covered 2"));
+  EXPECT_EQ(metrics_.Rejected(RejectReason::kWrongSteps).Value(), 1);
+  ASSERT_EQ(*Push(1, 4, 1.0f, 1, &b_, 2), PushResult::kAccepted);
+  EXPECT_EQ(a_.Last(0)->step(), 6u);
+}
+
+TEST_F(AggregatorTest, LocalSgdRollsBackOneRound) {
+  Make(v1::LOCAL_SGD, 1);
+  ASSERT_TRUE(Push(0, 0, 1.0f, 1, &a_, 4).ok());
+  ASSERT_TRUE(Push(0, 4, 1.0f, 1, &a_, 4).ok());
+  absl::MutexLock lock(&partition().mu);
+  const Aggregator& aggregator = *job_->aggregator;
+  EXPECT_EQ(aggregator.CannotResume(partition(), 8, 0), "");
+  EXPECT_EQ(aggregator.CannotResume(partition(), 4, 0), "");
+  EXPECT_EQ(aggregator.CannotResume(partition(), 0, 0),
+            "partition 0 of shard 0 is at step 8 and keeps step 4");
+  EXPECT_TRUE(aggregator.ValuesAt(partition(), 4).has_value());
+  EXPECT_FALSE(aggregator.ValuesAt(partition(), 5).has_value());
+  uint32_t rolled_back = 0;
+  uint32_t discarded = 0;
+  job_->aggregator->Resume(partition(), 4, 1, &rolled_back, &discarded);
+  EXPECT_EQ(rolled_back, 1u);
+  EXPECT_EQ(partition().step, 4u);
+  EXPECT_EQ(partition().values->step(), 4u);
+  // Plain averaging (the default outer SGD at rate 1): one node's mean change applied.
+  EXPECT_THAT(FloatsOf(*partition().values), ElementsAre(-1.0f, -1.0f, -1.0f, -1.0f));
 }
 
 TEST_F(AggregatorTest, AsyncAppliesEachPushToThePusherAlone) {

@@ -16,11 +16,11 @@ class AsyncAggregator : public Aggregator {
   explicit AsyncAggregator(AggregatorContext context) : context_(std::move(context)) {}
 
   absl::StatusOr<PushResult> Push(const ShardJob& job, ShardPartition& p,
-                                  const v1::GradientPush& push, NodeSink* sink) override
+                                  const GradientPushView& push, NodeSink* sink) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
     ShardMetrics& metrics = *context_.metrics;
-    const uint64_t step = push.step();
-    const uint32_t node = push.node_rank();
+    const uint64_t step = push.step;
+    const uint32_t node = push.node_rank;
     if (step < p.generation_start_step) {
       return CountRejection(
           metrics, RejectReason::kStaleStep,
@@ -52,9 +52,9 @@ class AsyncAggregator : public Aggregator {
     if (step >= p.step) p.max_staleness_applied = std::max(p.max_staleness_applied, step - p.step);
     // A node without samples this step only advances; there is nothing to apply.
     // Buffers: node 0's values are taken; the other nodes' leave them as they are.
-    if (p.buffers ? node == 0 : push.sample_count() > 0) Apply(job, p, push);
+    if (p.buffers ? node == 0 : push.sample_count > 0) Apply(job, p, push);
     metrics.pushes_accepted.Increment();
-    metrics.bytes_in.Increment(static_cast<double>(push.data().size()));
+    metrics.bytes_in.Increment(static_cast<double>(push.data.size));
 
     p.has_pushed[node] = 1;
     p.last_step[node] = step;
@@ -111,21 +111,22 @@ class AsyncAggregator : public Aggregator {
   }
 
  private:
-  void Apply(const ShardJob& job, ShardPartition& p, const v1::GradientPush& push)
+  void Apply(const ShardJob& job, ShardPartition& p, const GradientPushView& push)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
-    const bool finite_input = WidenInto(PartitionDtype(p.buffers, job.wire_dtype),
-                                        push.data().data(), p.length, p.sum.data());
-    float* grad = p.sum.data();
-    if (!p.buffers) DivideInPlace(grad, p.length, static_cast<float>(push.sample_count()));
+    // The gradient sum, widened from the received bytes; divided by the push's samples
+    // in the update's one pass (a finite sum divided by a count >= 1 stays finite).
+    const bool finite =
+        WidenInto(PartitionDtype(p.buffers, job.wire_dtype), push.data, p.sum.data());
     bool applied = false;
-    std::shared_ptr<v1::PartitionValues> next = NextUpdate(
-        job, p, p.values->version(), finite_input && AllFinite(grad, p.length), context_, &applied);
+    std::shared_ptr<v1::PartitionValues> next =
+        NextUpdate(job, p, p.values->version(), finite,
+                   static_cast<float>(std::max<uint64_t>(1, push.sample_count)), context_, &applied);
     if (!applied) {
-      LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << push.step() << " from node "
-                                << push.node_rank() << ": non-finite gradient; update skipped ("
+      LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << push.step << " from node "
+                                << push.node_rank << ": non-finite gradient; update skipped ("
                                 << google::COUNTER << " so far)";
     }
-    next->set_step(push.step() + 1);
+    next->set_step(push.step + 1);
     p.Retire(std::move(p.values));
     p.values = std::move(next);
   }

@@ -48,7 +48,7 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
     return absl::InvalidArgumentError(
         absl::StrCat("InitPartitions: num_nodes ", header.num_nodes(), " is above ", kMaxNodes));
   }
-  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec_.optimizer(), header.total_steps());
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(PsOptimizerSpec(spec_), header.total_steps());
   if (!optimizer.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("InitPartitions: job: ", optimizer.status().message()));

@@ -14,18 +14,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/partition_codec.h"
 
 namespace tributary::ps {
 namespace {
 
-// One PushPull stream: the node's pushes go up, parameter values come down.
+// One PushPull stream: the node's pushes go up, parameter values come down, both as
+// raw messages (common/partition_codec.h): a push is summed from the slices it
+// arrived in, and values go out as a slice over the shard's buffer.
 //
 // Concurrency: gRPC calls the On* reactions, executor lanes run the pushes, and the
 // shard calls the NodeSink methods (with its own locks held). All state is under
 // mu_. gRPC operations are decided under mu_ and started after releasing it
 // (Finish may run OnDone inline), Finish last. The reactor deletes itself once gRPC
 // is done with it (OnDone) and no executor task refers to it any more.
-class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>,
+class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                               public NodeSink {
  public:
   // With an `auth`, every push must claim the node whose credential the stream
@@ -40,7 +43,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
         node_credential_(auth == nullptr
                              ? std::string()
                              : MetadataValue(context->client_metadata(), kNodeCredentialMetadata)) {
-    for (v1::GradientPush& slot : slots_) free_.push_back(&slot);
+    for (Slot& slot : slots_) free_.push_back(&slot);
     Actions actions;
     {
       absl::MutexLock lock(&mu_);
@@ -51,10 +54,10 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
 
   void OnReadDone(bool ok) override {
     Actions actions;
-    v1::GradientPush* push = nullptr;
+    Slot* push = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      v1::GradientPush* slot = reading_slot_;
+      Slot* slot = reading_slot_;
       reading_ = false;
       reading_slot_ = nullptr;
       if (!ok) {
@@ -64,7 +67,10 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
         free_.push_back(slot);
       } else if (ending()) {
         free_.push_back(slot);
-      } else if (absl::Status bound = BindLocked(*slot); !bound.ok()) {
+      } else if (absl::Status decoded = slot->Decode(); !decoded.ok()) {
+        EndLocked(ToGrpcStatus(decoded));
+        free_.push_back(slot);
+      } else if (absl::Status bound = BindLocked(slot->push); !bound.ok()) {
         EndLocked(ToGrpcStatus(bound));
         free_.push_back(slot);
       } else {
@@ -120,14 +126,14 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
       if (ending() || done_) return;
       auto awaited = awaiting_.find(values->partition_id());
       if (awaited != awaiting_.end() && values->step() > awaited->second) awaiting_.erase(awaited);
-      writes_.push_back(std::move(values));
+      writes_.push_back(EncodePartitionValues(std::move(values)));
       PlanLocked(actions);
     }
     Act(actions);  // At most a StartWrite: never Finish while the shard's locks are held.
   }
 
   void Retry(uint32_t partition_id) override {
-    v1::GradientPush* push;
+    Slot* push;
     {
       absl::MutexLock lock(&mu_);
       auto held = held_.find(partition_id);
@@ -156,30 +162,43 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
  private:
   static constexpr int kReadSlots = 2;  // One push being processed while the next arrives.
 
+  // A push as read: the message, the slices it holds and the view into them.
+  struct Slot {
+    grpc::ByteBuffer message;
+    ReceivedMessage received;
+    GradientPushView push;
+
+    absl::Status Decode() {
+      absl::Status decoded = DecodeGradientPush(message, &received, &push);
+      message.Clear();  // `received` holds the slices now.
+      return decoded;
+    }
+  };
+
   // gRPC operations to start once mu_ is released.
   struct Actions {
-    v1::GradientPush* read = nullptr;
-    const v1::PartitionValues* write = nullptr;
+    Slot* read = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     std::optional<grpc::Status> finish;
   };
 
   // OK when no credential is needed or `push` claims the node this stream is bound to
   // (binding it on the first push).
-  absl::Status BindLocked(const v1::GradientPush& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status BindLocked(const GradientPushView& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (auth_ == nullptr) return absl::OkStatus();
     if (bound_.has_value()) {
-      if (push.job_id() == bound_->job_id && push.generation() == bound_->generation &&
-          push.node_rank() == bound_->node_rank) {
+      if (push.job_id == bound_->job_id && push.generation == bound_->generation &&
+          push.node_rank == bound_->node_rank) {
         return absl::OkStatus();
       }
       return absl::PermissionDeniedError(absl::StrCat(
           "PushPull: this stream speaks for node ", bound_->node_rank, " of generation ",
           bound_->generation, " of job ", bound_->job_id, "; a push claimed node ",
-          push.node_rank(), " of generation ", push.generation(), " of job ", push.job_id()));
+          push.node_rank, " of generation ", push.generation, " of job ", push.job_id));
     }
     absl::Status checked = auth_->CheckNodeCredential(
-        node_credential_, push.job_id(), push.generation(), push.node_rank(), "PushPull");
-    if (checked.ok()) bound_ = BoundNode{push.job_id(), push.generation(), push.node_rank()};
+        node_credential_, push.job_id, push.generation, push.node_rank, "PushPull");
+    if (checked.ok()) bound_ = BoundNode{push.job_id, push.generation, push.node_rank};
     return checked;
   }
 
@@ -198,7 +217,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
     if (finish_called_) return;
     if (!writing_ && !writes_.empty() && !end_status_.has_value()) {
       writing_ = true;
-      actions.write = writes_.front().get();
+      actions.write = &writes_.front();
     }
     if (!reading_ && !read_closed_ && !end_status_.has_value() && !free_.empty()) {
       reading_ = true;
@@ -217,25 +236,26 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
 
   void Act(Actions& actions) {
     if (actions.write != nullptr) StartWrite(actions.write);
-    if (actions.read != nullptr) StartRead(actions.read);
+    if (actions.read != nullptr) StartRead(&actions.read->message);
     if (actions.finish.has_value()) Finish(*std::move(actions.finish));  // May delete `this`.
   }
 
-  void Schedule(v1::GradientPush* push) {
-    executor_->Submit(push->partition_id(), [this, push] { RunPush(push); });
+  void Schedule(Slot* push) {
+    executor_->Submit(push->push.partition_id, [this, push] { RunPush(push); });
   }
 
-  void RunPush(v1::GradientPush* push) {
-    const uint32_t partition = push->partition_id();
+  void RunPush(Slot* push) {
+    const GradientPushView& view = push->push;
+    const uint32_t partition = view.partition_id;
     bool skip;
     {
       absl::MutexLock lock(&mu_);
       skip = ending();
       // Set before pushing: in ASYNC the values are delivered from inside Push().
-      if (!skip) awaiting_[partition] = push->step();
+      if (!skip) awaiting_[partition] = view.step;
     }
     absl::StatusOr<PushResult> result = PushResult::kDuplicate;
-    if (!skip) result = shard_->Push(*push, this);
+    if (!skip) result = shard_->Push(view, this);
     Actions actions;
     bool destroy;
     {
@@ -295,16 +315,17 @@ class PushPullReactor final : public grpc::ServerBidiReactor<v1::GradientPush, v
 
   absl::Mutex mu_;
   std::optional<BoundNode> bound_ ABSL_GUARDED_BY(mu_);
-  v1::GradientPush slots_[kReadSlots];
-  std::vector<v1::GradientPush*> free_ ABSL_GUARDED_BY(mu_);
+  Slot slots_[kReadSlots];
+  std::vector<Slot*> free_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
-  v1::GradientPush* reading_slot_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Slot* reading_slot_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
-  absl::flat_hash_map<uint32_t, v1::GradientPush*> held_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, Slot*> held_ ABSL_GUARDED_BY(mu_);
   // Partition -> step pushed on this stream whose new values have not come yet.
   absl::flat_hash_map<uint32_t, uint64_t> awaiting_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
+  // Encoded values (each holds its PartitionValues until gRPC has sent it).
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_status_ ABSL_GUARDED_BY(mu_);
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
@@ -509,12 +530,12 @@ grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::Init
       &open_inits_);
 }
 
-grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* ParameterServerService::PushPull(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterServerService::PushPull(
     grpc::CallbackServerContext* context) {
   if (absl::Status allowed =
           Authorize(auth_.get(), *context, OnlyRole(Role::kWorker), "PushPull");
       !allowed.ok()) {
-    return new RefusedReactor<grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>>(
+    return new RefusedReactor<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
         allowed);
   }
   return new PushPullReactor(shard_, executor_, context, auth_.get());

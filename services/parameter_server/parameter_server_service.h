@@ -39,7 +39,20 @@ class OpenInits {
   absl::flat_hash_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
 };
 
-class ParameterServerService final : public v1::ParameterServer::CallbackService {
+// The generated callback service with PushPull taking raw messages (grpc::ByteBuffer):
+// its pushes are read and its values written by common/partition_codec without
+// protobuf copies. The method, its proto types and reflection stay as they are, so
+// any protobuf client calls it as before.
+using ParameterServerCallbackBase = v1::ParameterServer::WithCallbackMethod_InitPartitions<
+    v1::ParameterServer::WithRawCallbackMethod_PushPull<
+        v1::ParameterServer::WithCallbackMethod_Pull<
+            v1::ParameterServer::WithCallbackMethod_GetShardStatus<
+                v1::ParameterServer::WithCallbackMethod_Checkpoint<
+                    v1::ParameterServer::WithCallbackMethod_BeginGeneration<
+                        v1::ParameterServer::WithCallbackMethod_EndJob<
+                            v1::ParameterServer::Service>>>>>>>;
+
+class ParameterServerService final : public ParameterServerCallbackBase {
  public:
   // shard and executor are not owned and must outlive the service and the server it
   // is registered with (shut the server down first). With an `auth`
@@ -63,7 +76,7 @@ class ParameterServerService final : public v1::ParameterServer::CallbackService
 
   grpc::ServerReadReactor<v1::InitPartitionsRequest>* InitPartitions(
       grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response) override;
-  grpc::ServerBidiReactor<v1::GradientPush, v1::PartitionValues>* PushPull(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushPull(
       grpc::CallbackServerContext* context) override;
   grpc::ServerWriteReactor<v1::PartitionValues>* Pull(grpc::CallbackServerContext* context,
                                                       const v1::PullRequest* request) override;

@@ -76,7 +76,7 @@ void ParameterShard::InstallLocked(std::unique_ptr<ShardJob> job) {
 // ---------------------------------------------------------------------------------
 // Push
 
-absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, NodeSink* sink) {
+absl::StatusOr<PushResult> ParameterShard::Push(const GradientPushView& push, NodeSink* sink) {
   absl::StatusOr<PushResult> result = PushLocked(push, sink);
   // Periodic checkpoints wait for the writer, not the other way round: a push that
   // finds too many of them queued waits (holding no lock), so the partitions' captures
@@ -85,7 +85,7 @@ absl::StatusOr<PushResult> ParameterShard::Push(const v1::GradientPush& push, No
   return result;
 }
 
-absl::StatusOr<PushResult> ParameterShard::PushLocked(const v1::GradientPush& push,
+absl::StatusOr<PushResult> ParameterShard::PushLocked(const GradientPushView& push,
                                                       NodeSink* sink) {
   absl::ReaderMutexLock lock(&mu_);
   auto reject = [this](RejectReason reason, absl::Status status) {
@@ -93,77 +93,92 @@ absl::StatusOr<PushResult> ParameterShard::PushLocked(const v1::GradientPush& pu
   };
   if (job_ == nullptr) {
     return reject(RejectReason::kNoJob, absl::FailedPreconditionError(absl::StrCat(
-                                            "push for job '", push.job_id(), "': shard ",
+                                            "push for job '", push.job_id, "': shard ",
                                             shard_index_, " holds no job (InitPartitions first)")));
   }
   const ShardJob& job = *job_;
-  if (push.job_id() != job.job_id) {
+  if (push.job_id != job.job_id) {
     return reject(RejectReason::kWrongJob, absl::FailedPreconditionError(absl::StrCat(
-                                               "push for job '", push.job_id(), "' but shard ",
+                                               "push for job '", push.job_id, "' but shard ",
                                                job.shard_index, " holds job '", job.job_id, "'")));
   }
-  if (push.generation() < job.generation) {
+  if (push.generation < job.generation) {
     return reject(RejectReason::kStaleGeneration,
                   absl::FailedPreconditionError(absl::StrCat(
-                      "stale generation ", push.generation(), " from node ", push.node_rank(),
+                      "stale generation ", push.generation, " from node ", push.node_rank,
                       ": the current generation is ", job.generation)));
   }
-  if (push.generation() > job.generation) {
+  if (push.generation > job.generation) {
     return reject(RejectReason::kFutureGeneration,
                   absl::UnavailableError(absl::StrCat(
-                      "generation ", push.generation(), " has not begun on shard ", job.shard_index,
+                      "generation ", push.generation, " has not begun on shard ", job.shard_index,
                       " (current generation ", job.generation, "); retry")));
   }
-  if (push.node_rank() >= job.num_nodes) {
+  if (push.node_rank >= job.num_nodes) {
     return reject(RejectReason::kBadNodeRank,
-                  absl::InvalidArgumentError(absl::StrCat("node_rank ", push.node_rank(),
+                  absl::InvalidArgumentError(absl::StrCat("node_rank ", push.node_rank,
                                                           " is not in generation ", job.generation,
                                                           " of ", job.num_nodes, " nodes")));
   }
-  auto found = job.by_id.find(push.partition_id());
+  auto found = job.by_id.find(push.partition_id);
   if (found == job.by_id.end()) {
     return reject(RejectReason::kUnknownPartition,
                   absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", push.partition_id(), " is not owned by shard ", job.shard_index,
+                      "partition ", push.partition_id, " is not owned by shard ", job.shard_index,
                       " (", job.partitions.size(), " of ", job.plan.partitions_size(),
                       " partitions in ", PlanName(job.plan), ")")));
   }
   ShardPartition& p = *found->second;
   const v1::DType dtype = PartitionDtype(p.buffers, job.wire_dtype);
   const size_t element_bytes = WireBytes(dtype);
-  if (push.dtype() != dtype) {
+  if (push.dtype != dtype) {
     return reject(
         RejectReason::kWrongDtype,
         absl::InvalidArgumentError(absl::StrCat(
-            "partition ", p.id, " of step ", push.step(), ": dtype ", v1::DType_Name(push.dtype()),
+            "partition ", p.id, " of step ", push.step, ": dtype ", v1::DType_Name(push.dtype),
             " but ", p.buffers ? "buffer partitions travel as " : "the job's wire dtype is ",
             v1::DType_Name(dtype))));
   }
-  if (push.data().size() != p.length * element_bytes) {
+  if (push.data.size != p.length * element_bytes) {
     return reject(RejectReason::kWrongLength,
                   absl::InvalidArgumentError(absl::StrCat(
-                      "partition ", p.id, " of step ", push.step(), ": expected ", p.length,
+                      "partition ", p.id, " of step ", push.step, ": expected ", p.length,
                       " elements (", p.length * element_bytes, " bytes of ", v1::DType_Name(dtype),
-                      "), got ", push.data().size(), " bytes")));
+                      "), got ", push.data.size, " bytes")));
   }
-  if (push.sample_count() > kMaxSamplesPerPush) {
+  if (push.sample_count > kMaxSamplesPerPush) {
     return reject(RejectReason::kTooManySamples,
                   absl::InvalidArgumentError(
-                      absl::StrCat("partition ", p.id, " of step ", push.step(), " from node ",
-                                   push.node_rank(), ": sample_count ", push.sample_count(),
+                      absl::StrCat("partition ", p.id, " of step ", push.step, " from node ",
+                                   push.node_rank, ": sample_count ", push.sample_count,
                                    " is above the limit of ", kMaxSamplesPerPush, " per push")));
   }
   // A node whose share of a short last batch is empty still pushes (SYNC waits for
   // every node), with zero samples and a zero gradient. Buffers are values, not
   // gradients: node 0 sends them whatever its samples.
-  if (!p.buffers && push.sample_count() == 0 &&
-      !AllZero(job.wire_dtype, push.data().data(), p.length)) {
+  if (!p.buffers && push.sample_count == 0 && !AllZero(job.wire_dtype, push.data)) {
     return reject(RejectReason::kZeroSamples,
                   absl::InvalidArgumentError(
-                      absl::StrCat("partition ", p.id, " of step ", push.step(), " from node ",
-                                   push.node_rank(), ": sample_count 0 with a non-zero gradient")));
+                      absl::StrCat("partition ", p.id, " of step ", push.step, " from node ",
+                                   push.node_rank, ": sample_count 0 with a non-zero gradient")));
   }
-  sinks_.Register(push.node_rank(), sink);
+  // One step per push, except in LOCAL_SGD: a round of up to sync_every steps that
+  // ends at the next multiple of sync_every.
+  const uint32_t steps = std::max<uint32_t>(1, push.steps);
+  const uint64_t round_room =
+      job.mode == v1::LOCAL_SGD ? job.spec.sync_every() - push.step % job.spec.sync_every() : 1;
+  if (steps > round_room) {
+    return reject(RejectReason::kWrongSteps,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "partition ", p.id, " of step ", push.step, " from node ", push.node_rank,
+                      ": the push covers ", push.steps, " steps; ",
+                      job.mode == v1::LOCAL_SGD
+                          ? absl::StrCat("a round from step ", push.step, " covers at most ",
+                                         round_room, " (sync_every ", job.spec.sync_every(), ")")
+                          : absl::StrCat(v1::TrainingMode_Name(job.mode),
+                                         " pushes cover one step"))));
+  }
+  sinks_.Register(push.node_rank, sink);
   absl::MutexLock partition_lock(&p.mu);
   return job.aggregator->Push(job, p, push, sink);
 }

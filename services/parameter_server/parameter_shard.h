@@ -127,7 +127,12 @@ class ParameterShard {
   // current generation (the latest stream of a node wins). sink may be null.
   // Errors: see parameter_server.proto (INVALID_ARGUMENT, FAILED_PRECONDITION) and
   // UNAVAILABLE for a generation this shard has not begun yet.
-  absl::StatusOr<PushResult> Push(const v1::GradientPush& push, NodeSink* sink);
+  // `push.data` is read during the call only.
+  absl::StatusOr<PushResult> Push(const GradientPushView& push, NodeSink* sink);
+  // The same for a protobuf message (tests, in-process callers).
+  absl::StatusOr<PushResult> Push(const v1::GradientPush& push, NodeSink* sink) {
+    return Push(ViewOf(push), sink);
+  }
 
   // Forgets a sink (its stream ended): no call reaches it after this returns.
   void Detach(NodeSink* sink);
@@ -173,7 +178,7 @@ class ParameterShard {
   // a periodic checkpoint when the shard's lowest step crosses an interval.
   void MovePartitionStep(ShardPartition& p, uint64_t from, uint64_t to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
-  absl::StatusOr<PushResult> PushLocked(const v1::GradientPush& push, NodeSink* sink)
+  absl::StatusOr<PushResult> PushLocked(const GradientPushView& push, NodeSink* sink)
       ABSL_LOCKS_EXCLUDED(mu_);
   void ResetStepTracking() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ShardStepLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/confined_path.h"
+#include "common/job_spec.h"
 #include "common/partition_plan.h"
 #include "services/parameter_server/parameter_shard.h"
 
@@ -469,7 +470,7 @@ absl::Status ParameterShard::InstallCheckpoint(const std::string& path,
     return corrupt(std::string(valid.message()));
   }
   absl::StatusOr<Optimizer> optimizer =
-      Optimizer::Create(meta.job().optimizer(), meta.total_steps());
+      Optimizer::Create(PsOptimizerSpec(meta.job()), meta.total_steps());
   if (!optimizer.ok()) return corrupt(std::string(optimizer.status().message()));
   const std::vector<uint32_t> owned = PartitionsOfShard(meta.plan(), meta.shard_index());
   if (owned.size() != static_cast<size_t>(meta.partitions_size()) || meta.num_nodes() == 0 ||

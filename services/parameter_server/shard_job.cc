@@ -33,7 +33,7 @@ void ShardPartition::ResetNodes(uint32_t num_nodes) {
   held.clear();
 }
 
-std::shared_ptr<v1::PartitionValues> ShardPartition::NextValues() {
+std::shared_ptr<v1::PartitionValues> ShardPartition::FreshValues() {
   std::shared_ptr<v1::PartitionValues> next;
   for (auto it = spares.begin(); it != spares.end(); ++it) {
     if (it->use_count() == 1) {  // Nobody is sending it any more: reuse its buffer.
@@ -48,7 +48,9 @@ std::shared_ptr<v1::PartitionValues> ShardPartition::NextValues() {
     next->set_partition_id(id);
     next->set_dtype(v1::FLOAT32);
   }
-  next->mutable_data()->assign(values->data());
+  // A reused buffer has the size already: nothing is written here (the update's one
+  // pass writes every element).
+  next->mutable_data()->resize(length * sizeof(float));
   next->set_version(values->version());
   next->set_step(values->step());
   return next;

@@ -51,9 +51,10 @@ struct ShardPartition {
   void Retire(std::shared_ptr<v1::PartitionValues> old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Forgets every node's pushes: a new generation of `num_nodes` nodes.
   void ResetNodes(uint32_t num_nodes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // A buffer for the next values holding a copy of the current ones (reused from the
-  // spares when no stream holds one any more).
-  std::shared_ptr<v1::PartitionValues> NextValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A buffer for the next values, of the partition's length, its contents undefined
+  // (reused from the spares when no stream holds one any more); version and step are
+  // the current values'.
+  std::shared_ptr<v1::PartitionValues> FreshValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   absl::Mutex mu;
   const uint32_t id;
@@ -66,7 +67,8 @@ struct ShardPartition {
   // Current values (FLOAT32; their step and version inside). Shared, never modified
   // once published: streams may still be sending them.
   std::shared_ptr<v1::PartitionValues> values ABSL_GUARDED_BY(mu);
-  // SYNC: the values of the previous step, kept for a one-step rollback (or null).
+  // SYNC: the values of the previous step (LOCAL_SGD: round), kept for a rollback (or
+  // null).
   std::shared_ptr<v1::PartitionValues> prev_values ABSL_GUARDED_BY(mu);
   // Retired values buffers, reused for the next update once no stream holds them:
   // with one per node in flight the push path allocates nothing in steady state.
@@ -85,8 +87,10 @@ struct ShardPartition {
   uint64_t aggregation_waits ABSL_GUARDED_BY(mu) = 0;
   double aggregation_wait_seconds ABSL_GUARDED_BY(mu) = 0;
 
-  // SYNC aggregation of `step` (ASYNC uses `sum` as scratch for the mean gradient).
+  // SYNC aggregation of `step` (ASYNC uses `sum` as scratch for the gradient).
   std::vector<float> sum ABSL_GUARDED_BY(mu);
+  // LOCAL_SGD: the steps the round being aggregated covers (the first push's).
+  uint32_t round_steps ABSL_GUARDED_BY(mu) = 0;
   std::vector<uint8_t> pushed ABSL_GUARDED_BY(mu);
   uint32_t pushed_count ABSL_GUARDED_BY(mu) = 0;
   uint64_t samples ABSL_GUARDED_BY(mu) = 0;

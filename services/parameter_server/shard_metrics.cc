@@ -44,6 +44,8 @@ const char* RejectReasonName(RejectReason reason) {
       return "stale_step";
     case RejectReason::kStepAhead:
       return "step_ahead";
+    case RejectReason::kWrongSteps:
+      return "wrong_steps";
     case RejectReason::kCount:
       break;
   }

@@ -37,6 +37,7 @@ enum class RejectReason {
   kTooManySamples,    // INVALID_ARGUMENT: sample_count above kMaxSamplesPerPush.
   kStaleStep,         // FAILED_PRECONDITION.
   kStepAhead,         // FAILED_PRECONDITION: SYNC step not begun yet.
+  kWrongSteps,        // INVALID_ARGUMENT: GradientPush.steps outside the mode's round.
   kCount,
 };
 

@@ -1,6 +1,7 @@
-// The shard's push path allocates nothing in steady state: once a job runs, summing a
-// push, completing a step (optimizer included) and publishing the new values reuse the
-// partition's buffers. Counted with a replacement global operator new, over many SYNC
+// The shard's push path allocates nothing in steady state: once a job runs, decoding a
+// received push (common/partition_codec), summing it, completing a step (optimizer
+// included) and publishing the new values reuse the stream's and the partition's
+// buffers. Counted with a replacement global operator new, over many SYNC
 // and ASYNC steps after a warm-up, with the sink keeping only the latest values (as a
 // stream does once it has sent them).
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <new>
 #include <vector>
 
+#include "common/partition_codec.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/shard_test_util.h"
 
@@ -57,7 +59,8 @@ class LatestSink : public NodeSink {
 
 long AllocationsWhilePushing(v1::TrainingMode mode, const v1::OptimizerSpec& optimizer) {
   const v1::InitHeader header =
-      MakeHeader(MakeSpec(mode, optimizer, kNodes), kElements, 1, 0, "job-1", /*total_steps=*/1000);
+      MakeHeader(MakeSpec(mode, optimizer, kNodes), kElements, 1, 0,
+                 "job-1-longer-than-a-short-string", /*total_steps=*/1000);
   ParameterShard shard(ShardOptions{}, nullptr);
   auto init = shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1.0f)));
   EXPECT_TRUE(init.ok()) << init.status();
@@ -68,19 +71,31 @@ long AllocationsWhilePushing(v1::TrainingMode mode, const v1::OptimizerSpec& opt
   // Every push of every step, built before anything is counted.
   std::vector<float> gradient(kElements);
   for (int64_t i = 0; i < kElements; ++i) gradient[i] = 0.001f * static_cast<float>(i % 17);
-  std::vector<v1::GradientPush> pushes;
+  // As they arrive on the wire (the job id is longer than a short string's buffer).
+  std::vector<grpc::ByteBuffer> pushes;
   for (uint64_t step = 0; step < kWarmup + kMeasured; ++step) {
     for (uint32_t p = 0; p < partitions; ++p) {
       for (uint32_t node = 0; node < kNodes; ++node) {
-        pushes.push_back(MakePush(header, 0, step, node, p, gradient, 8));
+        const std::string bytes =
+            MakePush(header, 0, step, node, p, gradient, 8).SerializeAsString();
+        grpc::Slice slice(bytes);
+        pushes.emplace_back(&slice, 1);
       }
     }
   }
+  // A stream's read slot, reused for every push.
+  ReceivedMessage received;
+  GradientPushView view;
   size_t next = 0;
   auto run_step = [&] {
     for (uint32_t p = 0; p < partitions; ++p) {
       for (uint32_t node = 0; node < kNodes; ++node) {
-        absl::StatusOr<PushResult> result = shard.Push(pushes[next++], &sinks[node]);
+        if (absl::Status decoded = DecodeGradientPush(pushes[next++], &received, &view);
+            !decoded.ok()) {
+          ADD_FAILURE() << decoded;
+          continue;
+        }
+        absl::StatusOr<PushResult> result = shard.Push(view, &sinks[node]);
         if (!result.ok() || *result != PushResult::kAccepted) {
           ADD_FAILURE() << "push " << next << ": "
                         << (result.ok() ? "not accepted" : result.status().ToString());
@@ -96,7 +111,7 @@ long AllocationsWhilePushing(v1::TrainingMode mode, const v1::OptimizerSpec& opt
   // The steps were applied: every partition took one update per push (ASYNC) or per
   // step (SYNC).
   const uint64_t steps = kWarmup + kMeasured;
-  EXPECT_EQ(sinks[0].version(0), mode == v1::SYNC ? steps : steps * kNodes - (kNodes - 1))
+  EXPECT_EQ(sinks[0].version(0), mode != v1::ASYNC ? steps : steps * kNodes - (kNodes - 1))
       << "node 0 last heard of partition 0";
   return allocations.load();
 }
@@ -107,6 +122,8 @@ TEST(SteadyStateAllocationTest, SyncPushesAllocateNothing) {
   adam.set_learning_rate(0.001f);
   EXPECT_EQ(AllocationsWhilePushing(v1::SYNC, testing::Sgd(0.1f)), 0);
   EXPECT_EQ(AllocationsWhilePushing(v1::SYNC, adam), 0);
+  // LOCAL_SGD's rounds of one step each: the outer optimizer's (default SGD) updates.
+  EXPECT_EQ(AllocationsWhilePushing(v1::LOCAL_SGD, testing::Sgd(0.1f)), 0);
 }
 
 TEST(SteadyStateAllocationTest, AsyncPushesAllocateNothing) {

@@ -1,5 +1,5 @@
-// SYNC aggregation (aggregator.h): one step at a time, every node's push summed, the
-// update applied when the last one arrives.
+// SYNC and LOCAL_SGD aggregation (aggregator.h): one step (round) at a time, every
+// node's push summed, the update applied when the last one arrives.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -17,33 +17,45 @@ class SyncAggregator : public Aggregator {
   explicit SyncAggregator(AggregatorContext context) : context_(std::move(context)) {}
 
   absl::StatusOr<PushResult> Push(const ShardJob& job, ShardPartition& p,
-                                  const v1::GradientPush& push, NodeSink* sink) override
+                                  const GradientPushView& push, NodeSink* sink) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
     ShardMetrics& metrics = *context_.metrics;
-    const uint64_t step = push.step();
-    const uint32_t node = push.node_rank();
+    const uint64_t step = push.step;
+    const uint32_t node = push.node_rank;
     if (step == p.step) {
       if (p.pushed[node]) {
         metrics.pushes_duplicate.Increment();
         return PushResult::kDuplicate;  // Its values come with the step's completion.
       }
-      const char* data = push.data().data();
-      if (p.pushed_count == 0) p.first_push = context_.clock->Now();
+      const uint32_t steps = std::max<uint32_t>(1, push.steps);
+      if (p.pushed_count > 0 && steps != p.round_steps) {
+        return CountRejection(
+            metrics, RejectReason::kWrongSteps,
+            absl::InvalidArgumentError(absl::StrCat(
+                "partition ", p.id, " of step ", step, " from node ", node, ": the push covers ",
+                steps, " step(s) but the round's first push covered ", p.round_steps)));
+      }
+      if (p.pushed_count == 0) {
+        p.first_push = context_.clock->Now();
+        p.round_steps = steps;
+      }
+      // Summed straight from the received bytes; a sum that goes non-finite counts
+      // against the node whose push made it so.
       bool finite = true;
       if (p.buffers) {
         // Only node 0's buffers count; the other nodes' pushes just complete the step.
-        if (node == 0) finite = WidenInto(v1::FLOAT32, data, p.length, p.sum.data());
+        if (node == 0) finite = WidenInto(v1::FLOAT32, push.data, p.sum.data());
       } else if (p.pushed_count == 0) {
-        finite = WidenInto(job.wire_dtype, data, p.length, p.sum.data());
+        finite = WidenInto(job.wire_dtype, push.data, p.sum.data());
       } else {
-        finite = AccumulateInto(job.wire_dtype, data, p.length, p.sum.data());
+        finite = AccumulateInto(job.wire_dtype, push.data, p.sum.data());
       }
       if (!finite) p.non_finite_nodes.push_back(node);
       p.pushed[node] = 1;
       ++p.pushed_count;
-      p.samples += push.sample_count();
+      p.samples += push.sample_count;
       metrics.pushes_accepted.Increment();
-      metrics.bytes_in.Increment(static_cast<double>(push.data().size()));
+      metrics.bytes_in.Increment(static_cast<double>(push.data.size));
       if (p.pushed_count == job.num_nodes) CompleteStep(job, p);
       return PushResult::kAccepted;
     }
@@ -65,14 +77,17 @@ class SyncAggregator : public Aggregator {
         metrics, RejectReason::kStepAhead,
         absl::FailedPreconditionError(absl::StrCat(
             "step ", step, " for partition ", p.id, " from node ", node,
-            " is ahead: the partition is at step ", p.step, " (SYNC runs one step at a time)")));
+            " is ahead: the partition is at step ", p.step, " (",
+            v1::TrainingMode_Name(job.mode), " runs one ",
+            job.mode == v1::LOCAL_SGD ? "round" : "step", " at a time)")));
   }
 
   std::string CannotResume(const ShardPartition& p, uint64_t resume,
                            uint32_t shard) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const bool at = p.step == resume;
+    // One step (LOCAL_SGD: one round) ahead, with the values of `resume` kept.
     const bool one_ahead =
-        p.step == resume + 1 && p.prev_values != nullptr && p.prev_values->step() == resume;
+        p.step > resume && p.prev_values != nullptr && p.prev_values->step() == resume;
     if (at || one_ahead) return "";
     return absl::StrCat("partition ", p.id, " of shard ", shard, " is at step ", p.step,
                         p.prev_values != nullptr
@@ -83,7 +98,7 @@ class SyncAggregator : public Aggregator {
   void Resume(ShardPartition& p, uint64_t resume, uint32_t num_nodes, uint32_t* rolled_back,
               uint32_t* discarded) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
     if (p.pushed_count > 0) ++*discarded;
-    if (p.step == resume + 1) {
+    if (p.step != resume) {  // One step (round) ahead: CannotResume said so.
       p.Retire(std::move(p.values));
       p.values = std::move(p.prev_values);
       p.state.swap(p.prev_state);
@@ -106,7 +121,7 @@ class SyncAggregator : public Aggregator {
     if (p.step == step) {
       saved.data.values = p.values;
       saved.data.state = p.state;
-    } else if (p.step == step + 1 && p.prev_values != nullptr && p.prev_values->step() == step) {
+    } else if (p.step > step && p.prev_values != nullptr && p.prev_values->step() == step) {
       saved.data.values = p.prev_values;
       saved.data.state = p.prev_state;
     } else {
@@ -123,24 +138,24 @@ class SyncAggregator : public Aggregator {
  private:
   void CompleteStep(const ShardJob& job, ShardPartition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
     const absl::Time now = context_.clock->Now();
-    float* grad = p.sum.data();
-    if (!p.buffers) DivideInPlace(grad, p.length, static_cast<float>(p.samples));
-    const bool finite = p.non_finite_nodes.empty() && AllFinite(grad, p.length);
+    // Finite sums divided by a count of at least one stay finite: the accumulation
+    // already checked every element. Zero samples (every node's share was empty)
+    // leave nothing to apply.
+    const bool finite = p.non_finite_nodes.empty() && (p.buffers || p.samples > 0);
     p.prev_state = p.state;  // Same size every step: copies without allocating.
     bool applied = false;
     std::shared_ptr<v1::PartitionValues> next =
-        NextUpdate(job, p, p.step, finite, context_, &applied);
-    if (!applied) {
+        NextUpdate(job, p, p.step, finite, static_cast<float>(p.samples), context_, &applied);
+    if (!applied && p.samples > 0) {
       LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << p.step
-                                << ": non-finite gradient "
-                                << (p.non_finite_nodes.empty()
-                                        ? std::string("(the sum overflowed)")
-                                        : absl::StrCat("from node(s) ",
-                                                       absl::StrJoin(p.non_finite_nodes, ",")))
+                                << ": non-finite gradient (or sum) after node(s) "
+                                << absl::StrJoin(p.non_finite_nodes, ",")
                                 << "; update skipped, parameters unchanged (" << google::COUNTER
                                 << " so far)";
     }
-    next->set_step(p.step + 1);
+    const uint64_t from = p.step;
+    const uint64_t to = p.step + p.round_steps;
+    next->set_step(to);
     const double wait = absl::ToDoubleSeconds(now - p.first_push);
     if (p.aggregation_wait == nullptr) {
       p.aggregation_wait = &context_.metrics->AggregationWait(p.id);
@@ -152,13 +167,14 @@ class SyncAggregator : public Aggregator {
     p.Retire(std::move(p.prev_values));
     p.prev_values = std::move(p.values);
     p.values = std::move(next);
-    ++p.step;
+    p.step = to;
     std::fill(p.pushed.begin(), p.pushed.end(), 0);
     p.pushed_count = 0;
     p.samples = 0;
+    p.round_steps = 0;
     p.non_finite_nodes.clear();
     context_.sinks->DeliverToAll(p.values);
-    context_.step_moved(p, p.step - 1, p.step);
+    context_.step_moved(p, from, to);
   }
 
   const AggregatorContext context_;

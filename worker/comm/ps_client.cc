@@ -1,6 +1,9 @@
 #include "worker/comm/ps_client.h"
 
 #include <glog/logging.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,6 +20,7 @@ namespace tributary::worker {
 struct PsClient::Shard {
   uint32_t index = 0;
   std::string address;
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::ParameterServer::Stub> stub;
   std::vector<uint32_t> partitions;  // Owned by this shard, in plan order.
 
@@ -24,13 +28,17 @@ struct PsClient::Shard {
   // reconnect while a push is written.
   absl::Mutex write_mu;
   std::unique_ptr<grpc::ClientContext> context ABSL_GUARDED_BY(write_mu);
-  std::unique_ptr<grpc::ClientReaderWriter<v1::GradientPush, v1::PartitionValues>> stream
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream
       ABSL_GUARDED_BY(write_mu);
-  v1::GradientPush message ABSL_GUARDED_BY(write_mu);  // Reused: no allocation per push.
   std::thread reader;
 };
 
 namespace {
+
+// PushPull as a raw-message call: the generated stub would serialize protobufs, and
+// gRPC's public generic stub has no blocking bidi stream, so the stream is made the
+// way the generated stub makes it, with grpc::ByteBuffer for both message types.
+constexpr char kPushPullMethod[] = "/tributary.v1.ParameterServer/PushPull";
 
 bool Retryable(grpc::StatusCode code) {
   // UNAVAILABLE: the shard went away (restart, network); CANCELLED/ABORTED/INTERNAL:
@@ -60,6 +68,7 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         MakeChannel(info.address(), channel_options_);
     if (channel.ok()) {
+      shard->channel = *channel;
       shard->stub = v1::ParameterServer::NewStub(*channel);
     } else {
       LOG(ERROR) << "PS shard " << info.shard_index() << ": " << channel.status();
@@ -70,6 +79,9 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
     for (auto& shard : shards_) {
       if (shard->index == partition.shard()) shard->partitions.push_back(partition.id());
     }
+  }
+  if (WireBytes(wire_dtype_) < sizeof(float)) {
+    narrowed_.resize(static_cast<size_t>(plan_.total_elements()) * WireBytes(wire_dtype_));
   }
 }
 
@@ -163,21 +175,29 @@ absl::StatusOr<uint64_t> PsClient::InitPartitions(const v1::JobSpec& spec, uint6
   return shards_.empty() ? 0 : lowest_step;
 }
 
-absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* dst, bool* finite) {
-  if (values.partition_id() >= static_cast<uint32_t>(plan_.partitions_size())) {
+absl::Status PsClient::CheckValues(const PartitionValuesView& values) const {
+  if (values.partition_id >= static_cast<uint32_t>(plan_.partitions_size())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the PS sent unknown partition ", values.partition_id()));
+        absl::StrCat("the PS sent unknown partition ", values.partition_id));
   }
+  const v1::Partition& partition = plan_.partitions(values.partition_id);
+  if (values.dtype != v1::FLOAT32 ||
+      values.data.size != static_cast<size_t>(partition.length()) * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the PS sent partition ", partition.id(), " as ", v1::DType_Name(values.dtype), " with ",
+        values.data.size, " bytes; expected FLOAT32 with ", partition.length() * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::StoreValues(const v1::PartitionValues& values, float* params) {
+  PartitionValuesView view;
+  view.partition_id = values.partition_id();
+  view.dtype = values.dtype();
+  view.data = ByteSpans::Of(values.data());
+  if (absl::Status checked = CheckValues(view); !checked.ok()) return checked;
   const v1::Partition& partition = plan_.partitions(values.partition_id());
-  if (values.dtype() != v1::FLOAT32 ||
-      values.data().size() != static_cast<size_t>(partition.length()) * sizeof(float)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the PS sent partition ", partition.id(), " as ",
-                     v1::DType_Name(values.dtype()), " with ", values.data().size(),
-                     " bytes; expected FLOAT32 with ", partition.length() * sizeof(float)));
-  }
-  std::memcpy(dst + partition.offset(), values.data().data(), values.data().size());
-  if (finite != nullptr) *finite = AllFinite(dst + partition.offset(), partition.length());
+  std::memcpy(params + partition.offset(), values.data().data(), values.data().size());
   bytes_pulled_ += values.data().size();
   return absl::OkStatus();
 }
@@ -190,7 +210,7 @@ absl::StatusOr<uint64_t> PsClient::PullShard(Shard& shard, float* params, std::v
   v1::PartitionValues values;
   uint64_t lowest_step = ~uint64_t{0};
   while (reader->Read(&values)) {
-    if (absl::Status s = StoreValues(values, params, nullptr); !s.ok()) {
+    if (absl::Status s = StoreValues(values, params); !s.ok()) {
       context.TryCancel();
       reader->Finish();
       return s;
@@ -236,15 +256,17 @@ absl::Status PsClient::ConnectShard(Shard& shard) {
   if (!identity_.node_credential.empty()) {
     shard.context->AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
   }
-  shard.stream = shard.stub->PushPull(shard.context.get());
+  shard.stream.reset(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+      shard.channel.get(),
+      grpc::internal::RpcMethod(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING),
+      shard.context.get()));
   if (shard.stream == nullptr) {
     return absl::UnavailableError(absl::StrCat("PushPull to ", ShardName(shard)));
   }
   return absl::OkStatus();
 }
 
-absl::Status PsClient::Open(float* incoming) {
-  incoming_ = incoming;
+absl::Status PsClient::Open() {
   for (auto& shard : shards_) {
     if (shard->stub == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(ShardName(*shard), ": no channel"));
@@ -256,65 +278,68 @@ absl::Status PsClient::Open(float* incoming) {
   return absl::OkStatus();
 }
 
-void PsClient::WritePush(Shard& shard, uint32_t partition, const PartitionState& state) {
-  const v1::Partition& info = plan_.partitions(partition);
+void PsClient::WritePush(Shard& shard, uint32_t partition, const Outgoing& push) {
+  PushHeader header;
+  header.job_id = identity_.job_id;
+  header.generation = identity_.generation;
+  header.step = push.step;
+  header.node_rank = identity_.node_rank;
+  header.partition_id = partition;
+  header.dtype = PartitionDtype(plan_.partitions(partition).buffers(), wire_dtype_);
+  header.sample_count = push.samples;
+  header.steps = push.steps;
+  grpc::ByteBuffer message = EncodeGradientPush(header, push.data, push.bytes);
   absl::MutexLock lock(&shard.write_mu);
-  v1::GradientPush& message = shard.message;
-  message.set_job_id(identity_.job_id);
-  message.set_generation(identity_.generation);
-  message.set_step(state.step);
-  message.set_node_rank(identity_.node_rank);
-  message.set_partition_id(partition);
-  const v1::DType dtype = PartitionDtype(info.buffers(), wire_dtype_);
-  message.set_dtype(dtype);
-  message.set_sample_count(state.samples);
-  const size_t bytes = info.length() * WireBytes(dtype);
-  std::string* data = message.mutable_data();
-  data->resize(bytes);
-  if (dtype == v1::FLOAT32) {
-    std::memcpy(data->data(), state.data, bytes);
-  } else {
-    NarrowInto(dtype, state.data, info.length(), data->data());
-  }
   // A failed write means the stream broke: the reader sees it, reconnects and sends
   // every push still awaiting its update again, this one included.
-  if (shard.stream->Write(message)) bytes_pushed_ += bytes;
+  if (shard.stream->Write(message)) bytes_pushed_ += push.bytes;
 }
 
-absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* grad_sum,
-                            uint64_t sample_count) {
+absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data,
+                            uint64_t sample_count, uint32_t steps) {
   if (partition >= static_cast<uint32_t>(plan_.partitions_size())) {
     return absl::InvalidArgumentError(absl::StrCat("Push: unknown partition ", partition));
   }
+  const v1::Partition& info = plan_.partitions(partition);
   Shard* owner = nullptr;
   for (auto& shard : shards_) {
-    if (shard->index == plan_.partitions(partition).shard()) owner = shard.get();
+    if (shard->index == info.shard()) owner = shard.get();
   }
   if (owner == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("Push: partition ", partition, " belongs to shard ",
-                     plan_.partitions(partition).shard(), ", which is not in the shard map"));
+        absl::StrCat("Push: partition ", partition, " belongs to shard ", info.shard(),
+                     ", which is not in the shard map"));
   }
-  PartitionState state;
+  Outgoing push;
+  push.step = step;
+  push.samples = sample_count;
+  push.steps = std::max<uint32_t>(1, steps);
+  const v1::DType dtype = PartitionDtype(info.buffers(), wire_dtype_);
+  push.bytes = static_cast<size_t>(info.length()) * WireBytes(dtype);
+  if (dtype == v1::FLOAT32) {
+    push.data = reinterpret_cast<const char*>(data);
+  } else {
+    char* narrowed = narrowed_.data() + info.offset() * WireBytes(dtype);
+    NarrowInto(dtype, data, info.length(), narrowed);
+    push.data = narrowed;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     PartitionState& current = partitions_[partition];
     current.awaiting = true;
-    current.step = step;
-    current.data = grad_sum;
-    current.samples = sample_count;
-    state = current;
+    current.pushed = push;
   }
-  WritePush(*owner, partition, state);
+  WritePush(*owner, partition, push);
   return absl::OkStatus();
 }
 
-absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) {
+absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
+                                   float* dst) {
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !failure_.ok() || !partitions_[partition].awaiting ||
-           partitions_[partition].step != step;
+           partitions_[partition].pushed.step != step;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -322,35 +347,53 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
         plan_.partitions(partition).shard(), " within ", absl::FormatDuration(timeout)));
   }
   // An update that arrived counts, even after an interruption or a later failure.
-  const PartitionState& state = partitions_[partition];
-  if (!state.awaiting || state.step != step) return absl::OkStatus();
-  return failure_;
+  PartitionState& state = partitions_[partition];
+  if (state.awaiting && state.pushed.step == step) return failure_;
+  if (!state.has_values) {
+    return absl::InternalError(
+        absl::StrCat("partition ", partition, ": no values received for step ", step));
+  }
+  // The one copy of an update: from the slices it arrived in to the parameters.
+  CopyFloatsInto(state.values.data, dst);
+  return absl::OkStatus();
 }
 
 void PsClient::ReadLoop(Shard* shard) {
-  v1::PartitionValues values;
+  grpc::ByteBuffer message;
+  ReceivedMessage received;  // Swapped with the partition's, so slices are reused.
+  PartitionValuesView values;
   absl::Time unreachable_since = absl::InfiniteFuture();
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   while (true) {
-    grpc::ClientReaderWriter<v1::GradientPush, v1::PartitionValues>* stream;
+    grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream;
     {
       absl::MutexLock lock(&shard->write_mu);
       stream = shard->stream.get();
     }
-    while (stream->Read(&values)) {
+    while (stream->Read(&message)) {
       unreachable_since = absl::InfiniteFuture();
       backoff.Reset();
-      bool finite = true;
-      absl::Status stored = StoreValues(values, incoming_, &finite);
+      absl::Status stored = DecodePartitionValues(message, &received, &values);
+      message.Clear();
+      if (stored.ok()) stored = CheckValues(values);
       absl::MutexLock lock(&mu_);
       if (!stored.ok()) {
-        if (failure_.ok()) failure_ = stored;
+        if (failure_.ok()) {
+          failure_ = absl::InvalidArgumentError(
+              absl::StrCat(ShardName(*shard), ": ", stored.message()));
+        }
         continue;
       }
-      PartitionState& state = partitions_[values.partition_id()];
-      // SYNC: the update of our step makes the values the parameters for step + 1;
-      // a re-sent older update does not count. ASYNC: any answer after our push.
-      if (mode_ != v1::SYNC || values.step() >= state.step + 1) state.awaiting = false;
+      bytes_pulled_ += values.data.size;
+      PartitionState& state = partitions_[values.partition_id];
+      std::swap(state.received, received);
+      std::swap(state.values, values);
+      state.has_values = true;
+      // SYNC and LOCAL_SGD: the update of our step (round) makes the values the
+      // parameters for a later step; a re-sent older update does not count. ASYNC /
+      // BOUNDED_STALENESS: any answer after our push.
+      const bool independent = mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS;
+      if (independent || state.values.step > state.pushed.step) state.awaiting = false;
     }
     const grpc::Status finished = stream->Finish();
     {
@@ -383,14 +426,14 @@ void PsClient::ReadLoop(Shard* shard) {
     }
     if (!ConnectShard(*shard).ok()) continue;
     ++reconnects_;
-    std::vector<std::pair<uint32_t, PartitionState>> resend;
+    std::vector<std::pair<uint32_t, Outgoing>> resend;
     {
       absl::MutexLock lock(&mu_);
       for (uint32_t id : shard->partitions) {
-        if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id]);
+        if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id].pushed);
       }
     }
-    for (const auto& [id, state] : resend) WritePush(*shard, id, state);
+    for (const auto& [id, push] : resend) WritePush(*shard, id, push);
   }
 }
 

@@ -1,12 +1,14 @@
 // The node leader's client of the parameter server shards, in ps-lite's three
 // verbs: Push a partition's gradient sum, Pull current values, and Wait for a
-// partition's update. One PushPull stream per shard; updates are written into the
-// caller's flat buffer as they arrive, partitions complete independently.
+// partition's update. One PushPull stream per shard, carrying raw messages
+// (common/partition_codec.h): a push goes out from the caller's buffer without a
+// copy, and an update is kept as the slices it arrived in until WaitUpdated writes it
+// into the caller's parameters. Partitions complete independently.
 //
-//   PsClient ps(identity, plan, shards, channel_options, v1::FLOAT32);
-//   ps.Open(incoming.data());
-//   ps.Push(step, p, node_grad.data() + plan.partitions(p).offset(), samples);  // per p
-//   ps.WaitUpdated(p, step, timeout);  // incoming[p] now holds the values for step + 1
+//   PsClient ps(identity, plan, shards, channel_options, v1::SYNC, v1::FLOAT32);
+//   ps.Open();
+//   ps.Push(step, p, node_grad.data() + plan.partitions(p).offset(), samples, 1);  // per p
+//   ps.WaitUpdated(p, step, timeout, params.data() + plan.partitions(p).offset());
 #ifndef TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
 #define TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
 
@@ -25,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/partition_codec.h"
 #include "proto/coordinator.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/comm/ps_connection.h"
@@ -74,20 +77,22 @@ class PsClient : public PsConnection {
   // Returns the lowest step they are for.
   absl::StatusOr<uint64_t> PullAll(float* params) override;
 
-  // Opens the PushPull streams. Updates land in incoming (the whole flat buffer),
-  // which must outlive the client.
-  absl::Status Open(float* incoming) override;
+  // Opens the PushPull streams.
+  absl::Status Open() override;
 
-  // Sends partition p's gradient sum for `step`. grad_sum points at the partition's
-  // first element and must stay valid until WaitUpdated(p, step) returns: after a
-  // reconnect it is sent again (the shard ignores exact duplicates).
-  absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
-                    uint64_t sample_count) override;
+  // Sends partition p's gradient sum for `step` (see PsConnection::Push). `data`
+  // points at the partition's first element and must stay unchanged until
+  // WaitUpdated(p, step) returns: gRPC sends it from there (FLOAT32; a narrower wire
+  // dtype is narrowed into the client's own buffer first), and after a reconnect it is
+  // sent again (the shard ignores exact duplicates).
+  absl::Status Push(uint64_t step, uint32_t partition, const float* data, uint64_t sample_count,
+                    uint32_t steps) override;
 
-  // Blocks until partition p holds the update that followed our push for `step`.
-  // FAILED_PRECONDITION when a shard refused the push as stale (a new generation:
-  // re-rendezvous); DEADLINE_EXCEEDED after `timeout`.
-  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) override;
+  // Blocks until the update that followed our push for `step` arrived and writes it
+  // into dst. FAILED_PRECONDITION when a shard refused the push as stale (a new
+  // generation: re-rendezvous); DEADLINE_EXCEEDED after `timeout`.
+  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
+                           float* dst) override;
 
   // Fails every wait, now and later, with ABORTED naming `reason`.
   void Interrupt(const std::string& reason) override;
@@ -104,11 +109,21 @@ class PsClient : public PsConnection {
 
  private:
   struct Shard;
-  struct PartitionState {
-    bool awaiting = false;        // Pushed, update not yet received.
-    uint64_t step = 0;            // Step of the latest push.
-    const float* data = nullptr;  // What was pushed (for re-sending).
+  // A push as sent (and sent again after a reconnect).
+  struct Outgoing {
+    uint64_t step = 0;
+    const char* data = nullptr;  // The wire bytes, where they lie.
+    size_t bytes = 0;
     uint64_t samples = 0;
+    uint32_t steps = 1;
+  };
+  struct PartitionState {
+    bool awaiting = false;  // Pushed, update not yet received.
+    Outgoing pushed;        // The latest push.
+    // The latest values received, kept in the slices they arrived in.
+    ReceivedMessage received;
+    PartitionValuesView values;
+    bool has_values = false;
   };
 
   // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
@@ -122,8 +137,11 @@ class PsClient : public PsConnection {
   void ReadLoop(Shard* shard);
   // Writes one push; a broken stream is the reader's to notice (it reconnects and
   // sends every push still awaiting its update again).
-  void WritePush(Shard& shard, uint32_t partition, const PartitionState& state);
-  absl::Status StoreValues(const v1::PartitionValues& values, float* dst, bool* finite);
+  void WritePush(Shard& shard, uint32_t partition, const Outgoing& push);
+  // Writes pulled values into params (Pull); an error for values that do not fit the plan.
+  absl::Status StoreValues(const v1::PartitionValues& values, float* params);
+  // The same check for an update: partition known, FLOAT32, the partition's length.
+  absl::Status CheckValues(const PartitionValuesView& values) const;
   std::string ShardName(const Shard& shard) const;
 
   const PsIdentity identity_;
@@ -133,7 +151,9 @@ class PsClient : public PsConnection {
   const v1::DType wire_dtype_;
   const absl::Duration retry_budget_;
   std::vector<std::unique_ptr<Shard>> shards_;
-  float* incoming_ = nullptr;
+  // Pushes narrowed to a FLOAT16/BFLOAT16 wire dtype, one region per partition (at
+  // the partition's offset, in wire bytes), sent from here.
+  std::vector<char> narrowed_;
 
   absl::Mutex mu_;
   std::vector<PartitionState> partitions_ ABSL_GUARDED_BY(mu_);

@@ -25,17 +25,22 @@ class PsConnection {
                                                   const float* params) = 0;
   // Current values of every partition into params; the lowest step they are for.
   virtual absl::StatusOr<uint64_t> PullAll(float* params) = 0;
-  // Starts receiving updates into `incoming` (the whole flat buffer; outlives this).
-  virtual absl::Status Open(float* incoming) = 0;
-  // Partition p's gradient sum for `step`; grad_sum stays valid until WaitUpdated(p,
+  // Starts receiving updates (they are kept until WaitUpdated asks for them).
+  virtual absl::Status Open() = 0;
+  // Partition p's gradient sum for `step` (LOCAL_SGD: its parameter change over the
+  // round [step, step + steps) times the round's samples; steps is 1 otherwise).
+  // `data` is sent from where it lies and must stay unchanged until WaitUpdated(p,
   // step) returned (it may be sent again).
-  virtual absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
-                            uint64_t sample_count) = 0;
-  // Blocks until `incoming` holds partition p's update after our push for `step` (OK
-  // whenever it arrived, even after an Interrupt). FAILED_PRECONDITION: a shard
-  // refused the push (a new generation); ABORTED after Interrupt while the update is
-  // still missing; DEADLINE_EXCEEDED after `timeout`.
-  virtual absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) = 0;
+  virtual absl::Status Push(uint64_t step, uint32_t partition, const float* data,
+                            uint64_t sample_count, uint32_t steps) = 0;
+  // Blocks until partition p's update after our push for `step` arrived, then writes
+  // its values into dst[0, length) (the partition's place in the parameter buffer: it
+  // is written here, on the caller's thread, never while the caller computes). OK
+  // whenever it arrived, even after an Interrupt. FAILED_PRECONDITION: a shard refused
+  // the push (a new generation); ABORTED after Interrupt while the update is still
+  // missing; DEADLINE_EXCEEDED after `timeout`.
+  virtual absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
+                                   float* dst) = 0;
   // Fails every wait, now and later, with ABORTED naming `reason` (a new generation,
   // a stop, shutdown): the session is over.
   virtual void Interrupt(const std::string& reason) = 0;

@@ -13,7 +13,7 @@ class InMemoryPsConnection::Sink : public NodeSink {
  public:
   explicit Sink(InMemoryPsConnection* owner) : owner_(owner) {}
   void Deliver(std::shared_ptr<const v1::PartitionValues> values) override {
-    owner_->Delivered(*values);
+    owner_->Delivered(std::move(values));
   }
   void Retry(uint32_t partition_id) override { owner_->Retry(partition_id); }
   void End(const absl::Status& status) override {
@@ -90,21 +90,19 @@ absl::StatusOr<uint64_t> InMemoryPsConnection::PullAll(float* params) {
   return lowest == UINT64_MAX ? 0 : lowest;
 }
 
-absl::Status InMemoryPsConnection::Open(float* incoming) {
-  incoming_ = incoming;
-  return absl::OkStatus();
-}
+absl::Status InMemoryPsConnection::Open() { return absl::OkStatus(); }
 
-absl::Status InMemoryPsConnection::Push(uint64_t step, uint32_t partition, const float* grad_sum,
-                                        uint64_t sample_count) {
+absl::Status InMemoryPsConnection::Push(uint64_t step, uint32_t partition, const float* data,
+                                        uint64_t sample_count, uint32_t steps) {
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     PartitionState& state = partitions_[partition];
     state.awaiting = true;
     state.step = step;
-    state.data = grad_sum;
+    state.data = data;
     state.samples = sample_count;
+    state.steps = steps;
   }
   return PushNow(partition);
 }
@@ -116,6 +114,7 @@ absl::Status InMemoryPsConnection::PushNow(uint32_t partition) {
     absl::MutexLock lock(&mu_);
     const PartitionState& state = partitions_[partition];
     push.set_step(state.step);
+    push.set_steps(state.steps);
     push.set_sample_count(state.samples);
     const v1::DType dtype = PartitionDtype(spec.buffers(), wire_dtype_);
     push.set_dtype(dtype);
@@ -137,16 +136,15 @@ absl::Status InMemoryPsConnection::PushNow(uint32_t partition) {
   return absl::OkStatus();
 }
 
-void InMemoryPsConnection::Delivered(const v1::PartitionValues& values) {
-  const v1::Partition& partition = plan_.partitions(values.partition_id());
-  if (incoming_ != nullptr) {
-    std::memcpy(incoming_ + partition.offset(), values.data().data(), values.data().size());
-  }
-  bytes_pulled_ += values.data().size();
+void InMemoryPsConnection::Delivered(std::shared_ptr<const v1::PartitionValues> values) {
+  bytes_pulled_ += values->data().size();
   absl::MutexLock lock(&mu_);
-  PartitionState& state = partitions_[values.partition_id()];
-  // SYNC: the update of our step; a re-sent older one does not count. ASYNC: any.
-  if (mode_ != v1::SYNC || values.step() >= state.step + 1) state.awaiting = false;
+  PartitionState& state = partitions_[values->partition_id()];
+  // SYNC, LOCAL_SGD: the update of our step (round); a re-sent older one does not
+  // count. ASYNC, BOUNDED_STALENESS: any.
+  const bool independent = mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS;
+  if (independent || values->step() > state.step) state.awaiting = false;
+  state.latest = std::move(values);
 }
 
 void InMemoryPsConnection::Retry(uint32_t partition) {
@@ -171,7 +169,7 @@ void InMemoryPsConnection::RetryLoop() {
 }
 
 absl::Status InMemoryPsConnection::WaitUpdated(uint32_t partition, uint64_t step,
-                                               absl::Duration timeout) {
+                                               absl::Duration timeout, float* dst) {
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !failure_.ok() || !partitions_[partition].awaiting ||
@@ -184,8 +182,13 @@ absl::Status InMemoryPsConnection::WaitUpdated(uint32_t partition, uint64_t step
   }
   // An update that arrived counts, even after an interruption or a later failure.
   const PartitionState& state = partitions_[partition];
-  if (!state.awaiting || state.step != step) return absl::OkStatus();
-  return failure_;
+  if (state.awaiting && state.step == step) return failure_;
+  if (state.latest == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("partition ", partition, ": no values delivered for step ", step));
+  }
+  std::memcpy(dst, state.latest->data().data(), state.latest->data().size());
+  return absl::OkStatus();
 }
 
 void InMemoryPsConnection::Interrupt(const std::string& reason) {

@@ -2,8 +2,9 @@
 // in the same process, reached by direct calls: no server, no sockets, no gRPC. For
 // TrainingSession's tests and anything else that wants a node leader's view of real
 // shards. Semantics follow PsClient: InitPartitions installs the job at the identity's
-// generation; updates land in the `incoming` buffer as the shards deliver them;
-// held pushes (BOUNDED_STALENESS) are pushed again when the shard says so.
+// generation; the latest values the shards delivered are kept until WaitUpdated
+// writes them out; held pushes (BOUNDED_STALENESS) are pushed again when the shard
+// says so.
 #ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_TESTING_IN_MEMORY_PS_H_
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_TESTING_IN_MEMORY_PS_H_
 
@@ -31,10 +32,11 @@ class InMemoryPsConnection : public worker::PsConnection {
   absl::StatusOr<uint64_t> InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
                                           const float* params) override;
   absl::StatusOr<uint64_t> PullAll(float* params) override;
-  absl::Status Open(float* incoming) override;
-  absl::Status Push(uint64_t step, uint32_t partition, const float* grad_sum,
-                    uint64_t sample_count) override;
-  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout) override;
+  absl::Status Open() override;
+  absl::Status Push(uint64_t step, uint32_t partition, const float* data, uint64_t sample_count,
+                    uint32_t steps) override;
+  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
+                           float* dst) override;
   void Interrupt(const std::string& reason) override;
   void Close() override;
   uint64_t bytes_pushed() const override { return bytes_pushed_; }
@@ -47,9 +49,11 @@ class InMemoryPsConnection : public worker::PsConnection {
     uint64_t step = 0;
     const float* data = nullptr;
     uint64_t samples = 0;
+    uint32_t steps = 1;
+    std::shared_ptr<const v1::PartitionValues> latest;  // The newest values delivered.
   };
   absl::Status PushNow(uint32_t partition);
-  void Delivered(const v1::PartitionValues& values);
+  void Delivered(std::shared_ptr<const v1::PartitionValues> values);
   void Retry(uint32_t partition);
   void RetryLoop();
 
@@ -59,7 +63,6 @@ class InMemoryPsConnection : public worker::PsConnection {
   const v1::TrainingMode mode_;
   const v1::DType wire_dtype_;
   std::vector<std::unique_ptr<Sink>> sinks_;  // By shard index.
-  float* incoming_ = nullptr;
 
   absl::Mutex mu_;
   std::vector<PartitionState> partitions_ ABSL_GUARDED_BY(mu_);
