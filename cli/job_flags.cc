@@ -91,8 +91,22 @@ ABSL_FLAG(double, min_lr, 0, "cosine schedule: floor. Default: 0.");
 ABSL_FLAG(uint64_t, warmup_steps, 0, "Linear warm-up steps. Default: 0.");
 
 // --- Distribution ---
-ABSL_FLAG(std::string, mode, "sync", "sync, async or bounded (bounded staleness). Default: sync.");
+ABSL_FLAG(std::string, mode, "sync",
+          "sync, async, bounded (bounded staleness) or local_sgd (each node steps on its own "
+          "and the PS averages every --sync_every steps). Default: sync.");
 ABSL_FLAG(uint32_t, staleness, 4, "bounded: max steps ahead of the slowest node. Default: 4.");
+ABSL_FLAG(uint32_t, sync_every, 0,
+          "local_sgd: local steps between synchronizations, in [1, 1000000]; 0 = the job "
+          "default (8). Default: 0.");
+ABSL_FLAG(std::string, outer_optimizer, "sgd",
+          "local_sgd: the PS's optimizer on the nodes' mean parameter change: sgd or momentum "
+          "(DiLoCo: momentum with --outer_nesterov). Default: sgd.");
+ABSL_FLAG(double, outer_lr, 1.0,
+          "local_sgd: the outer optimizer's learning rate (1 with sgd = plain averaging). "
+          "Default: 1.");
+ABSL_FLAG(double, outer_momentum, 0.9, "local_sgd, outer momentum: coefficient. Default: 0.9.");
+ABSL_FLAG(bool, outer_nesterov, false,
+          "local_sgd, outer momentum: Nesterov's form. Default: false.");
 ABSL_FLAG(uint32_t, nodes_min, 0,
           "Nodes needed to start (and to go on after a failure); 0 = every node the local "
           "cluster starts (submit: 1).");
@@ -354,9 +368,40 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   if (use("mode")) {
     absl::StatusOr<v1::TrainingMode> mode = ParseChoice<v1::TrainingMode>(
         "mode", absl::GetFlag(FLAGS_mode),
-        {{"sync", v1::SYNC}, {"async", v1::ASYNC}, {"bounded", v1::BOUNDED_STALENESS}});
+        {{"sync", v1::SYNC},
+         {"async", v1::ASYNC},
+         {"bounded", v1::BOUNDED_STALENESS},
+         {"local_sgd", v1::LOCAL_SGD}});
     if (!mode.ok()) return mode.status();
     spec.set_mode(*mode);
+  }
+  // The local SGD flags mean nothing in another mode: refused there when given.
+  if (spec.mode() != v1::LOCAL_SGD) {
+    for (const char* name :
+         {"sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "outer_nesterov"}) {
+      if (FlagGiven(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, ": applies only with --mode=local_sgd (the job's mode is ",
+                         v1::TrainingMode_Name(spec.mode()), ")"));
+      }
+    }
+  } else {
+    if (use("sync_every") && absl::GetFlag(FLAGS_sync_every) > 0) {
+      spec.set_sync_every(absl::GetFlag(FLAGS_sync_every));
+    }
+    v1::OptimizerSpec& outer = *spec.mutable_outer_optimizer();
+    if (use("outer_optimizer")) {
+      absl::StatusOr<v1::OptimizerType> type = ParseChoice<v1::OptimizerType>(
+          "outer_optimizer", absl::GetFlag(FLAGS_outer_optimizer),
+          {{"sgd", v1::SGD}, {"momentum", v1::MOMENTUM}});
+      if (!type.ok()) return type.status();
+      outer.set_type(*type);
+    }
+    if (use("outer_lr")) outer.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_outer_lr)));
+    if (use("outer_momentum") && outer.type() == v1::MOMENTUM) {
+      outer.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_outer_momentum)));
+    }
+    if (use("outer_nesterov")) outer.set_nesterov(absl::GetFlag(FLAGS_outer_nesterov));
   }
   if (use("staleness") && spec.mode() == v1::BOUNDED_STALENESS) {
     spec.set_staleness(absl::GetFlag(FLAGS_staleness));

@@ -30,6 +30,10 @@ ABSL_DECLARE_FLAG(double, epsilon);
 ABSL_DECLARE_FLAG(uint32_t, batch);
 ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_DECLARE_FLAG(uint32_t, staleness);
+ABSL_DECLARE_FLAG(uint32_t, sync_every);
+ABSL_DECLARE_FLAG(std::string, outer_optimizer);
+ABSL_DECLARE_FLAG(double, outer_lr);
+ABSL_DECLARE_FLAG(bool, outer_nesterov);
 
 namespace tributary::cli {
 namespace {
@@ -125,6 +129,44 @@ TEST_F(JobFlagsTest, OnlyFlagsGivenOverrideTheJobJson) {
   EXPECT_EQ(spec->mode(), v1::ASYNC) << "--mode was not given: the JSON's stands";
   EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.2f);
   EXPECT_EQ(spec->global_batch_size(), 128u) << "--batch was given: it wins";
+}
+
+TEST_F(JobFlagsTest, LocalSgdTakesItsRoundAndOuterOptimizerAndOnlyThen) {
+  absl::SetFlag(&FLAGS_mode, "local_sgd");
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mode(), v1::LOCAL_SGD);
+  EXPECT_EQ(spec->sync_every(), 8u) << "the job default";
+  EXPECT_EQ(spec->outer_optimizer().type(), v1::SGD);
+  EXPECT_FLOAT_EQ(spec->outer_optimizer().learning_rate(), 1.0f) << "plain averaging";
+  EXPECT_EQ(spec->optimizer().type(), v1::MOMENTUM) << "the inner optimizer is the job's";
+
+  absl::SetFlag(&FLAGS_sync_every, 16);
+  absl::SetFlag(&FLAGS_outer_optimizer, "momentum");
+  absl::SetFlag(&FLAGS_outer_lr, 0.7);
+  absl::SetFlag(&FLAGS_outer_nesterov, true);
+  spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sync_every(), 16u);
+  EXPECT_EQ(spec->outer_optimizer().type(), v1::MOMENTUM);
+  EXPECT_FLOAT_EQ(spec->outer_optimizer().learning_rate(), 0.7f);
+  EXPECT_FLOAT_EQ(spec->outer_optimizer().momentum(), 0.9f);
+  EXPECT_TRUE(spec->outer_optimizer().nesterov());
+
+  absl::SetFlag(&FLAGS_outer_optimizer, "adam");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--outer_optimizer=adam: expected one of sgd, momentum"));
+
+  // Given with another mode, the local SGD flags are refused, not ignored.
+  absl::SetFlag(&FLAGS_mode, "sync");
+  Given({"sync_every"});
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--sync_every: applies only with --mode=local_sgd (the job's mode is SYNC)"));
+  absl::SetFlag(&FLAGS_sync_every, 2000000);
+  absl::SetFlag(&FLAGS_mode, "local_sgd");
+  absl::SetFlag(&FLAGS_outer_optimizer, "sgd");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("sync_every: must be in [1, 1000000], got 2000000"));
 }
 
 TEST_F(JobFlagsTest, BadValuesNameTheirFlag) {

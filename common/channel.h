@@ -24,6 +24,10 @@ struct ChannelOptions {
   int keepalive_timeout_ms = 10000;
   // Sent as x-tributary-auth on every call when not empty (ClusterAuth::HeaderFor).
   std::string auth_header;
+  // A TCP connection of this channel's own, not shared with other channels of the
+  // process to the same address (gRPC shares by default): for benchmarks and tests
+  // whose clients stand in for separate machines.
+  bool own_connection = false;
 };
 
 // ChannelOptions (no TLS) that send `role`'s credential of `auth`; none when null.

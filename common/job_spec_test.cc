@@ -63,6 +63,20 @@ TEST(JobSpecTest, InvalidFieldsAreNamedOneByOne) {
       {[](v1::JobSpec& s) { s.set_mode(static_cast<v1::TrainingMode>(9)); }, "mode"},
       {[](v1::JobSpec& s) { s.set_mode(v1::BOUNDED_STALENESS); s.set_staleness(0); },
        "staleness"},
+      {[](v1::JobSpec& s) {
+         s.set_mode(v1::LOCAL_SGD);
+         s.set_sync_every(8);
+         s.mutable_outer_optimizer()->set_type(v1::ADAM);
+         s.mutable_outer_optimizer()->set_learning_rate(0.001f);
+       },
+       "outer_optimizer.type"},
+      {[](v1::JobSpec& s) {
+         s.set_mode(v1::LOCAL_SGD);
+         s.set_sync_every(8);
+         s.mutable_outer_optimizer()->set_type(v1::SGD);
+         s.mutable_outer_optimizer()->set_learning_rate(-1);
+       },
+       "outer_optimizer.learning_rate"},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = WithDefaults(v1::JobSpec());
@@ -103,6 +117,13 @@ TEST(JobSpecTest, EveryBoundHoldsAtItsLimitAndRefusesOnePast) {
        [](v1::JobSpec& s, bool past) {
          s.set_mode(v1::BOUNDED_STALENESS);
          s.set_staleness(kMaxStaleness + past);
+       }},
+      {"sync_every",
+       [](v1::JobSpec& s, bool past) {
+         s.set_mode(v1::LOCAL_SGD);
+         s.mutable_outer_optimizer()->set_type(v1::SGD);
+         s.mutable_outer_optimizer()->set_learning_rate(1);
+         s.set_sync_every(kMaxSyncEvery + past);
        }},
       {"model.layer_sizes",
        [](v1::JobSpec& s, bool past) {

@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
       session->ps_ = std::make_unique<PsClient>(
           identity, session->plan_,
           std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
-          options.ps_channel, spec.mode(), spec.wire_dtype());
+          options.ps_channel, spec.mode(), spec.wire_dtype(), kDefaultPsRetryBudget,
+          options.ps_streams_per_shard);
     }
   }
   if (session->local_sgd_ && assignment.node_leader()) {

@@ -58,6 +58,8 @@ struct SessionOptions {
   // Apply a step's update while the next step's forward runs (true), or finish it
   // before RunStep returns (false: the plain blocking path, for comparison).
   bool overlap_updates = true;
+  // PushPull streams (each on its own connection) to each shard (PsClient).
+  int ps_streams_per_shard = 1;
   // Called on a replica's thread when the forward pass of `step` is about to wait for
   // parameters [offset, offset + length) that the previous step's update has not
   // applied yet (tracing; the tests watch the overlap through it). May be empty.

@@ -58,6 +58,11 @@ ABSL_FLAG(bool, overlap_updates, true,
           "Apply each step's PS update partition by partition while the next step's forward "
           "pass runs (it waits only for the layers it reaches); false finishes the update "
           "before the next step starts. Default: true.");
+ABSL_FLAG(int, ps_streams_per_shard, 1,
+          "PushPull streams (each on its own TCP connection) from this worker, when it leads "
+          "its node, to each PS shard; a shard's partitions are dealt among them in turn. "
+          "More than 1 helps models with several partitions per shard (bench/ps_throughput "
+          "--streams_per_shard); in [1, 16]. Default: 1.");
 ABSL_FLAG(std::string, data_root, "/",
           "Every data path a job names (dataset directory, CSV and NPY files; relative ones "
           "from the working directory) must lie in this directory, symbolic links "
@@ -108,6 +113,12 @@ int main(int argc, char** argv) {
   options.eval_batch_size = absl::GetFlag(FLAGS_eval_batch_size);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.overlap_updates = absl::GetFlag(FLAGS_overlap_updates);
+  options.ps_streams_per_shard = absl::GetFlag(FLAGS_ps_streams_per_shard);
+  if (options.ps_streams_per_shard < 1 || options.ps_streams_per_shard > 16) {
+    LOG(ERROR) << "--ps_streams_per_shard=" << options.ps_streams_per_shard
+               << " must be in [1, 16]";
+    return 2;
+  }
 
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 4 << 20));

@@ -68,6 +68,8 @@ struct WorkerOptions {
   int cpu_threads = 0;
   // Apply each step's PS update while the next step's forward runs.
   bool overlap_updates = true;
+  // PushPull streams (connections) to each PS shard.
+  int ps_streams_per_shard = 1;
   // How long fetching a job's TorchScript file from the coordinator may take.
   absl::Duration model_fetch_timeout = absl::Minutes(5);
 };

@@ -25,6 +25,7 @@
 #include "services/parameter_server/parameter_server_service.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
+#include "worker/comm/ps_client.h"
 #include "common/wire_dtype.h"
 
 namespace tributary::bench {
@@ -264,17 +265,31 @@ double RawTcpGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk,
   return total / seconds / 1e9;
 }
 
+// Bytes each connection carries up per step: every (node, shard, stream), a shard's
+// partitions dealt among its streams in turn as PsClient deals them.
+std::vector<size_t> StreamBytesOf(const v1::PartitionPlan& plan, const PsConfig& config) {
+  const int lanes = std::max(1, config.streams_per_shard);
+  std::vector<size_t> per_lane(static_cast<size_t>(config.shards) * lanes, 0);
+  std::vector<int> dealt(config.shards, 0);
+  for (const v1::Partition& partition : plan.partitions()) {
+    const int shard = static_cast<int>(partition.shard());
+    per_lane[shard * lanes + dealt[shard]++ % lanes] +=
+        static_cast<size_t>(partition.length()) * sizeof(float);
+  }
+  std::vector<size_t> bytes;
+  for (int n = 0; n < config.nodes; ++n) {
+    for (size_t lane_bytes : per_lane) {
+      if (lane_bytes > 0) bytes.push_back(lane_bytes);
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<std::vector<size_t>> StreamBytes(const PsConfig& config) {
   if (absl::Status valid = CheckConfig(config); !valid.ok()) return valid;
   absl::StatusOr<v1::PartitionPlan> plan = PlanOf(config);
   if (!plan.ok()) return plan.status();
-  std::vector<size_t> bytes;
-  for (int n = 0; n < config.nodes; ++n) {
-    for (int s = 0; s < config.shards; ++s) {
-      bytes.push_back(static_cast<size_t>(BytesOfShard(*plan, static_cast<uint32_t>(s))));
-    }
-  }
-  return bytes;
+  return StreamBytesOf(*plan, config);
 }
 
 absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
@@ -318,132 +333,110 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
     }
   }
 
-  // One stream per (node, shard), each on its own channel (its own TCP connection, like
-  // separate machines), with its pushes prepared once.
-  struct Stream {
-    int node = 0;
-    int shard = 0;
-    std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<v1::ParameterServer::Stub> stub;
-    std::vector<v1::GradientPush> pushes;
-    grpc::ClientContext context;
+  // One node per thread, each with the workers' own PS client (worker/comm/ps_client:
+  // a stream per shard on a connection of its own, like separate machines, pushes sent
+  // from the gradient buffer and updates written into the parameters).
+  const v1::TrainingMode mode = v1::SYNC;
+  std::vector<v1::ShardInfo> shard_map;
+  for (int s = 0; s < config.shards; ++s) {
+    v1::ShardInfo& info = shard_map.emplace_back();
+    info.set_shard_index(static_cast<uint32_t>(s));
+    info.set_address(shards[s]->address());
+  }
+  struct Node {
+    std::unique_ptr<worker::PsClient> client;
+    std::vector<float> grad;
+    std::vector<float> params;
   };
-  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<Node> nodes(config.nodes);
   for (int n = 0; n < config.nodes; ++n) {
-    for (int s = 0; s < config.shards; ++s) {
-      auto stream = std::make_unique<Stream>();
-      stream->node = n;
-      stream->shard = s;
-      grpc::ChannelArguments arguments;
-      arguments.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
-      arguments.SetInt("bench.node", n);  // Distinct arguments: a connection per node.
-      stream->channel = grpc::CreateCustomChannel(shards[s]->address(),
-                                                  grpc::InsecureChannelCredentials(), arguments);
-      stream->stub = v1::ParameterServer::NewStub(stream->channel);
-      for (const v1::Partition& partition : plan->partitions()) {
-        if (partition.shard() != static_cast<uint32_t>(s)) continue;
-        v1::GradientPush push;
-        push.set_job_id("bench");
-        push.set_node_rank(static_cast<uint32_t>(n));
-        push.set_partition_id(partition.id());
-        push.set_dtype(config.wire_dtype);
-        push.set_sample_count(1);
-        std::vector<float> grad(partition.length(), 0.001f * (n + 1));
-        std::string data(partition.length() * WireBytes(config.wire_dtype), '\0');
-        NarrowInto(config.wire_dtype, grad.data(), grad.size(), data.data());
-        push.set_data(std::move(data));
-        stream->pushes.push_back(std::move(push));
-      }
-      streams.push_back(std::move(stream));
+    ChannelOptions channel;
+    channel.max_receive_bytes = max_receive_bytes;
+    channel.own_connection = true;
+    worker::PsIdentity identity;
+    identity.job_id = "bench";
+    identity.node_rank = static_cast<uint32_t>(n);
+    nodes[n].client = std::make_unique<worker::PsClient>(
+        identity, *plan, shard_map, channel, mode, config.wire_dtype,
+        worker::kDefaultPsRetryBudget, config.streams_per_shard);
+    nodes[n].grad.assign(plan->total_elements(), 0.001f * static_cast<float>(n + 1));
+    nodes[n].params.assign(plan->total_elements(), 0.0f);
+    if (absl::Status opened = nodes[n].client->Open(); !opened.ok()) {
+      shutdown();
+      return opened;
     }
   }
 
   absl::Mutex mu;
-  absl::Status failure;  // The first stream error; the other streams are cancelled.
+  absl::Status failure;  // The first node's error; the others are interrupted.
   const auto fail = [&](absl::Status status) {
     absl::MutexLock lock(&mu);
     if (!failure.ok()) return;
     failure = std::move(status);
-    for (auto& stream : streams) stream->context.TryCancel();
+    for (Node& node : nodes) node.client->Interrupt("another node failed");
   };
-  const int stream_count = static_cast<int>(streams.size());
+  const int node_count = config.nodes;
   std::atomic<int> arrived{0};
   std::atomic<int> barrier_round{0};
-  const auto barrier = [&](int round) {  // All streams start the timed steps together.
-    if (arrived.fetch_add(1) + 1 == stream_count * round) barrier_round.store(round);
+  const auto barrier = [&](int round) {  // All nodes start the timed steps together.
+    if (arrived.fetch_add(1) + 1 == node_count * round) barrier_round.store(round);
     while (barrier_round.load() < round) std::this_thread::yield();
   };
   Clock::time_point start;
-  std::atomic<uint64_t> bytes{0};
   std::vector<std::thread> threads;
-  for (int i = 0; i < stream_count; ++i) {
+  std::vector<uint64_t> moved_before(config.nodes, 0);
+  for (int i = 0; i < node_count; ++i) {
     threads.emplace_back([&, i] {
-      Stream& stream = *streams[i];
-      const std::string name = absl::StrCat("node ", stream.node, " -> shard ", stream.shard);
-      auto rpc = stream.stub->PushPull(&stream.context);
-      v1::PartitionValues values;
-      uint64_t moved = 0;
+      Node& node = nodes[i];
       bool ok = true;
       for (int step = 0; step < total_steps; ++step) {
-        const bool timed = step >= config.warmup_steps;
         if (step == config.warmup_steps) {
           barrier(1);
           if (i == 0) start = Clock::now();
+          moved_before[i] = node.client->bytes_pushed() + node.client->bytes_pulled();
           barrier(2);
         }
         if (!ok) continue;  // Keep meeting the barriers so the others are not stuck.
-        // Push everything, then read the updates (the shard streams them as they complete).
-        for (v1::GradientPush& push : stream.pushes) {
-          push.set_step(static_cast<uint64_t>(step));
-          if (!rpc->Write(push)) {
+        // Push every partition, last first (as backward finishes them), then take every
+        // update, first first (as the next forward needs them).
+        for (int p = plan->partitions_size() - 1; p >= 0 && ok; --p) {
+          const v1::Partition& partition = plan->partitions(p);
+          absl::Status pushed = node.client->Push(static_cast<uint64_t>(step), partition.id(),
+                                                  node.grad.data() + partition.offset(), 1, 1);
+          if (!pushed.ok()) {
+            fail(pushed);
             ok = false;
-            break;
           }
-          if (timed) moved += push.data().size();
         }
-        size_t received = 0;
-        while (ok && received < stream.pushes.size()) {
-          if (!rpc->Read(&values)) {
+        for (const v1::Partition& partition : plan->partitions()) {
+          if (!ok) break;
+          absl::Status updated =
+              node.client->WaitUpdated(partition.id(), static_cast<uint64_t>(step),
+                                       absl::Seconds(60), node.params.data() + partition.offset());
+          if (!updated.ok()) {
+            fail(absl::UnavailableError(
+                absl::StrCat("node ", i, " step ", step, ": ", updated.message())));
             ok = false;
-            break;
           }
-          if (values.step() != static_cast<uint64_t>(step) + 1) continue;
-          ++received;
-          if (timed) moved += values.data().size();
-        }
-        if (!ok) {
-          const grpc::Status status = rpc->Finish();
-          fail(absl::UnavailableError(
-              absl::StrCat(name, ": stream ended at step ", step, ": ", status.error_message())));
         }
       }
-      if (ok) {
-        rpc->WritesDone();
-        const grpc::Status status = rpc->Finish();
-        if (!status.ok()) {
-          fail(absl::UnavailableError(absl::StrCat(name, ": ", status.error_message())));
-        }
-      }
-      bytes.fetch_add(moved);
     });
   }
   for (std::thread& thread : threads) thread.join();
   const double seconds = SecondsSince(start);
+  uint64_t bytes = 0;
+  for (int n = 0; n < config.nodes; ++n) {
+    bytes += nodes[n].client->bytes_pushed() + nodes[n].client->bytes_pulled() - moved_before[n];
+    nodes[n].client->Close();
+  }
   PsResult result;
-  result.gbps = static_cast<double>(bytes.load()) / seconds / 1e9;
+  result.gbps = static_cast<double>(bytes) / seconds / 1e9;
   result.step_seconds = seconds / config.steps;
   for (auto& shard : shards) {
     result.aggregation_wait_seconds += shard->shard.Status().aggregation_wait_seconds();
   }
   result.aggregation_wait_seconds /= config.shards;
-  for (auto& stream : streams) {
-    size_t up = 0;
-    for (const v1::GradientPush& push : stream->pushes) {
-      up +=
-          static_cast<size_t>(plan->partitions(static_cast<int>(push.partition_id())).length()) * 4;
-    }
-    result.stream_bytes.push_back(up);
-  }
+  result.stream_bytes = StreamBytesOf(*plan, config);
   shutdown();
   {
     absl::MutexLock lock(&mu);

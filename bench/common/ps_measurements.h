@@ -36,14 +36,15 @@ struct PsConfig {
   int steps = 5;                       // Timed steps.
   int summation_threads = 1;           // Executor threads of each shard.
   v1::DType wire_dtype = v1::FLOAT32;  // Gradient dtype on the wire (updates: FLOAT32).
+  int streams_per_shard = 1;           // PsClient's PushPull streams (connections) per shard.
 };
 
 struct PsResult {
   double gbps = 0;                      // Bytes pushed + pulled per second, all nodes.
   double step_seconds = 0;              // Mean wall time of a timed step.
   double aggregation_wait_seconds = 0;  // The shards' mean aggregation wait.
-  // Bytes each (node, shard) stream moves up per step (FLOAT32): the raw TCP figure
-  // of the same traffic uses these.
+  // Bytes each connection (node, shard, stream) moves up per step (FLOAT32): the raw
+  // TCP figure of the same traffic uses these.
   std::vector<size_t> stream_bytes;
 };
 
@@ -52,8 +53,9 @@ struct PsResult {
 // INVALID_ARGUMENT for a bad config, the shard's or gRPC's error otherwise.
 absl::StatusOr<PsResult> MeasurePs(const PsConfig& config);
 
-// Bytes per (node, shard) stream for `config` without running anything (the plan's
-// FLOAT32 bytes of each shard, repeated for every node).
+// Bytes per connection for `config` without running anything: the plan's FLOAT32
+// bytes of each (node, shard, stream), a shard's partitions dealt among its
+// streams_per_shard streams in turn (as PsClient deals them).
 absl::StatusOr<std::vector<size_t>> StreamBytes(const PsConfig& config);
 
 }  // namespace tributary::bench

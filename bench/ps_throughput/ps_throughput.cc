@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, wire_dtype, "FLOAT32",
 ABSL_FLAG(int, malloc_arena_max, 1,
           "glibc malloc arenas, as the shard binary's flag of that name (0: glibc default). "
           "Default: 1.");
+ABSL_FLAG(int, streams_per_shard, 1,
+          "PushPull streams from each worker to each shard, each on its own connection (the "
+          "worker's --ps_streams_per_shard); raw TCP uses as many connections. Default: 1.");
 ABSL_FLAG(int, repeats, 3,
           "Repetitions of the memcpy, summation and raw TCP measurements (the best is "
           "reported). Default: 3.");
@@ -92,6 +95,7 @@ int Run() {
   base.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
   base.steps = absl::GetFlag(FLAGS_steps);
   base.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  base.streams_per_shard = absl::GetFlag(FLAGS_streams_per_shard);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   base.summation_threads = absl::GetFlag(FLAGS_summation_threads);
   if (base.summation_threads <= 0) base.summation_threads = static_cast<int>(cores);
@@ -168,11 +172,11 @@ int Run() {
   absl::PrintF(
       "{\"bench\": \"ps_throughput\", %s, "
       "\"memcpy_GBps\": %.4f, \"sum_GBps\": %.4f, \"model_bytes\": %d, \"partition_bytes\": %d, "
-      "\"steps\": %d, \"warmup_steps\": %d, \"summation_threads\": %d, \"wire_dtype\": \"%s\", "
-      "\"runs\": [%s]}\n",
+      "\"steps\": %d, \"warmup_steps\": %d, \"summation_threads\": %d, "
+      "\"streams_per_shard\": %d, \"wire_dtype\": \"%s\", \"runs\": [%s]}\n",
       MachineJsonMembers(machine, after), memcpy_gbps, sum_gbps, base.model_bytes,
-      base.partition_bytes, base.steps, base.warmup_steps, base.summation_threads, dtype,
-      absl::StrJoin(runs, ", "));
+      base.partition_bytes, base.steps, base.warmup_steps, base.summation_threads,
+      base.streams_per_shard, dtype, absl::StrJoin(runs, ", "));
   return 0;
 }
 

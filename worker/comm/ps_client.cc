@@ -20,9 +20,17 @@ namespace tributary::worker {
 struct PsClient::Shard {
   uint32_t index = 0;
   std::string address;
-  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::ParameterServer::Stub> stub;
   std::vector<uint32_t> partitions;  // Owned by this shard, in plan order.
+};
+
+// One PushPull stream to a shard, on a connection of its own when a shard has several,
+// carrying every streams_per_shard-th partition of it.
+struct PsClient::Lane {
+  const Shard* shard = nullptr;
+  int number = 0;
+  std::shared_ptr<grpc::Channel> channel;
+  std::vector<uint32_t> partitions;
 
   // Guards the stream against concurrent writes and against being replaced by a
   // reconnect while a push is written.
@@ -53,13 +61,14 @@ bool Retryable(grpc::StatusCode code) {
 
 PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
                    ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
-                   absl::Duration retry_budget)
+                   absl::Duration retry_budget, int streams_per_shard)
     : identity_(std::move(identity)),
       plan_(std::move(plan)),
       channel_options_(std::move(channel_options)),
       mode_(mode),
       wire_dtype_(wire_dtype),
       retry_budget_(retry_budget),
+      streams_per_shard_(std::max(1, streams_per_shard)),
       partitions_(plan_.partitions_size()) {
   for (const v1::ShardInfo& info : shards) {
     auto shard = std::make_unique<Shard>();
@@ -68,16 +77,36 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         MakeChannel(info.address(), channel_options_);
     if (channel.ok()) {
-      shard->channel = *channel;
       shard->stub = v1::ParameterServer::NewStub(*channel);
     } else {
       LOG(ERROR) << "PS shard " << info.shard_index() << ": " << channel.status();
     }
+    // The PushPull streams, each on its own connection when there are several (one
+    // connection's throughput is what a single TCP stream and gRPC's one thread per
+    // read and write can do).
+    ChannelOptions lane_options = channel_options_;
+    lane_options.own_connection = channel_options_.own_connection || streams_per_shard_ > 1;
+    for (int number = 0; number < streams_per_shard_; ++number) {
+      auto lane = std::make_unique<Lane>();
+      lane->shard = shard.get();
+      lane->number = number;
+      absl::StatusOr<std::shared_ptr<grpc::Channel>> lane_channel =
+          MakeChannel(info.address(), lane_options);
+      if (lane_channel.ok()) lane->channel = *lane_channel;
+      lanes_.push_back(std::move(lane));
+    }
     shards_.push_back(std::move(shard));
   }
+  lane_of_.assign(plan_.partitions_size(), nullptr);
   for (const v1::Partition& partition : plan_.partitions()) {
-    for (auto& shard : shards_) {
-      if (shard->index == partition.shard()) shard->partitions.push_back(partition.id());
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      Shard& shard = *shards_[s];
+      if (shard.index != partition.shard()) continue;
+      Lane* lane = lanes_[s * streams_per_shard_ + shard.partitions.size() % streams_per_shard_]
+                       .get();
+      shard.partitions.push_back(partition.id());
+      lane->partitions.push_back(partition.id());
+      lane_of_[partition.id()] = lane;
     }
   }
   if (WireBytes(wire_dtype_) < sizeof(float)) {
@@ -250,35 +279,42 @@ absl::StatusOr<uint64_t> PsClient::PullAll(float* params) {
   return plan_.partitions_size() == 0 ? 0 : lowest_step;
 }
 
-absl::Status PsClient::ConnectShard(Shard& shard) {
-  absl::MutexLock lock(&shard.write_mu);
-  shard.context = std::make_unique<grpc::ClientContext>();
+std::string PsClient::LaneName(const Lane& lane) const {
+  if (streams_per_shard_ == 1) return ShardName(*lane.shard);
+  return absl::StrCat(ShardName(*lane.shard), " (stream ", lane.number + 1, " of ",
+                      streams_per_shard_, ")");
+}
+
+absl::Status PsClient::ConnectLane(Lane& lane) {
+  absl::MutexLock lock(&lane.write_mu);
+  lane.context = std::make_unique<grpc::ClientContext>();
   if (!identity_.node_credential.empty()) {
-    shard.context->AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
+    lane.context->AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
   }
-  shard.stream.reset(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-      shard.channel.get(),
-      grpc::internal::RpcMethod(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING),
-      shard.context.get()));
-  if (shard.stream == nullptr) {
-    return absl::UnavailableError(absl::StrCat("PushPull to ", ShardName(shard)));
+  lane.stream.reset(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          lane.channel.get(),
+          grpc::internal::RpcMethod(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING),
+          lane.context.get()));
+  if (lane.stream == nullptr) {
+    return absl::UnavailableError(absl::StrCat("PushPull to ", LaneName(lane)));
   }
   return absl::OkStatus();
 }
 
 absl::Status PsClient::Open() {
-  for (auto& shard : shards_) {
-    if (shard->stub == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(ShardName(*shard), ": no channel"));
+  for (auto& lane : lanes_) {
+    if (lane->channel == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(LaneName(*lane), ": no channel"));
     }
-    if (absl::Status s = ConnectShard(*shard); !s.ok()) return s;
-    Shard* raw = shard.get();
-    shard->reader = std::thread([this, raw] { ReadLoop(raw); });
+    if (absl::Status s = ConnectLane(*lane); !s.ok()) return s;
+    Lane* raw = lane.get();
+    lane->reader = std::thread([this, raw] { ReadLoop(raw); });
   }
   return absl::OkStatus();
 }
 
-void PsClient::WritePush(Shard& shard, uint32_t partition, const Outgoing& push) {
+void PsClient::WritePush(Lane& lane, uint32_t partition, const Outgoing& push) {
   PushHeader header;
   header.job_id = identity_.job_id;
   header.generation = identity_.generation;
@@ -289,10 +325,10 @@ void PsClient::WritePush(Shard& shard, uint32_t partition, const Outgoing& push)
   header.sample_count = push.samples;
   header.steps = push.steps;
   grpc::ByteBuffer message = EncodeGradientPush(header, push.data, push.bytes);
-  absl::MutexLock lock(&shard.write_mu);
+  absl::MutexLock lock(&lane.write_mu);
   // A failed write means the stream broke: the reader sees it, reconnects and sends
   // every push still awaiting its update again, this one included.
-  if (shard.stream->Write(message)) bytes_pushed_ += push.bytes;
+  if (lane.stream->Write(message)) bytes_pushed_ += push.bytes;
 }
 
 absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data,
@@ -301,10 +337,7 @@ absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data
     return absl::InvalidArgumentError(absl::StrCat("Push: unknown partition ", partition));
   }
   const v1::Partition& info = plan_.partitions(partition);
-  Shard* owner = nullptr;
-  for (auto& shard : shards_) {
-    if (shard->index == info.shard()) owner = shard.get();
-  }
+  Lane* owner = lane_of_[partition];
   if (owner == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("Push: partition ", partition, " belongs to shard ", info.shard(),
@@ -358,7 +391,7 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
   return absl::OkStatus();
 }
 
-void PsClient::ReadLoop(Shard* shard) {
+void PsClient::ReadLoop(Lane* lane) {
   grpc::ByteBuffer message;
   ReceivedMessage received;  // Swapped with the partition's, so slices are reused.
   PartitionValuesView values;
@@ -367,8 +400,8 @@ void PsClient::ReadLoop(Shard* shard) {
   while (true) {
     grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream;
     {
-      absl::MutexLock lock(&shard->write_mu);
-      stream = shard->stream.get();
+      absl::MutexLock lock(&lane->write_mu);
+      stream = lane->stream.get();
     }
     while (stream->Read(&message)) {
       unreachable_since = absl::InfiniteFuture();
@@ -380,7 +413,7 @@ void PsClient::ReadLoop(Shard* shard) {
       if (!stored.ok()) {
         if (failure_.ok()) {
           failure_ = absl::InvalidArgumentError(
-              absl::StrCat(ShardName(*shard), ": ", stored.message()));
+              absl::StrCat(LaneName(*lane), ": ", stored.message()));
         }
         continue;
       }
@@ -401,7 +434,7 @@ void PsClient::ReadLoop(Shard* shard) {
       if (closing_) return;
       if (!Retryable(finished.error_code())) {
         if (failure_.ok()) {
-          failure_ = FromGrpcStatus(finished, absl::StrCat("PushPull to ", ShardName(*shard)));
+          failure_ = FromGrpcStatus(finished, absl::StrCat("PushPull to ", LaneName(*lane)));
         }
         return;
       }
@@ -411,29 +444,29 @@ void PsClient::ReadLoop(Shard* shard) {
     if (absl::Now() - unreachable_since > retry_budget_) {
       absl::MutexLock lock(&mu_);
       if (failure_.ok()) {
-        failure_ = absl::UnavailableError(absl::StrCat(ShardName(*shard), " unreachable for ",
+        failure_ = absl::UnavailableError(absl::StrCat(LaneName(*lane), " unreachable for ",
                                                        absl::FormatDuration(retry_budget_), ": ",
                                                        finished.error_message()));
       }
       return;
     }
-    LOG(WARNING) << "PushPull to " << ShardName(*shard) << " broke (" << finished.error_message()
+    LOG(WARNING) << "PushPull to " << LaneName(*lane) << " broke (" << finished.error_message()
                  << "); reconnecting in " << absl::FormatDuration(backoff.Peek());
     absl::SleepFor(backoff.Next());
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;
     }
-    if (!ConnectShard(*shard).ok()) continue;
+    if (!ConnectLane(*lane).ok()) continue;
     ++reconnects_;
     std::vector<std::pair<uint32_t, Outgoing>> resend;
     {
       absl::MutexLock lock(&mu_);
-      for (uint32_t id : shard->partitions) {
+      for (uint32_t id : lane->partitions) {
         if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id].pushed);
       }
     }
-    for (const auto& [id, push] : resend) WritePush(*shard, id, push);
+    for (const auto& [id, push] : resend) WritePush(*lane, id, push);
   }
 }
 
@@ -449,12 +482,12 @@ void PsClient::Close() {
     closing_ = true;
     if (failure_.ok()) failure_ = absl::CancelledError("PS client closed");
   }
-  for (auto& shard : shards_) {
+  for (auto& lane : lanes_) {
     {
-      absl::MutexLock lock(&shard->write_mu);
-      if (shard->context != nullptr) shard->context->TryCancel();
+      absl::MutexLock lock(&lane->write_mu);
+      if (lane->context != nullptr) lane->context->TryCancel();
     }
-    if (shard->reader.joinable()) shard->reader.join();
+    if (lane->reader.joinable()) lane->reader.join();
   }
 }
 

@@ -57,9 +57,11 @@ inline constexpr absl::Duration kDefaultPsRetryBudget = absl::Seconds(60);
 class PsClient : public PsConnection {
  public:
   // plan: the job's partition plan; shards: the Assignment's shard map (index order).
+  // streams_per_shard: PushPull streams to each shard, each on its own connection,
+  // its partitions dealt among them in turn (at least 1).
   PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
            ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
-           absl::Duration retry_budget = kDefaultPsRetryBudget);
+           absl::Duration retry_budget = kDefaultPsRetryBudget, int streams_per_shard = 1);
   ~PsClient() override;
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
@@ -109,6 +111,7 @@ class PsClient : public PsConnection {
 
  private:
   struct Shard;
+  struct Lane;
   // A push as sent (and sent again after a reconnect).
   struct Outgoing {
     uint64_t step = 0;
@@ -133,16 +136,17 @@ class PsClient : public PsConnection {
                                      const float* params);
   // One Pull from one shard into params; marks the partitions it sent in `seen`.
   absl::StatusOr<uint64_t> PullShard(Shard& shard, float* params, std::vector<bool>& seen);
-  absl::Status ConnectShard(Shard& shard);
-  void ReadLoop(Shard* shard);
+  absl::Status ConnectLane(Lane& lane);
+  void ReadLoop(Lane* lane);
   // Writes one push; a broken stream is the reader's to notice (it reconnects and
   // sends every push still awaiting its update again).
-  void WritePush(Shard& shard, uint32_t partition, const Outgoing& push);
+  void WritePush(Lane& lane, uint32_t partition, const Outgoing& push);
   // Writes pulled values into params (Pull); an error for values that do not fit the plan.
   absl::Status StoreValues(const v1::PartitionValues& values, float* params);
   // The same check for an update: partition known, FLOAT32, the partition's length.
   absl::Status CheckValues(const PartitionValuesView& values) const;
   std::string ShardName(const Shard& shard) const;
+  std::string LaneName(const Lane& lane) const;
 
   const PsIdentity identity_;
   const v1::PartitionPlan plan_;
@@ -150,7 +154,10 @@ class PsClient : public PsConnection {
   const v1::TrainingMode mode_;
   const v1::DType wire_dtype_;
   const absl::Duration retry_budget_;
+  const int streams_per_shard_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // streams_per_shard_ per shard, in order.
+  std::vector<Lane*> lane_of_;                // By partition id.
   // Pushes narrowed to a FLOAT16/BFLOAT16 wire dtype, one region per partition (at
   // the partition's offset, in wire bytes), sent from here.
   std::vector<char> narrowed_;
