@@ -76,22 +76,36 @@ std::string SideBySide(const std::vector<const TrainingRun*>& runs, double targe
                       return absl::StrFormat("%.1f%%", 100 * t.ReduceShare());
                     }),
                     nullptr});
+    rows.push_back({"forward wait for parameters", if_measured([](const StepTimes& t) {
+                      return absl::StrFormat("%.1f%%", 100 * t.ParametersWaitShare());
+                    }),
+                    nullptr});
   }
 
-  const bool ratio = runs.size() == 2;
+  static const char* const kOrdinals[] = {"1st", "2nd", "3rd", "4th", "5th", "6th"};
+  const size_t n = runs.size();
+  const bool ratios = n >= 2 && n <= 6;
   std::string table = absl::StrFormat("%-28s", "");
   for (const TrainingRun* run : runs) absl::StrAppend(&table, absl::StrFormat("%18s", run->name));
-  if (ratio) absl::StrAppend(&table, absl::StrFormat("%14s", "1st / 2nd"));
+  if (ratios) {
+    for (size_t i = 0; i + 1 < n; ++i) {
+      absl::StrAppend(&table,
+                      absl::StrFormat("%14s", absl::StrCat(kOrdinals[i], " / ", kOrdinals[n - 1])));
+    }
+  }
   absl::StrAppend(&table, "\n");
   for (const Row& row : rows) {
     absl::StrAppend(&table, absl::StrFormat("%-28s", row.label));
     for (const TrainingRun* run : runs) {
       absl::StrAppend(&table, absl::StrFormat("%18s", row.text(*run)));
     }
-    if (ratio && row.value != nullptr) {
-      const double first = row.value(*runs[0]), second = row.value(*runs[1]);
-      absl::StrAppend(&table, first > 0 && second > 0 ? absl::StrFormat("%14.3f", first / second)
+    if (ratios && row.value != nullptr) {
+      const double last = row.value(*runs[n - 1]);
+      for (size_t i = 0; i + 1 < n; ++i) {
+        const double value = row.value(*runs[i]);
+        absl::StrAppend(&table, value > 0 && last > 0 ? absl::StrFormat("%14.3f", value / last)
                                                       : absl::StrFormat("%14s", "-"));
+      }
     }
     absl::StrAppend(&table, "\n");
   }
@@ -122,10 +136,12 @@ std::string TrainingRunJson(const TrainingRun& run, double target) {
         &json,
         absl::StrFormat(", \"step_times\": {\"workers\": %d, \"worker_steps\": %d, "
                         "\"mean_step_seconds\": %.5f, \"push_wait_share\": %.4f, "
-                        "\"reduce_share\": %.4f, \"step_seconds_sum\": %.3f, "
-                        "\"push_wait_seconds_sum\": %.3f, \"reduce_seconds_sum\": %.3f}",
+                        "\"reduce_share\": %.4f, \"parameters_wait_share\": %.4f, "
+                        "\"step_seconds_sum\": %.3f, \"push_wait_seconds_sum\": %.3f, "
+                        "\"reduce_seconds_sum\": %.3f, \"parameters_wait_seconds_sum\": %.3f}",
                         t.workers, t.steps, t.MeanStepSeconds(), t.PushWaitShare(), t.ReduceShare(),
-                        t.step_seconds, t.push_wait_seconds, t.reduce_seconds));
+                        t.ParametersWaitShare(), t.step_seconds, t.push_wait_seconds,
+                        t.reduce_seconds, t.parameters_wait_seconds));
   }
   if (run.bytes_pushed > 0 || run.bytes_pulled > 0) {
     absl::StrAppend(&json, absl::StrFormat(", \"bytes_pushed\": %d, \"bytes_pulled\": %d",

@@ -25,9 +25,15 @@ struct StepTimes {
   double step_seconds = 0;       // Compute through update.
   double push_wait_seconds = 0;  // Node leaders waiting for the PS's new values.
   double reduce_seconds = 0;     // Intra-node gradient reduction (overlaps backward).
+  // Forward passes standing still for the previous step's parameters (the part of the
+  // update the overlap did not hide).
+  double parameters_wait_seconds = 0;
 
   double PushWaitShare() const { return step_seconds > 0 ? push_wait_seconds / step_seconds : 0; }
   double ReduceShare() const { return step_seconds > 0 ? reduce_seconds / step_seconds : 0; }
+  double ParametersWaitShare() const {
+    return step_seconds > 0 ? parameters_wait_seconds / step_seconds : 0;
+  }
   double MeanStepSeconds() const { return steps > 0 ? step_seconds / steps : 0; }
 };
 
@@ -58,8 +64,8 @@ struct TrainingRun {
 };
 
 // The rows of a side-by-side table of `runs` (first column: what the row is). When
-// target > 0 a row gives each run's time to that accuracy. Each ratio row divides by
-// the first run.
+// target > 0 a row gives each run's time to that accuracy. With two runs or more, a
+// ratio column per run but the last divides that run's figure by the last run's.
 std::string SideBySide(const std::vector<const TrainingRun*>& runs, double target);
 
 // The run's evaluations as "accuracy@seconds" points ("none" without any).

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
 #include "common/channel.h"
+#include "common/job_spec.h"
 #include "common/child_process.h"
 #include "common/cluster_auth.h"
 #include "common/testing/prometheus_text.h"
@@ -62,6 +63,7 @@ StepTimes ScrapeWorker(const std::string& host, int http_port, bool* ok) {
   times.step_seconds = metrics->Sum("tributary_worker_step_seconds_sum");
   times.push_wait_seconds = metrics->Sum("tributary_worker_push_wait_seconds_sum");
   times.reduce_seconds = metrics->Sum("tributary_worker_reduce_seconds_sum");
+  times.parameters_wait_seconds = metrics->Sum("tributary_worker_parameters_wait_seconds_sum");
   *ok = true;
   return times;
 }
@@ -221,6 +223,7 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     run.step_times.step_seconds += times.step_seconds;
     run.step_times.push_wait_seconds += times.push_wait_seconds;
     run.step_times.reduce_seconds += times.reduce_seconds;
+    run.step_times.parameters_wait_seconds += times.parameters_wait_seconds;
   }
 
   absl::StatusOr<std::string> text = ReadFileToString(summary_path);
@@ -248,6 +251,24 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   run.bytes_pushed = static_cast<uint64_t>(pushed);
   run.bytes_pulled = static_cast<uint64_t>(pulled);
   return run;
+}
+
+absl::StatusOr<TrainingRun> RunLocalSgdVariant(const TributaryLocalOptions& options,
+                                               const v1::JobSpec& spec, uint32_t sync_every,
+                                               const std::string& work_dir,
+                                               v1::JobSpec* local_sgd_spec) {
+  v1::JobSpec job = spec;
+  job.set_mode(v1::LOCAL_SGD);
+  job.set_sync_every(sync_every);
+  job = WithDefaults(std::move(job));
+  if (absl::Status valid = ValidateJobSpec(job); !valid.ok()) return valid;
+  TributaryLocalOptions variant = options;
+  variant.job_json = work_dir + "/job-local-sgd.json";
+  if (absl::Status written = WriteJobJson(job, variant.job_json); !written.ok()) return written;
+  variant.run_dir = work_dir + "/tributary-local-sgd";
+  variant.name = absl::StrCat("local SGD H=", job.sync_every());
+  *local_sgd_spec = job;
+  return RunTributaryLocal(variant);
 }
 
 }  // namespace tributary::bench

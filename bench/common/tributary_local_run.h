@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/common/training_run.h"
+#include "proto/job.pb.h"
 
 namespace tributary::bench {
 
@@ -34,6 +35,14 @@ struct TributaryLocalOptions {
 // Waits for the child to exit. UNAVAILABLE with the tail of its log when it fails or
 // the job does not complete; NOT_FOUND when the job never appeared on the coordinator.
 absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& options);
+
+// The same cluster on `spec` in LOCAL_SGD (sync_every 0: the job default), its job
+// JSON and run directory under `work_dir`; the run is named "local SGD H=<n>". The
+// spec it ran is written to *local_sgd_spec.
+absl::StatusOr<TrainingRun> RunLocalSgdVariant(const TributaryLocalOptions& options,
+                                               const v1::JobSpec& spec, uint32_t sync_every,
+                                               const std::string& work_dir,
+                                               v1::JobSpec* local_sgd_spec);
 
 }  // namespace tributary::bench
 

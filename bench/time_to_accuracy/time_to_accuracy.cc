@@ -1,13 +1,16 @@
 // time_to_accuracy: the local cluster (`tributary local`: a coordinator, P PS shards
 // and W workers, the real binaries on loopback) against the single-process trainer
-// (train_local) on the same job spec (model, batch, epochs, optimizer, seed), both run
-// here as children one after the other. Side by side: test accuracy, samples/s,
-// training time, the time each takes to reach --target_accuracy, and the cluster's
-// communication share of the step time (from the workers' /metrics histograms).
-// Ends with one JSON line.
+// (train_local) on the same job spec (model, batch, epochs, optimizer, seed), all run
+// here as children one after the other: the cluster in the job's mode (SYNC by
+// default), the cluster in LOCAL_SGD (unless --local_sgd=false), then train_local.
+// Side by side: test accuracy, samples/s, training time, the time each takes to reach
+// --target_accuracy, each as a ratio to train_local, and the clusters' communication
+// shares of the step time (from the workers' /metrics histograms), the forward's wait
+// for parameters among them. Ends with one JSON line.
 #include <glog/logging.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,13 @@ ABSL_FLAG(int, nodes, 0,
 ABSL_FLAG(std::vector<std::string>, tributary_arg, {},
           "Cluster: further flags for tributary local, comma separated (e.g. "
           "--worker_arg=--cpu_threads=1). Default: none.");
+ABSL_FLAG(bool, local_sgd, true,
+          "Cluster: also run the job in LOCAL_SGD mode (plain averaging every "
+          "--local_sgd_sync_every steps), unless the job's mode is LOCAL_SGD already. "
+          "Default: true.");
+ABSL_FLAG(uint32_t, local_sgd_sync_every, 0,
+          "Cluster, LOCAL_SGD run: steps between synchronizations; 0 = the job default (8). "
+          "Default: 0.");
 ABSL_FLAG(int, local_replicas, 1,
           "Single process: train_local --replicas (in-process replicas the batch is split "
           "over). Default: 1.");
@@ -58,6 +68,16 @@ constexpr char kUsage[] =
     "--batch=64, --epochs=3, --optimizer=momentum, --lr=0.05, cosine, 1 replica per worker):\n"
     "--model, --layers, --batch, --epochs, --max_steps, --optimizer, --lr, --train_limit, ...\n"
     "(--helpfull lists them all).";
+
+// A cluster run against train_local, as JSON: samples/s, training time and time to the
+// target as ratios.
+std::string Ratios(const TrainingRun& run, const TrainingRun& single, double target) {
+  return absl::StrCat(
+      "{\"samples_per_second\": ", RatioJson(run.SamplesPerSecond(), single.SamplesPerSecond()),
+      ", \"training_seconds\": ", RatioJson(run.training_seconds, single.training_seconds),
+      ", \"seconds_to_target\": ",
+      target > 0 ? RatioJson(run.SecondsTo(target), single.SecondsTo(target)) : "null", "}");
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "time_to_accuracy: %s\n", status.ToString().c_str());
@@ -102,6 +122,20 @@ int Run(const char* argv0) {
   absl::StatusOr<TrainingRun> cluster = RunTributaryLocal(cluster_options);
   if (!cluster.ok()) return Fail(cluster.status());
 
+  // The same job in LOCAL_SGD: the nodes step on their own and average every H steps.
+  std::optional<TrainingRun> local_sgd;
+  std::optional<v1::JobSpec> local_sgd_spec;
+  if (absl::GetFlag(FLAGS_local_sgd) && spec->mode() != v1::LOCAL_SGD) {
+    std::printf("running tributary local in LOCAL_SGD ...\n");
+    std::fflush(stdout);
+    local_sgd_spec.emplace();
+    absl::StatusOr<TrainingRun> run =
+        RunLocalSgdVariant(cluster_options, *spec, absl::GetFlag(FLAGS_local_sgd_sync_every),
+                           *work_dir, &*local_sgd_spec);
+    if (!run.ok()) return Fail(run.status());
+    local_sgd = *std::move(run);
+  }
+
   TrainLocalOptions local_options;
   local_options.binary = *train_local;
   local_options.job_json = job_json;
@@ -115,37 +149,46 @@ int Run(const char* argv0) {
   if (!local.ok()) return Fail(local.status());
 
   const MachineInfo after = DescribeMachine();
-  std::printf("\n%s", SideBySide({&*cluster, &*local}, target).c_str());
-  std::printf(
-      "\naccuracy curve (test accuracy @ seconds since the first step):\n  %-16s %s\n"
-      "  %-16s %s\n",
-      cluster->name.c_str(), AccuracyCurve(*cluster).c_str(), local->name.c_str(),
-      AccuracyCurve(*local).c_str());
-  const StepTimes& times = cluster->step_times;
-  if (times.workers > 0) {
+  std::vector<const TrainingRun*> runs = {&*cluster};
+  if (local_sgd.has_value()) runs.push_back(&*local_sgd);
+  runs.push_back(&*local);  // Last: every ratio column divides by train_local.
+  std::printf("\n%s", SideBySide(runs, target).c_str());
+  std::printf("\naccuracy curve (test accuracy @ seconds since the first step):\n");
+  for (const TrainingRun* run : runs) {
+    std::printf("  %-16s %s\n", run->name.c_str(), AccuracyCurve(*run).c_str());
+  }
+  for (const TrainingRun* run : runs) {
+    const StepTimes& times = run->step_times;
+    if (run == &*local) continue;
+    if (times.workers == 0) {
+      std::printf("\n%s step time: no worker /metrics could be read\n", run->name.c_str());
+      continue;
+    }
     std::printf(
-        "\ncluster step time (%d workers, %llu worker-steps, mean %.4f s): %.1f%% waiting for "
+        "\n%s step time (%d workers, %llu worker-steps, mean %.4f s): %.1f%% waiting for "
         "the PS (push, aggregation over the nodes incl. waiting for the slowest, update, "
-        "pull), %.1f%% intra-node reduction (overlaps backward); the rest is forward/backward "
-        "and bookkeeping.\n",
-        times.workers, static_cast<unsigned long long>(times.steps), times.MeanStepSeconds(),
-        100 * times.PushWaitShare(), 100 * times.ReduceShare());
-  } else {
-    std::printf("\ncluster step time: no worker /metrics could be read\n");
+        "pull), %.1f%% intra-node reduction (overlaps backward), the next forward stood "
+        "%.1f%% of the step waiting for parameters; the rest is forward/backward and "
+        "bookkeeping.\n",
+        run->name.c_str(), times.workers, static_cast<unsigned long long>(times.steps),
+        times.MeanStepSeconds(), 100 * times.PushWaitShare(), 100 * times.ReduceShare(),
+        100 * times.ParametersWaitShare());
   }
   std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   std::printf(
       "{\"bench\": \"time_to_accuracy\", %s, "
       "\"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"target_accuracy\": %.4f, "
-      "\"cluster\": %s, \"single\": %s, \"ratios\": {\"samples_per_second\": %s, "
-      "\"training_seconds\": %s, \"seconds_to_target\": %s}}\n",
+      "\"cluster\": %s, \"single\": %s, \"ratios\": %s, \"local_sgd\": %s}\n",
       MachineJsonMembers(machine, after).c_str(), JobSpecJson(*spec).c_str(),
       cluster_options.workers, cluster_options.ps_shards, target,
       TrainingRunJson(*cluster, target).c_str(), TrainingRunJson(*local, target).c_str(),
-      RatioJson(cluster->SamplesPerSecond(), local->SamplesPerSecond()).c_str(),
-      RatioJson(cluster->training_seconds, local->training_seconds).c_str(),
-      target > 0 ? RatioJson(cluster->SecondsTo(target), local->SecondsTo(target)).c_str()
-                 : "null");
+      Ratios(*cluster, *local, target).c_str(),
+      local_sgd.has_value()
+          ? absl::StrCat("{\"sync_every\": ", local_sgd_spec->sync_every(),
+                         ", \"run\": ", TrainingRunJson(*local_sgd, target),
+                         ", \"ratios\": ", Ratios(*local_sgd, *local, target), "}")
+                .c_str()
+          : "null");
   return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,13 @@ ABSL_FLAG(double, target_accuracy, 0.85,
 ABSL_FLAG(std::string, work_dir, "",
           "Directory for the job spec and every process's log. Default: a new "
           "/tmp/tributary-vs_ddp-XXXXXX.");
+ABSL_FLAG(bool, local_sgd, true,
+          "Cluster: also run the job in LOCAL_SGD mode (a second row: plain averaging every "
+          "--local_sgd_sync_every steps), unless the job's mode is LOCAL_SGD already. "
+          "Default: true.");
+ABSL_FLAG(uint32_t, local_sgd_sync_every, 0,
+          "Cluster, LOCAL_SGD run: steps between synchronizations; 0 = the job default (8). "
+          "Default: 0.");
 
 namespace tributary::bench {
 namespace {
@@ -221,6 +229,17 @@ int Run(const char* argv0) {
   std::fflush(stdout);
   absl::StatusOr<TrainingRun> cluster = RunTributaryLocal(cluster_options);
   if (!cluster.ok()) return Fail(cluster.status());
+  std::optional<TrainingRun> local_sgd;
+  v1::JobSpec local_sgd_spec;
+  if (absl::GetFlag(FLAGS_local_sgd) && spec->mode() != v1::LOCAL_SGD) {
+    std::printf("running tributary local in LOCAL_SGD ...\n");
+    std::fflush(stdout);
+    absl::StatusOr<TrainingRun> run = RunLocalSgdVariant(
+        cluster_options, *spec, absl::GetFlag(FLAGS_local_sgd_sync_every), *work_dir,
+        &local_sgd_spec);
+    if (!run.ok()) return Fail(run.status());
+    local_sgd = *std::move(run);
+  }
 
   std::printf("running PyTorch DDP (gloo): %d processes x %d threads ...\n", processes, threads);
   std::fflush(stdout);
@@ -237,12 +256,14 @@ int Run(const char* argv0) {
   if (!ddp.ok()) return Fail(ddp.status());
 
   const MachineInfo after = DescribeMachine();
-  std::printf("\n%s", SideBySide({&*cluster, &ddp->run}, target).c_str());
-  std::printf(
-      "\naccuracy curve (test accuracy @ seconds since the first step):\n  %-18s %s\n"
-      "  %-18s %s\n",
-      cluster->name.c_str(), AccuracyCurve(*cluster).c_str(), ddp->run.name.c_str(),
-      AccuracyCurve(ddp->run).c_str());
+  std::vector<const TrainingRun*> runs = {&*cluster};
+  if (local_sgd.has_value()) runs.push_back(&*local_sgd);
+  runs.push_back(&ddp->run);  // Last: every ratio column divides by DDP.
+  std::printf("\n%s", SideBySide(runs, target).c_str());
+  std::printf("\naccuracy curve (test accuracy @ seconds since the first step):\n");
+  for (const TrainingRun* run : runs) {
+    std::printf("  %-18s %s\n", run->name.c_str(), AccuracyCurve(*run).c_str());
+  }
   std::printf(
       "\nPyTorch %s, %d threads per process, BLAS: %s (%.1f GFLOP/s sgemm per process).\n"
       "setup s: the cluster's from launch to every worker training (processes, data, "
@@ -255,14 +276,25 @@ int Run(const char* argv0) {
       "\"ddp_threads\": %d, \"torch_version\": %s, \"blas\": %s, "
       "\"ddp_sgemm_gflops_per_process\": %.2f, \"target_accuracy\": %.4f, \"tributary\": %s, "
       "\"ddp\": %s, \"ratios\": {\"samples_per_second\": %s, \"training_seconds\": %s, "
-      "\"seconds_to_target\": %s}}\n",
+      "\"seconds_to_target\": %s}, \"local_sgd\": %s}\n",
       MachineJsonMembers(machine, after), JobSpecJson(*spec), workers, cluster_options.ps_shards,
       processes, threads, JsonQuote(ddp->torch_version), JsonQuote(ddp->blas), ddp->sgemm_gflops,
       target, TrainingRunJson(*cluster, target), TrainingRunJson(ddp->run, target),
       RatioJson(cluster->SamplesPerSecond(), ddp->run.SamplesPerSecond()),
       RatioJson(cluster->training_seconds, ddp->run.training_seconds),
       target > 0 ? RatioJson(cluster->SecondsTo(target), ddp->run.SecondsTo(target))
-                 : std::string("null"));
+                 : std::string("null"),
+      local_sgd.has_value()
+          ? absl::StrCat("{\"sync_every\": ", local_sgd_spec.sync_every(),
+                         ", \"run\": ", TrainingRunJson(*local_sgd, target),
+                         ", \"ratios\": {\"samples_per_second\": ",
+                         RatioJson(local_sgd->SamplesPerSecond(), ddp->run.SamplesPerSecond()),
+                         ", \"seconds_to_target\": ",
+                         target > 0 ? RatioJson(local_sgd->SecondsTo(target),
+                                                ddp->run.SecondsTo(target))
+                                    : std::string("null"),
+                         "}}")
+          : std::string("null"));
   return 0;
 }
 
