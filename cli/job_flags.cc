@@ -2,13 +2,16 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <functional>
 #include <set>
+#include <utility>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -122,7 +125,17 @@ ABSL_FLAG(std::string, wire_dtype, "float32",
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "PS checkpoint directory; empty = each shard's own. Default: empty.");
 ABSL_FLAG(uint64_t, checkpoint_interval, 0,
-          "Checkpoint every N steps; 0 = only on demand. Default: 0.");
+          "Checkpoint every N steps; 0 = only on demand and at the end (tributary local: every "
+          "500 steps unless given, so an interrupted run can continue). Default: 0.");
+ABSL_FLAG(std::string, resume, "",
+          "Start from the newest checkpoint of this earlier job (its id) that every PS shard "
+          "holds, in this job's checkpoint directory: parameters, optimizer state and step "
+          "(tributary local continues an interrupted run in its --run_dir by itself). "
+          "Default: empty.");
+ABSL_FLAG(std::string, init_from, "",
+          "Start from trained parameters (fine-tuning): a float32 file as `tributary pull "
+          "--out` or --params_out write it; every worker reads it (under its --data_root). "
+          "Default: empty.");
 
 namespace tributary::cli {
 namespace {
@@ -135,6 +148,81 @@ std::set<std::string>& GivenFlags() {
 absl::Status BadFlag(const std::string& name, const std::string& value,
                      const std::string& expected) {
   return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": expected ", expected));
+}
+
+// The flag that sets each JobSpec field, for errors in the user's words.
+constexpr std::pair<const char*, const char*> kFlagOfField[] = {
+    {"name", "job_name"},
+    {"model.name", "model"},
+    {"model.layer_sizes", "layers"},
+    {"model.conv_channels", "conv_channels"},
+    {"model.input_shape", "input_shape"},
+    {"model.dropout", "dropout"},
+    {"model.torchscript", "model_file"},
+    {"dataset.format", "dataset"},
+    {"dataset.directory", "data_dir"},
+    {"dataset.label_column", "label_column"},
+    {"dataset.synthetic_train_samples", "synthetic_train"},
+    {"dataset.synthetic_test_samples", "synthetic_test"},
+    {"dataset.synthetic_features", "synthetic_features"},
+    {"dataset.synthetic_classes", "synthetic_classes"},
+    {"global_batch_size", "batch"},
+    {"epochs", "epochs"},
+    {"max_steps", "max_steps"},
+    {"eval_interval_steps", "eval_interval"},
+    {"seed", "seed"},
+    {"optimizer.type", "optimizer"},
+    {"optimizer.learning_rate", "lr"},
+    {"optimizer.momentum", "momentum"},
+    {"optimizer.weight_decay", "weight_decay"},
+    {"optimizer.beta1", "beta1"},
+    {"optimizer.beta2", "beta2"},
+    {"optimizer.epsilon", "epsilon"},
+    {"optimizer.schedule.kind", "lr_schedule"},
+    {"optimizer.schedule.step_size", "lr_step_size"},
+    {"optimizer.schedule.gamma", "lr_gamma"},
+    {"optimizer.schedule.min_lr", "min_lr"},
+    {"optimizer.schedule.warmup_steps", "warmup_steps"},
+    {"mode", "mode"},
+    {"staleness", "staleness"},
+    {"sync_every", "sync_every"},
+    {"outer_optimizer.type", "outer_optimizer"},
+    {"outer_optimizer.learning_rate", "outer_lr"},
+    {"outer_optimizer.momentum", "outer_momentum"},
+    {"nodes_min", "nodes_min"},
+    {"nodes_max", "nodes_max"},
+    {"replicas_per_worker", "replicas"},
+    {"devices", "job_devices"},
+    {"partition_bytes", "partition_bytes"},
+    {"wire_dtype", "wire_dtype"},
+    {"checkpoint_dir", "checkpoint_dir"},
+    {"checkpoint_interval_steps", "checkpoint_interval"},
+    {"resume_from", "resume"},
+    {"init_from", "init_from"},
+};
+
+// A JobSpec error ("optimizer.learning_rate: must be ..., got -1") in the words of the
+// flag that set the field ("--lr: optimizer.learning_rate must be ..., got -1"), when a
+// flag did (not the --job_json file).
+absl::Status FlagError(const absl::Status& status,
+                       const std::function<bool(const char*)>& flag_applies) {
+  const absl::string_view message = status.message();
+  size_t best = 0;
+  const char* flag = nullptr;
+  for (const auto& [field, name] : kFlagOfField) {
+    const absl::string_view prefix(field);
+    if (prefix.size() > best && absl::StartsWith(message, prefix) &&
+        (message.size() == prefix.size() || message[prefix.size()] == ':' ||
+         message[prefix.size()] == '[' || message[prefix.size()] == '.')) {
+      best = prefix.size();
+      flag = name;
+    }
+  }
+  if (flag == nullptr || !flag_applies(flag)) return status;
+  const size_t colon = message.find(':');
+  return absl::Status(status.code(),
+                      absl::StrCat("--", flag, ": ", message.substr(0, colon),
+                                   colon == absl::string_view::npos ? "" : message.substr(colon + 1)));
 }
 
 absl::StatusOr<std::vector<uint32_t>> ParseSizes(const std::string& name,
@@ -316,7 +404,13 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   }
   if (use("normalize")) dataset.set_normalize(absl::GetFlag(FLAGS_normalize));
 
-  if (use("batch")) spec.set_global_batch_size(absl::GetFlag(FLAGS_batch));
+  // A zero would silently become the proto's default: refused instead.
+  if (use("batch")) {
+    if (absl::GetFlag(FLAGS_batch) == 0) {
+      return BadFlag("batch", "0", absl::StrCat("a batch size in [1, ", kMaxGlobalBatch, "]"));
+    }
+    spec.set_global_batch_size(absl::GetFlag(FLAGS_batch));
+  }
   if (use("epochs")) spec.set_epochs(absl::GetFlag(FLAGS_epochs));
   if (use("max_steps")) spec.set_max_steps(absl::GetFlag(FLAGS_max_steps));
   if (use("eval_interval")) spec.set_eval_interval_steps(absl::GetFlag(FLAGS_eval_interval));
@@ -412,6 +506,10 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   if (use("nodes_max") && absl::GetFlag(FLAGS_nodes_max) > 0) {
     spec.set_nodes_max(absl::GetFlag(FLAGS_nodes_max));
   }
+  if (FlagGiven("replicas") && absl::GetFlag(FLAGS_replicas) == 0) {
+    return BadFlag("replicas", "0",
+                   "a replica count in [1, 64] (leave --replicas out for the default)");
+  }
   if (use("replicas") && absl::GetFlag(FLAGS_replicas) > 0) {
     spec.set_replicas_per_worker(absl::GetFlag(FLAGS_replicas));
   }
@@ -435,8 +533,17 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
     spec.set_checkpoint_interval_steps(absl::GetFlag(FLAGS_checkpoint_interval));
   }
 
+  if (use("resume")) spec.set_resume_from(absl::GetFlag(FLAGS_resume));
+  if (use("init_from")) spec.set_init_from(absl::GetFlag(FLAGS_init_from));
+  if (use("epochs") && spec.epochs() == 0 && spec.max_steps() == 0) {
+    return absl::InvalidArgumentError(
+        "--epochs=0: bounded by --max_steps alone, so --max_steps must be given too");
+  }
+
   spec = WithDefaults(std::move(spec));
-  if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) return valid;
+  if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) {
+    return FlagError(valid, [&](const char* flag) { return use(flag); });
+  }
   return spec;
 }
 

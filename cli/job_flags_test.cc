@@ -28,6 +28,10 @@ ABSL_DECLARE_FLAG(double, beta1);
 ABSL_DECLARE_FLAG(double, beta2);
 ABSL_DECLARE_FLAG(double, epsilon);
 ABSL_DECLARE_FLAG(uint32_t, batch);
+ABSL_DECLARE_FLAG(uint32_t, epochs);
+ABSL_DECLARE_FLAG(uint64_t, max_steps);
+ABSL_DECLARE_FLAG(std::string, resume);
+ABSL_DECLARE_FLAG(std::string, init_from);
 ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_DECLARE_FLAG(uint32_t, staleness);
 ABSL_DECLARE_FLAG(uint32_t, sync_every);
@@ -166,7 +170,53 @@ TEST_F(JobFlagsTest, LocalSgdTakesItsRoundAndOuterOptimizerAndOnlyThen) {
   absl::SetFlag(&FLAGS_mode, "local_sgd");
   absl::SetFlag(&FLAGS_outer_optimizer, "sgd");
   EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
-              HasSubstr("sync_every: must be in [1, 1000000], got 2000000"));
+              HasSubstr("--sync_every: sync_every must be in [1, 1000000], got 2000000"));
+}
+
+// Values that used to be replaced by a default behind the user's back are refused,
+// naming the flag; a bad value is reported in the flag's words, not the proto field's.
+TEST_F(JobFlagsTest, ZerosThatWouldBecomeDefaultsAreRefused) {
+  absl::SetFlag(&FLAGS_batch, 0);
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--batch=0: expected a batch size in [1, 65536]"));
+  absl::SetFlag(&FLAGS_batch, 64);
+
+  Given({"replicas"});
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--replicas=0: expected a replica count in [1, 64]"));
+  Given({});
+
+  absl::SetFlag(&FLAGS_epochs, 0);
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--epochs=0: bounded by --max_steps alone, so --max_steps must be given"));
+  absl::SetFlag(&FLAGS_max_steps, 100);
+  absl::StatusOr<v1::JobSpec> steps_only = JobSpecFromFlags();
+  ASSERT_TRUE(steps_only.ok()) << steps_only.status();
+  EXPECT_EQ(steps_only->epochs(), 0u) << "as documented: --max_steps alone";
+  EXPECT_EQ(steps_only->max_steps(), 100u);
+}
+
+TEST_F(JobFlagsTest, ErrorsNameTheFlagNotTheProtoField) {
+  absl::SetFlag(&FLAGS_lr, -1.0);
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--lr: optimizer.learning_rate must be a finite number > 0, got -1"));
+  absl::SetFlag(&FLAGS_lr, 0.05);
+  absl::SetFlag(&FLAGS_model, "resnet");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--model: model.name"));
+}
+
+TEST_F(JobFlagsTest, ResumeAndInitFromReachTheSpec) {
+  absl::SetFlag(&FLAGS_resume, "job-3-abcd");
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->resume_from(), "job-3-abcd");
+  absl::SetFlag(&FLAGS_init_from, "/data/trained.f32");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--init_from: init_from cannot be given with resume_from"));
+  absl::SetFlag(&FLAGS_resume, "../job");
+  absl::SetFlag(&FLAGS_init_from, "");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()), HasSubstr("--resume: "));
 }
 
 TEST_F(JobFlagsTest, BadValuesNameTheirFlag) {

@@ -8,7 +8,9 @@
 #include <grpcpp/client_context.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/float_file.h"
 #include "common/grpc_status.h"
+#include "common/job_spec.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -106,15 +108,7 @@ absl::Status WriteParameters(const PulledParameters& params, const std::string& 
 }
 
 absl::StatusOr<std::vector<float>> ReadParameters(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
-  if (!bytes.ok()) return bytes.status();
-  if (bytes->size() % sizeof(float) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", bytes->size(), " bytes is not a whole number of float32"));
-  }
-  std::vector<float> values(bytes->size() / sizeof(float));
-  std::memcpy(values.data(), bytes->data(), bytes->size());
-  return values;
+  return ReadFloatFile(path, kMaxModelParameters * sizeof(float));
 }
 
 }  // namespace tributary::cli

@@ -68,10 +68,15 @@ void DatasetDefaults(v1::DatasetSpec& dataset) {
   }
 }
 
+// Every entry point (SubmitJob, tributary, train_local) trains with these: the CLI's
+// flag defaults are the same values (cli/job_flags.cc), so `{}` and no flags give one
+// job. An unset type is MOMENTUM, an unset schedule COSINE: the main job's recipe.
 void OptimizerDefaults(v1::OptimizerSpec& optimizer) {
-  if (optimizer.type() == v1::OPTIMIZER_TYPE_UNSPECIFIED) optimizer.set_type(v1::SGD);
+  if (optimizer.type() == v1::OPTIMIZER_TYPE_UNSPECIFIED) optimizer.set_type(v1::MOMENTUM);
   const bool adam = optimizer.type() == v1::ADAM || optimizer.type() == v1::ADAMW;
-  if (optimizer.learning_rate() == 0) optimizer.set_learning_rate(adam ? 0.001f : 0.1f);
+  if (optimizer.learning_rate() == 0) {
+    optimizer.set_learning_rate(adam ? kDefaultAdamLearningRate : kDefaultLearningRate);
+  }
   if (optimizer.type() == v1::MOMENTUM && optimizer.momentum() == 0) {
     optimizer.set_momentum(0.9f);
   }
@@ -81,7 +86,7 @@ void OptimizerDefaults(v1::OptimizerSpec& optimizer) {
     if (optimizer.epsilon() == 0) optimizer.set_epsilon(1e-8f);
   }
   v1::LrSchedule& schedule = *optimizer.mutable_schedule();
-  if (schedule.kind() == v1::LR_SCHEDULE_KIND_UNSPECIFIED) schedule.set_kind(v1::CONSTANT);
+  if (schedule.kind() == v1::LR_SCHEDULE_KIND_UNSPECIFIED) schedule.set_kind(v1::COSINE);
   if (schedule.kind() == v1::STEP && schedule.gamma() == 0) schedule.set_gamma(0.1f);
 }
 
@@ -321,6 +326,16 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing
   return estimate;
 }
 
+bool IsJobId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 bool IsModelFileName(const std::string& name) {
   if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
   for (char c : name) {
@@ -334,15 +349,20 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   ModelDefaults(*spec.mutable_model());
   DatasetDefaults(*spec.mutable_dataset());
   if (spec.global_batch_size() == 0) spec.set_global_batch_size(64);
-  if (spec.epochs() == 0 && spec.max_steps() == 0) spec.set_epochs(1);
+  if (spec.epochs() == 0 && spec.max_steps() == 0) spec.set_epochs(kDefaultEpochs);
   OptimizerDefaults(*spec.mutable_optimizer());
   if (spec.mode() == v1::TRAINING_MODE_UNSPECIFIED) spec.set_mode(v1::SYNC);
   if (spec.mode() == v1::BOUNDED_STALENESS && spec.staleness() == 0) spec.set_staleness(4);
   if (spec.mode() == v1::LOCAL_SGD) {
     if (spec.sync_every() == 0) spec.set_sync_every(kDefaultSyncEvery);
     v1::OptimizerSpec& outer = *spec.mutable_outer_optimizer();
-    // Plain averaging unless asked otherwise: rate 1 for either outer optimizer.
+    // Plain averaging unless asked otherwise: SGD at a constant rate 1 (a MOMENTUM
+    // outer optimizer also at rate 1 unless given).
+    if (outer.type() == v1::OPTIMIZER_TYPE_UNSPECIFIED) outer.set_type(v1::SGD);
     if (outer.learning_rate() == 0) outer.set_learning_rate(1.0f);
+    if (outer.schedule().kind() == v1::LR_SCHEDULE_KIND_UNSPECIFIED) {
+      outer.mutable_schedule()->set_kind(v1::CONSTANT);
+    }
     OptimizerDefaults(outer);
   }
   if (spec.nodes_min() == 0) spec.set_nodes_min(1);
@@ -431,6 +451,21 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   }
   if (!v1::DType_IsValid(spec.wire_dtype()) || spec.wire_dtype() == v1::DTYPE_UNSPECIFIED) {
     return Bad("wire_dtype", spec.wire_dtype(), "must be FLOAT32, FLOAT16 or BFLOAT16");
+  }
+  if (!spec.resume_from().empty() && !IsJobId(spec.resume_from())) {
+    return Bad("resume_from", "'" + absl::CHexEscape(spec.resume_from().substr(0, 160)) + "'",
+               "must be a job id: 1-128 characters of [A-Za-z0-9._-]");
+  }
+  if (spec.init_from().size() > kMaxInitFromBytes ||
+      spec.init_from().find('\0') != std::string::npos) {
+    return Bad("init_from", absl::StrCat(spec.init_from().size(), " bytes"),
+               absl::StrCat("must be a path of at most ", kMaxInitFromBytes,
+                            " bytes without NUL"));
+  }
+  if (!spec.resume_from().empty() && !spec.init_from().empty()) {
+    return Bad("init_from", "'" + spec.init_from() + "'",
+               "cannot be given with resume_from (resume takes the parameters from the "
+               "checkpoint)");
   }
   return absl::OkStatus();
 }

@@ -13,6 +13,10 @@
 namespace tributary {
 
 inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
+// The defaults of every entry point (WithDefaults, the CLI's flags, train_local).
+inline constexpr uint32_t kDefaultEpochs = 3;
+inline constexpr float kDefaultLearningRate = 0.05f;       // SGD and MOMENTUM.
+inline constexpr float kDefaultAdamLearningRate = 0.001f;  // ADAM and ADAMW.
 inline constexpr int64_t kMinPartitionBytes = 256;
 inline constexpr int64_t kMaxPartitionBytes = 256 << 20;
 // Bounds on what a job may ask for, checked by ValidateJobSpec before anything is
@@ -43,6 +47,13 @@ inline constexpr char kDefaultIdxDirectory[] = "/usr/share/datasets/fashion-mnis
 inline constexpr char kTorchScriptModel[] = "torchscript";
 
 inline bool IsTorchScript(const v1::ModelSpec& model) { return model.name() == kTorchScriptModel; }
+
+// The longest JobSpec.init_from path.
+inline constexpr size_t kMaxInitFromBytes = 4096;
+
+// A job id as the coordinator makes them and the PS names files by: 1-128 characters
+// of [A-Za-z0-9._-].
+bool IsJobId(const std::string& id);
 
 // A model file's name as jobs and uploads carry it: 1-255 printable ASCII characters,
 // no '/' or backslash, not "." or "..".

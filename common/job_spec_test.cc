@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -17,9 +18,12 @@ TEST(JobSpecTest, AnEmptySpecGetsTheDocumentedDefaults) {
   EXPECT_EQ(spec.dataset().format(), v1::IDX);
   EXPECT_EQ(spec.dataset().directory(), kDefaultIdxDirectory);
   EXPECT_EQ(spec.global_batch_size(), 64u);
-  EXPECT_EQ(spec.epochs(), 1u);
-  EXPECT_EQ(spec.optimizer().type(), v1::SGD);
-  EXPECT_FLOAT_EQ(spec.optimizer().learning_rate(), 0.1f);
+  // The main job's recipe, as the CLI's flag defaults give it.
+  EXPECT_EQ(spec.epochs(), 3u);
+  EXPECT_EQ(spec.optimizer().type(), v1::MOMENTUM);
+  EXPECT_FLOAT_EQ(spec.optimizer().learning_rate(), 0.05f);
+  EXPECT_FLOAT_EQ(spec.optimizer().momentum(), 0.9f);
+  EXPECT_EQ(spec.optimizer().schedule().kind(), v1::COSINE);
   EXPECT_EQ(spec.mode(), v1::SYNC);
   EXPECT_EQ(spec.nodes_min(), 1u);
   EXPECT_EQ(spec.nodes_max(), 1u);
@@ -292,6 +296,36 @@ TEST(JobSpecTest, StepsAndTheShortLastBatch) {
   EXPECT_EQ(TotalSteps(spec, 1000), 20u);
   spec.set_epochs(0);
   EXPECT_EQ(TotalSteps(spec, 1000), 20u);
+}
+
+TEST(JobSpecTest, JobIdsAreNamesThatCanBeFileNames) {
+  EXPECT_TRUE(IsJobId("job-1-ab.c_d"));
+  EXPECT_FALSE(IsJobId(""));
+  EXPECT_FALSE(IsJobId("../etc"));
+  EXPECT_FALSE(IsJobId("a/b"));
+  EXPECT_FALSE(IsJobId(std::string(129, 'a')));
+  EXPECT_TRUE(IsJobId(std::string(128, 'a')));
+}
+
+TEST(JobSpecTest, ResumeAndInitFromAreBoundedAndExclusive) {
+  v1::JobSpec spec = WithDefaults(v1::JobSpec());
+  spec.set_resume_from("job-3-ab12");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_resume_from("../job-3");
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()), ::testing::HasSubstr("resume_from"));
+  spec.set_resume_from(std::string(128, 'j'));
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_resume_from(std::string(129, 'j'));
+  EXPECT_FALSE(ValidateJobSpec(spec).ok());
+  spec.clear_resume_from();
+  spec.set_init_from(std::string(kMaxInitFromBytes, 'p'));
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_init_from(std::string(kMaxInitFromBytes + 1, 'p'));
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()), ::testing::HasSubstr("init_from"));
+  spec.set_init_from("/data/params.f32");
+  spec.set_resume_from("job-3-ab12");
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              ::testing::HasSubstr("cannot be given with resume_from"));
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
       model->Layout(), spec.partition_bytes(), static_cast<uint32_t>(assignment.shards_size()));
   if (!plan.ok()) return plan.status();
   const uint64_t total_steps = TotalSteps(spec, data.train.size());
+  if (options.initial_parameters != nullptr &&
+      options.initial_parameters->size() != model->num_parameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_from ", spec.init_from(), " holds ", options.initial_parameters->size(),
+        " float32 values (", options.initial_parameters->size() * sizeof(float),
+        " bytes) but the model has ", model->num_parameters, " parameters"));
+  }
 
   std::unique_ptr<TrainingSession> session(new TrainingSession(
       assignment, data, options, *std::move(model), *std::move(plan), total_steps));
@@ -158,9 +165,14 @@ TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datase
       node_grad_(model_.num_parameters),
       local_sgd_(assignment_.job().mode() == v1::LOCAL_SGD),
       gate_(model_.num_parameters) {
-  // Every party generates the same initial parameters from the job's seed; the PS
-  // keeps whatever it already holds, and Prepare() pulls that.
-  engine::InitParameters(model_, assignment_.job().seed(), params_.data());
+  // Every party generates the same initial parameters from the job's seed (or takes
+  // the job's init_from file); the PS keeps whatever it already holds, and Prepare()
+  // pulls that.
+  if (options_.initial_parameters != nullptr) {
+    params_.assign(options_.initial_parameters->begin(), options_.initial_parameters->end());
+  } else {
+    engine::InitParameters(model_, assignment_.job().seed(), params_.data());
+  }
 }
 
 TrainingSession::~TrainingSession() {

@@ -66,6 +66,9 @@ struct SessionOptions {
   std::function<void(uint64_t step, int64_t offset, int64_t length)> on_parameters_wait;
   // The job's TorchScript file (fetched and checked) when its model is torchscript.
   std::shared_ptr<const std::string> torchscript_bytes;
+  // JobSpec.init_from's parameters, read by the runtime: they replace the seed's (the
+  // node leader installs them on the PS). Their count must be the model's.
+  std::shared_ptr<const std::vector<float>> initial_parameters;
 };
 
 // What one step did, from this worker's point of view.

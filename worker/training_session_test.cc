@@ -362,5 +362,34 @@ TEST_F(TrainingSessionTest, AnInterruptionAfterTheUpdateArrivedStillAppliesIt) {
   EXPECT_EQ(session_->parameters(), node1_->parameters());
 }
 
+// JobSpec.init_from: the session starts from the given parameters instead of the
+// seed's, and installs them on the PS; a file of another size is refused, named.
+TEST_F(TrainingSessionTest, InitialParametersReplaceTheSeedsAndMustFitTheModel) {
+  SessionOptions options;
+  options.ps_connection = [this](const PsIdentity& identity, const v1::PartitionPlan& plan) {
+    return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard_},
+                                                  identity, plan, v1::SYNC, v1::FLOAT32);
+  };
+  v1::Assignment assignment = NodeZero(spec_);
+  assignment.mutable_job()->set_init_from("/data/trained.f32");
+  options.initial_parameters = std::make_shared<const std::vector<float>>(7, 0.5f);
+  absl::StatusOr<std::unique_ptr<TrainingSession>> refused =
+      TrainingSession::Create(assignment, data_, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("init_from /data/trained.f32 holds 7 float32 values"));
+
+  absl::StatusOr<engine::ModelDef> model = engine::BuildModel(spec_.model());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> trained(model->num_parameters);
+  for (size_t i = 0; i < trained.size(); ++i) trained[i] = 0.001f * static_cast<float>(i % 97);
+  options.initial_parameters = std::make_shared<const std::vector<float>>(trained);
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(assignment, data_, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->parameters(), trained);
+}
+
 }  // namespace
 }  // namespace tributary::worker

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/confined_path.h"
+#include "common/float_file.h"
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "common/usable_cores.h"
@@ -255,6 +256,28 @@ absl::StatusOr<v1::DatasetSpec> WorkerRuntime::ConfinedDataset(const v1::Dataset
   return confined;
 }
 
+absl::StatusOr<std::shared_ptr<const std::vector<float>>> WorkerRuntime::InitialParametersFor(
+    const v1::JobSpec& spec) {
+  if (spec.init_from().empty()) return std::shared_ptr<const std::vector<float>>();
+  char cwd[PATH_MAX];
+  const std::string base = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
+  absl::StatusOr<std::string> path =
+      ConfinePath("init_from", spec.init_from(), base, options_.data_root, "--data_root");
+  if (!path.ok()) return path.status();
+  if (initial_parameters_ != nullptr && initial_parameters_path_ == *path) {
+    return initial_parameters_;
+  }
+  // Bounded like a model: at most kMaxModelParameters floats (checked again against
+  // the model's count when the session starts).
+  absl::StatusOr<std::vector<float>> values =
+      ReadFloatFile(*path, kMaxModelParameters * sizeof(float));
+  if (!values.ok()) return values.status();
+  initial_parameters_ = std::make_shared<const std::vector<float>>(*std::move(values));
+  initial_parameters_path_ = *path;
+  LOG(INFO) << "initial parameters: " << initial_parameters_->size() << " from " << *path;
+  return initial_parameters_;
+}
+
 absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::JobSpec& spec) {
   const std::string key = absl::StrCat(spec.dataset().SerializeAsString(), "/", spec.seed());
   if (datasets_ == nullptr || datasets_key_ != key) {
@@ -448,6 +471,14 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     SetPhase(v1::WORKER_FAILED, std::string(data.status().message()));
     return;
   }
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> initial =
+      InitialParametersFor(assignment.job());
+  if (!initial.ok()) {
+    LOG(ERROR) << "cannot read the job's initial parameters: " << initial.status();
+    metrics_.step_failures.Add({{"reason", "data"}}).Increment();
+    SetPhase(v1::WORKER_FAILED, std::string(initial.status().message()));
+    return;
+  }
   absl::StatusOr<std::shared_ptr<const std::string>> model_file = ModelFileFor(assignment.job());
   if (!model_file.ok()) {
     LOG(ERROR) << "cannot get the job's model file: " << model_file.status();
@@ -481,6 +512,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.overlap_updates = options_.overlap_updates;
   session_options.ps_streams_per_shard = options_.ps_streams_per_shard;
   session_options.torchscript_bytes = *model_file;
+  session_options.initial_parameters = *initial;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::Create(assignment, **data, session_options);
   if (!session.ok()) {

@@ -143,6 +143,10 @@ class WorkerRuntime : public WorkerHandler {
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
   // The job's TorchScript file (null for native models), fetched once per file.
   absl::StatusOr<std::shared_ptr<const std::string>> ModelFileFor(const v1::JobSpec& spec);
+  // The job's JobSpec.init_from parameters (null without), read once per path under
+  // options_.data_root. INVALID_ARGUMENT naming the path for a file that is not float32.
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> InitialParametersFor(
+      const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
   std::string Interruption() ABSL_LOCKS_EXCLUDED(mu_);
   std::string InterruptionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -185,6 +189,9 @@ class WorkerRuntime : public WorkerHandler {
   // The last model file fetched, kept across generations and jobs of the same file.
   std::string model_sha256_;
   std::shared_ptr<const std::string> model_file_;
+  // The last init_from file read (by its confined path).
+  std::string initial_parameters_path_;
+  std::shared_ptr<const std::vector<float>> initial_parameters_;
 
   WorkerMetrics metrics_;
 };

@@ -246,14 +246,6 @@ TEST(BuildShardJobTest, RefusesOptimizerStateOfTheWrongSize) {
   EXPECT_THAT(job.status().message(), HasSubstr("partition 3: optimizer state of 1 floats"));
 }
 
-TEST(ValidJobIdTest, NamesThatCanBeFileNames) {
-  EXPECT_TRUE(ValidJobId("job-1-ab.c_d"));
-  EXPECT_FALSE(ValidJobId(""));
-  EXPECT_FALSE(ValidJobId("../etc"));
-  EXPECT_FALSE(ValidJobId("a/b"));
-  EXPECT_FALSE(ValidJobId(std::string(129, 'a')));
-  EXPECT_TRUE(ValidJobId(std::string(128, 'a')));
-}
 
 }  // namespace
 }  // namespace tributary::ps

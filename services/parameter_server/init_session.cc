@@ -13,7 +13,7 @@ namespace tributary::ps {
 
 absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
   if (have_header_) return absl::InvalidArgumentError("InitPartitions: a second InitHeader");
-  if (!ValidJobId(header.job_id())) {
+  if (!IsJobId(header.job_id())) {
     return absl::InvalidArgumentError(absl::StrCat("InitPartitions: job_id '", header.job_id(),
                                                    "' must be 1-128 characters of [A-Za-z0-9._-]"));
   }
@@ -186,6 +186,18 @@ absl::Status ParameterShard::InstallJob(InitSession& session,
       if (!begun.ok()) {
         return absl::Status(begun.status().code(),
                             absl::StrCat("InitPartitions: ", begun.status().message()));
+      }
+    }
+    // A job installed from a checkpoint (restored, or resuming another job) runs to the
+    // steps its workers count now: the schedule (COSINE) follows them.
+    if (header.total_steps() > 0 && header.total_steps() != job_->total_steps) {
+      absl::StatusOr<Optimizer> optimizer =
+          Optimizer::Create(PsOptimizerSpec(job_->spec), header.total_steps());
+      if (optimizer.ok()) {
+        LOG(INFO) << "job '" << job_->job_id << "': " << header.total_steps()
+                  << " steps in all (was " << job_->total_steps << ")";
+        job_->optimizer = *std::move(optimizer);
+        job_->total_steps = header.total_steps();
       }
     }
     response->set_created(false);

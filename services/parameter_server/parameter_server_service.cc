@@ -617,4 +617,21 @@ grpc::ServerUnaryReactor* ParameterServerService::EndJob(grpc::CallbackServerCon
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::RestoreJob(
+    grpc::CallbackServerContext* context, const v1::RestoreJobRequest* request,
+    v1::RestoreJobResponse* response) {
+  if (absl::Status allowed =
+          Authorize(auth_.get(), *context, OnlyRole(Role::kCoordinator), "RestoreJob");
+      !allowed.ok()) {
+    return Refuse(context, allowed);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  control_.Submit(0, [this, reactor, request, response] {
+    absl::StatusOr<v1::RestoreJobResponse> result = shard_->RestoreJob(*request);
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  return reactor;
+}
+
 }  // namespace tributary::ps

@@ -50,7 +50,8 @@ using ParameterServerCallbackBase = v1::ParameterServer::WithCallbackMethod_Init
                 v1::ParameterServer::WithCallbackMethod_Checkpoint<
                     v1::ParameterServer::WithCallbackMethod_BeginGeneration<
                         v1::ParameterServer::WithCallbackMethod_EndJob<
-                            v1::ParameterServer::Service>>>>>>>;
+                            v1::ParameterServer::WithCallbackMethod_RestoreJob<
+                                v1::ParameterServer::Service>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -59,8 +60,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // (--cluster_token_file) every call needs the cluster credential of a role that makes
   // it: InitPartitions and PushPull a worker's, with the node credential of the node the
   // stream speaks for; Pull a worker, the coordinator or the operator; GetShardStatus
-  // and Checkpoint the coordinator or the operator; BeginGeneration and EndJob the
-  // coordinator.
+  // and Checkpoint the coordinator or the operator; BeginGeneration, EndJob and
+  // RestoreJob the coordinator.
   // InitPartitions streams still open after `init_timeout` are cancelled by
   // ExpireStalledInits (their buffered values freed). `clock` null: the real clock.
   ParameterServerService(ParameterShard* shard, PartitionExecutor* executor,
@@ -92,6 +93,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* EndJob(grpc::CallbackServerContext* context,
                                    const v1::EndJobRequest* request,
                                    v1::EndJobResponse* response) override;
+  grpc::ServerUnaryReactor* RestoreJob(grpc::CallbackServerContext* context,
+                                       const v1::RestoreJobRequest* request,
+                                       v1::RestoreJobResponse* response) override;
 
  private:
   ParameterShard* shard_;

@@ -149,6 +149,9 @@ class ParameterShard {
   v1::ShardStatus Status() const;
   absl::StatusOr<v1::CheckpointResponse> Checkpoint();
   absl::StatusOr<v1::EndJobResponse> EndJob(const v1::EndJobRequest& request);
+  // Installs a job that resumes an earlier one from this shard's checkpoint of it, or
+  // lists the steps it holds (parameter_server.proto, RestoreJob).
+  absl::StatusOr<v1::RestoreJobResponse> RestoreJob(const v1::RestoreJobRequest& request);
 
   // Loads the newest intact checkpoint under options.checkpoint_dir (the shard's own
   // directory, or the only shard directory there when the index is -1). Returns the

@@ -469,6 +469,95 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
   }
 }
 
+// A new job that resumes an ended one (JobSpec.resume_from): the shard lists the steps
+// it holds checkpoints of, installs the chosen one under the new job's id and spec,
+// and training on gives what training the old job on would have.
+TEST(ShardCheckpointTest, ANewJobResumesAnEndedJobsCheckpoint) {
+  const std::string dir = testing::FreshTempDir("resume");
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
+  const std::vector<float> initial(kElements, 0.5f);
+  ParameterShard shard(Options(dir, 0), nullptr);
+  RecordingSink sink;
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, initial)).ok());
+  Train(shard, header, 0, 2, 0, &sink);
+  ASSERT_TRUE(shard.Checkpoint().ok());  // Step 2.
+  Train(shard, header, 2, 2, 0, &sink);
+  v1::EndJobRequest end;
+  end.set_job_id("job-1");
+  ASSERT_TRUE(shard.EndJob(end).ok());  // Final checkpoint, step 4.
+
+  v1::RestoreJobRequest request;
+  request.set_job_id("job-2");
+  *request.mutable_job() = header.job();
+  request.mutable_job()->set_resume_from("job-1");
+  request.set_from_job_id("job-1");
+  request.set_list_only(true);
+  absl::StatusOr<v1::RestoreJobResponse> listed = shard.RestoreJob(request);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(listed->steps(), ::testing::ElementsAre(4u, 2u));
+  EXPECT_TRUE(shard.Status().job_ended()) << "listing installs nothing";
+
+  request.set_list_only(false);
+  request.set_step(3);
+  EXPECT_EQ(shard.RestoreJob(request).status().code(), absl::StatusCode::kNotFound);
+  request.set_step(2);
+  absl::StatusOr<v1::RestoreJobResponse> restored = shard.RestoreJob(request);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->step(), 2u);
+  EXPECT_THAT(restored->restored_from(), HasSubstr("step-000000000002"));
+  EXPECT_EQ(shard.Status().job_id(), "job-2");
+  EXPECT_EQ(shard.Status().step(), 2u);
+  EXPECT_TRUE(shard.RestoreJob(request).ok()) << "asked again: already done";
+  request.set_step(4);
+  EXPECT_EQ(shard.RestoreJob(request).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // The workers' InitPartitions of the new job finds it installed; two more steps equal
+  // four steps of the old job, Adam's moments included.
+  v1::InitHeader next = header;
+  next.set_job_id("job-2");
+  auto init = shard.Init(next, InitialValues(next, initial));
+  ASSERT_TRUE(init.ok()) << init.status();
+  EXPECT_FALSE(init->created());
+  EXPECT_EQ(init->step(), 2u);
+  Train(shard, next, 2, 2, 0, &sink);
+  ParameterShard reference(ShardOptions{}, nullptr);
+  ASSERT_TRUE(reference.Init(header, InitialValues(header, initial)).ok());
+  Train(reference, header, 0, 4);
+  std::vector<std::string> resumed = AllValues(shard, "job-2");
+  std::vector<std::string> expected = AllValues(reference, "job-1");
+  ASSERT_EQ(resumed.size(), expected.size());
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    // Same partition, version, step and bytes (the version counts the old job's too).
+    EXPECT_EQ(resumed[i], expected[i]) << "partition entry " << i;
+  }
+}
+
+TEST(ShardCheckpointTest, ResumingNeedsTheSameOptimizerStateAndValidIds) {
+  const std::string dir = testing::FreshTempDir("resume_refused");
+  const v1::InitHeader header = MakeHeader(MakeSpec(v1::SYNC, Adam(), 2), kElements, 1, 0);
+  ParameterShard shard(Options(dir, 0), nullptr);
+  RecordingSink sink;
+  ASSERT_TRUE(shard.Init(header, InitialValues(header, std::vector<float>(kElements, 1))).ok());
+  Train(shard, header, 0, 1, 0, &sink);
+  v1::EndJobRequest end;
+  end.set_job_id("job-1");
+  ASSERT_TRUE(shard.EndJob(end).ok());
+  v1::RestoreJobRequest request;
+  request.set_job_id("job-2");
+  *request.mutable_job() = MakeSpec(v1::SYNC, testing::Sgd(0.1f), 2);  // No state.
+  request.set_from_job_id("job-1");
+  request.set_step(1);
+  absl::StatusOr<v1::RestoreJobResponse> refused = shard.RestoreJob(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("holds 2 optimizer state slot(s)"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("this job's PS optimizer SGD needs 0"));
+  request.set_from_job_id("../job-1");
+  EXPECT_EQ(shard.RestoreJob(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_from_job_id("job-9");
+  *request.mutable_job() = header.job();
+  EXPECT_EQ(shard.RestoreJob(request).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(ShardCheckpointTest, OnDemandCheckpointsAreRateLimitedAndIdempotent) {
   const std::string dir = testing::FreshTempDir("on_demand");
   FakeClock clock;

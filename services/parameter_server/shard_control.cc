@@ -28,7 +28,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> Paramete
     const bool holds =
         (job_ != nullptr && job_->job_id == request.job_id()) ||
         (job_ == nullptr && ended_job_ != nullptr && ended_job_->job_id == request.job_id());
-    if (!holds && shard_index_ >= 0 && ValidJobId(request.job_id())) {
+    if (!holds && shard_index_ >= 0 && IsJobId(request.job_id())) {
       // Not the job in memory: its newest checkpoint here, if any (export of a job
       // that ended before another was installed, or before this shard restarted).
       checkpoint_dir = options_.checkpoint_dir;
@@ -423,6 +423,113 @@ absl::StatusOr<v1::EndJobResponse> ParameterShard::EndJob(const v1::EndJobReques
     last_reported_step_ = 0;
   }
   metrics_.partitions.Set(0);
+  return response;
+}
+
+absl::StatusOr<v1::RestoreJobResponse> ParameterShard::RestoreJob(
+    const v1::RestoreJobRequest& request) {
+  const std::string what =
+      absl::StrCat("RestoreJob of job '", request.job_id(), "' from job '", request.from_job_id(),
+                   "'");
+  if (!IsJobId(request.job_id()) || !IsJobId(request.from_job_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RestoreJob: job_id and from_job_id must be 1-128 characters of "
+                     "[A-Za-z0-9._-]"));
+  }
+  if (request.num_nodes() > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": num_nodes ", request.num_nodes(),
+                                                   " is above ", kMaxNodes));
+  }
+  const v1::JobSpec spec = WithDefaults(request.job());
+  if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
+  }
+  absl::StatusOr<std::string> dir = JobCheckpointDir(spec);
+  if (!dir.ok()) return dir.status();
+  absl::MutexLock writer_lock(&checkpointer_.writer_mutex());
+  absl::MutexLock lock(&mu_);
+  v1::RestoreJobResponse response;
+  if (job_ != nullptr) {
+    // The coordinator asking again (a retried formation): already done.
+    const uint64_t step = ShardStepLocked();
+    if (job_->job_id == request.job_id() && (request.list_only() || step == request.step())) {
+      response.set_step(step);
+      return response;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": shard ", job_->shard_index, " holds job '", job_->job_id, "' at step ", step));
+  }
+  if (dir->empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": no checkpoint directory (neither the job's checkpoint_dir nor "
+                           "this shard's --checkpoint_dir)"));
+  }
+  if (shard_index_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": this shard has no index yet (not registered)"));
+  }
+  const std::string shard_dir = ShardDirectory(*dir, static_cast<uint32_t>(shard_index_));
+  // The earlier job's intact checkpoints, newest first; the step is in the file name,
+  // the meta checked once read.
+  constexpr int kMaxListed = 64;
+  std::optional<LoadedCheckpoint> chosen;
+  for (const std::string& path : ListCheckpoints(shard_dir)) {
+    if (!request.list_only() &&
+        path.find(absl::StrFormat("-step-%012d", request.step())) == std::string::npos) {
+      continue;
+    }
+    absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(path);
+    if (!read.ok()) {
+      LOG(WARNING) << what << ": skipping " << read.status();
+      continue;
+    }
+    const CheckpointMeta& meta = read->meta;
+    if (meta.job_id() != request.from_job_id() ||
+        meta.shard_index() != static_cast<uint32_t>(shard_index_)) {
+      continue;
+    }
+    if (request.list_only()) {
+      if (response.steps_size() < kMaxListed) response.add_steps(meta.step());
+      continue;
+    }
+    if (meta.step() != request.step()) continue;
+    chosen = LoadedCheckpoint{path, *std::move(read)};
+    break;
+  }
+  if (request.list_only()) return response;
+  if (!chosen.has_value()) {
+    return absl::NotFoundError(absl::StrCat(what, ": no intact checkpoint of step ",
+                                            request.step(), " of job '", request.from_job_id(),
+                                            "' in ", shard_dir));
+  }
+  // The earlier job's parameters, state, plan and step, as the new job.
+  CheckpointMeta& meta = chosen->checkpoint.meta;
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(PsOptimizerSpec(spec), 1);
+  if (!optimizer.ok()) return optimizer.status();
+  for (const PartitionCheckpoint& partition : meta.partitions()) {
+    if (static_cast<int>(partition.state_slots()) != optimizer->state_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the checkpoint ", chosen->path, " holds ", partition.state_slots(),
+          " optimizer state slot(s) per parameter (", v1::OptimizerType_Name(PsOptimizerSpec(meta.job()).type()),
+          "), this job's PS optimizer ", v1::OptimizerType_Name(PsOptimizerSpec(spec).type()),
+          " needs ", optimizer->state_slots(),
+          ": resume with the same optimizer, or start from the parameters alone (init_from)"));
+    }
+  }
+  meta.set_job_id(request.job_id());
+  *meta.mutable_job() = spec;
+  meta.set_generation(0);
+  meta.set_num_nodes(request.num_nodes() > 0 ? request.num_nodes() : spec.nodes_min());
+  meta.set_job_ended(false);
+  if (absl::Status installed = InstallCheckpoint(chosen->path, std::move(chosen->checkpoint));
+      !installed.ok()) {
+    return installed;
+  }
+  LOG(INFO) << "shard " << shard_index_ << ": job '" << request.job_id() << "' resumes job '"
+            << request.from_job_id() << "' at step " << request.step() << " from "
+            << chosen->path;
+  response.set_step(ShardStepLocked());
+  response.set_restored_from(chosen->path);
   return response;
 }
 

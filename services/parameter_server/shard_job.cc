@@ -96,16 +96,6 @@ absl::StatusOr<std::unique_ptr<ShardJob>> BuildShardJob(JobSource source, Optimi
   return job;
 }
 
-bool ValidJobId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 std::string PlanName(const v1::PartitionPlan& plan) {
   return absl::StrCat("plan ", plan.fingerprint());
 }

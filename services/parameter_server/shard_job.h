@@ -169,8 +169,6 @@ struct JobSource {
 absl::StatusOr<std::unique_ptr<ShardJob>> BuildShardJob(JobSource source, Optimizer optimizer,
                                                         std::unique_ptr<Aggregator> aggregator);
 
-// A job id the shard accepts: 1-128 characters of [A-Za-z0-9._-] (it names files).
-bool ValidJobId(const std::string& id);
 // "plan <fingerprint>", for messages.
 std::string PlanName(const v1::PartitionPlan& plan);
 

@@ -13,6 +13,7 @@ v1::OptimizerSpec Sgd(float learning_rate) {
   v1::OptimizerSpec optimizer;
   optimizer.set_type(v1::SGD);
   optimizer.set_learning_rate(learning_rate);
+  optimizer.mutable_schedule()->set_kind(v1::CONSTANT);
   return optimizer;
 }
 
