@@ -313,6 +313,7 @@ TEST(ApiJsonTest, ServicesAndMethodsAreTheContract) {
       {"Coordinator/WaitRendezvous", "WaitRendezvousRequest -> WaitRendezvousResponse"},
       {"Coordinator/SubmitJob", "SubmitJobRequest -> Job"},
       {"Coordinator/GetJob", "GetJobRequest -> Job"},
+      {"Coordinator/GetJobHistory", "GetJobHistoryRequest -> JobHistory"},
       {"Coordinator/ListJobs", "ListJobsRequest -> ListJobsResponse"},
       {"Coordinator/PauseJob", "JobControlRequest -> Job"},
       {"Coordinator/ResumeJob", "JobControlRequest -> Job"},

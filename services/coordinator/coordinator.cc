@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/random_hex.h"
+#include "services/coordinator/history_file.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -22,6 +23,14 @@ std::string Seconds(absl::Duration duration) {
   return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(duration));
 }
 
+HistoryLimits HistoryLimitsOf(const CoordinatorOptions& options) {
+  HistoryLimits limits;
+  limits.max_points = options.history_points;
+  limits.max_worker_points = options.history_worker_points;
+  limits.straggler_factor = options.straggler_factor;
+  return limits;
+}
+
 }  // namespace
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, ShardClient* shards)
     : options_(std::move(options)),
@@ -31,6 +40,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, ShardCl
       workers_(RandomHex(6)),
       jobs_(options_.max_events, options_.progress_history,
             [this](bool urgent) ABSL_NO_THREAD_SAFETY_ANALYSIS { MarkDirtyLocked(urgent); }),
+      histories_(HistoryLimitsOf(options_)),
       shards_(options_.ps_shards),
       planner_(options_.settle_window, options_.formation_retry),
       failure_streak_(options_.max_generation_failures),
@@ -51,6 +61,16 @@ absl::Status Coordinator::Start() {
                     std::vector<v1::Job>(state.state.jobs().begin(), state.state.jobs().end()));
       last_generation_ = state.state.last_generation();
       for (const v1::ShardInfo& info : state.state.shards()) shards_.Restore(info, clock_->Now());
+      for (const v1::Job& job : jobs_.jobs()) {
+        absl::StatusOr<v1::JobHistory> history =
+            LoadHistoryFile(options_.state_dir, job.job_id());
+        if (history.ok()) {
+          histories_.Restore(*std::move(history));
+        } else if (!absl::IsNotFound(history.status())) {
+          LOG(WARNING) << "the history of job " << job.job_id()
+                       << " starts again: " << history.status().message();
+        }
+      }
       LOG(INFO) << "coordinator state loaded from " << state.source << ": " << jobs_.jobs().size()
                 << " job(s), " << state.state.shards_size() << " PS shard(s), last generation "
                 << last_generation_;
@@ -96,6 +116,10 @@ std::vector<ReportView> Coordinator::ReportViewsLocked() const {
 // Job endings
 
 void Coordinator::FinishJobLocked(v1::Job& job, v1::JobState to, const std::string& reason) {
+  if (JobHistory* history = histories_.Find(job.job_id())) {
+    history->Finish(clock_->Now());
+    histories_.MarkChanged(job.job_id(), true);
+  }
   jobs_.Finish(job, to, reason, clock_->Now());
   if (generation_.active && generation_.job_id == job.job_id()) {
     DeactivateGenerationLocked(
@@ -108,10 +132,11 @@ void Coordinator::FinishJobLocked(v1::Job& job, v1::JobState to, const std::stri
 }
 
 void Coordinator::CompleteJobLocked(v1::Job& job) {
-  uint64_t shard_in = 0;
-  uint64_t shard_out = 0;
-  shards_.JobBytes(job.job_id(), &shard_in, &shard_out);
-  *job.mutable_result() = JobResultOf(job, ReportViewsLocked(), shard_in, shard_out, clock_->Now());
+  JobHistory& history = histories_.For(job.job_id());
+  history.Finish(clock_->Now());
+  *job.mutable_result() =
+      JobResultOf(job, ReportViewsLocked(), history.proto().bytes_pushed(),
+                  history.proto().bytes_pulled(), clock_->Now());
   FinishJobLocked(job, v1::COMPLETED,
                   absl::StrCat("all ", generation_.assignments.size(), " worker(s) of generation ",
                                generation_.number, " finished: ", job.step(), " of ",
@@ -427,6 +452,8 @@ void Coordinator::FormGenerationIfDue() {
   }
   job->set_generation(generation);
   job->set_step(resume_step);
+  histories_.For(job_id).ResumeAt(resume_step, now);
+  histories_.MarkChanged(job_id, false);
   if (job->steps_per_epoch() > 0) job->set_epoch(resume_step / job->steps_per_epoch());
   if (!job->has_started()) *job->mutable_started() = ToProto(now);
   ++counters_.generations_formed;
@@ -453,6 +480,9 @@ void Coordinator::UpdateProgressLocked(absl::Time now) {
   if (!generation_.active || job == nullptr || IsTerminal(job->state())) return;
   const JobBook::Progress progress = jobs_.RecordProgress(
       *job, generation_.number, generation_.resume_step, ReportViewsLocked(), now);
+  if (JobHistory* history = histories_.Find(job->job_id())) {
+    history->CompleteThrough(job->step(), now);
+  }
   if (progress.all_training && job->state() == v1::RENDEZVOUS) {
     jobs_.Transition(
         *job, v1::RUNNING,
@@ -576,7 +606,65 @@ void Coordinator::Tick() {
     save = snapshotter_.Due();
   }
   if (save) SaveState().IgnoreError();
+  SaveHistories(false);
   for (auto& answer : answers) answer();
+}
+
+void Coordinator::RecordHistoryLocked(const std::string& worker_id,
+                                      const v1::HeartbeatRequest& request, absl::Time now) {
+  // Only a member of the generation it reports counts: the current one, or the one
+  // that just ended (its last bytes).
+  const Generation* generation = nullptr;
+  for (const Generation* candidate : {&generation_, &previous_generation_}) {
+    if (candidate->number != 0 && candidate->number == request.generation() &&
+        candidate->assignments.count(worker_id) > 0) {
+      generation = candidate;
+      break;
+    }
+  }
+  if (generation == nullptr || jobs_.Find(generation->job_id) == nullptr) return;
+  JobHistory& history = histories_.For(generation->job_id);
+  history.CountTraffic(worker_id, request.generation(), request.bytes_pushed(),
+                       request.bytes_pulled());
+  const WorkerRecord* worker = workers_.Find(worker_id);
+  if (generation == &generation_ && generation_.active && worker != nullptr &&
+      (request.steps_size() > 0 || request.evaluations_size() > 0)) {
+    ReportingWorker who;
+    who.worker_id = worker_id;
+    who.node_name = worker->registration.node_name();
+    who.global_rank = generation_.assignments.at(worker_id).global_rank();
+    history.AddReports(who, request, now);
+  }
+  histories_.MarkChanged(generation->job_id, false);
+}
+
+void Coordinator::SaveHistories(bool now) {
+  std::vector<v1::JobHistory> changed;
+  std::vector<std::string> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time time = clock_->Now();
+    dropped = histories_.Retain(jobs_.jobs());
+    if (now || histories_.Due(time, options_.state_save_interval)) {
+      changed = histories_.TakeChanged(time);
+    }
+  }
+  if (options_.state_dir.empty()) return;
+  for (const v1::JobHistory& history : changed) {
+    if (absl::Status saved = SaveHistoryFile(options_.state_dir, history); !saved.ok()) {
+      LOG_EVERY_N(WARNING, 20) << "history of job " << history.job_id() << ": " << saved;
+    }
+  }
+  for (const std::string& job_id : dropped) {
+    if (absl::Status removed = RemoveHistoryFile(options_.state_dir, job_id); !removed.ok()) {
+      LOG(WARNING) << removed;
+    }
+  }
+}
+
+void Coordinator::Flush() {
+  SaveHistories(true);
+  SaveState().IgnoreError();
 }
 
 void Coordinator::WaitForWork(absl::Duration max) {

@@ -39,6 +39,7 @@
 #include "services/coordinator/failure_policy.h"
 #include "services/coordinator/generation_planner.h"
 #include "services/coordinator/job_book.h"
+#include "services/coordinator/job_history.h"
 #include "services/coordinator/rendezvous_store.h"
 #include "services/coordinator/shard_client.h"
 #include "services/coordinator/shard_directory.h"
@@ -57,6 +58,10 @@ struct CoordinatorOptions {
   absl::Duration state_save_interval = absl::Seconds(5);  // For progress-only changes.
   size_t progress_history = 1000;        // Points kept per job (older ones thinned).
   size_t max_events = 1000;              // Events kept per job (oldest dropped).
+  // Per-step history (job_history.h): step points and evaluations kept per job, and
+  // points per worker timeline (--history_points, --history_worker_points).
+  size_t history_points = 2000;
+  size_t history_worker_points = 500;
   // Generations in a row ended by worker errors without completing a step before the
   // job fails (rule B, failure_policy.h); 0 = never.
   uint32_t max_generation_failures = 3;
@@ -112,6 +117,8 @@ class Coordinator : public CoordinatorHandler {
   void HandleSubmitJob(const v1::SubmitJobRequest& request, v1::Job* reply,
                        ReplyCallback done) override;
   void HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply, ReplyCallback done) override;
+  void HandleGetJobHistory(const v1::GetJobHistoryRequest& request, v1::JobHistory* reply,
+                           ReplyCallback done) override;
   void HandleListJobs(const v1::ListJobsRequest& request, v1::ListJobsResponse* reply,
                       ReplyCallback done) override;
   void HandlePauseJob(const v1::JobControlRequest& request, v1::Job* reply,
@@ -137,6 +144,9 @@ class Coordinator : public CoordinatorHandler {
   void PollShards();
   void ExpireRendezvousDeadlines() { rendezvous_.ExpireDeadlines(); }
   RendezvousStore& rendezvous() { return rendezvous_; }
+
+  // Writes what is not on disk yet (the jobs' histories, the state), for a clean exit.
+  void Flush();
 
   // Blocks (real time) until something asked for a Tick or `max` passed.
   void WaitForWork(absl::Duration max);
@@ -185,6 +195,10 @@ class Coordinator : public CoordinatorHandler {
   void ApplySameErrorRuleLocked(const std::string& worker_id, uint64_t generation,
                                 const std::string& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProgressLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files a heartbeat's step and evaluation reports and byte counts in the history of
+  // the job whose generation it reports.
+  void RecordHistoryLocked(const std::string& worker_id, const v1::HeartbeatRequest& request,
+                           absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pause boundary of the current generation, once every worker holds.
   std::optional<uint64_t> PauseBoundaryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerHeartbeatLocked(const WorkerRecord& worker, uint64_t reported_generation,
@@ -196,6 +210,9 @@ class Coordinator : public CoordinatorHandler {
     snapshotter_.MarkDirty(urgent);
   }
   absl::Status SaveState() ABSL_LOCKS_EXCLUDED(mu_);  // The newest snapshot, unless on disk.
+  // Writes the changed histories (when due, or all of them with `now`) and removes the
+  // files of jobs no longer kept. Called by the Tick thread only (and Flush).
+  void SaveHistories(bool now) ABSL_LOCKS_EXCLUDED(mu_);
   void RequestWorkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { work_requested_ = true; }
 
   const CoordinatorOptions options_;
@@ -206,6 +223,7 @@ class Coordinator : public CoordinatorHandler {
   mutable absl::Mutex mu_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   JobBook jobs_ ABSL_GUARDED_BY(mu_);
+  HistoryBook histories_ ABSL_GUARDED_BY(mu_);
   ShardDirectory shards_ ABSL_GUARDED_BY(mu_);
   GenerationPlanner planner_ ABSL_GUARDED_BY(mu_);
   FailureStreak failure_streak_ ABSL_GUARDED_BY(mu_);

@@ -42,6 +42,8 @@ class CoordinatorHandler {
                                ReplyCallback done) = 0;
   virtual void HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply,
                             ReplyCallback done) = 0;
+  virtual void HandleGetJobHistory(const v1::GetJobHistoryRequest& request,
+                                   v1::JobHistory* reply, ReplyCallback done) = 0;
   virtual void HandleListJobs(const v1::ListJobsRequest& request, v1::ListJobsResponse* reply,
                               ReplyCallback done) = 0;
   virtual void HandlePauseJob(const v1::JobControlRequest& request, v1::Job* reply,

@@ -85,6 +85,13 @@ ABSL_FLAG(int, progress_history, 1000,
           "Count, >= 2. Default: 1000.");
 ABSL_FLAG(int, max_job_events, 1000,
           "Events kept per job (the oldest go first). Count. Default: 1000.");
+ABSL_FLAG(int, history_points, 2000,
+          "Per-step history: step points and evaluations kept per job (every step up to "
+          "this many, then an even stride that doubles as it fills, always the last step). "
+          "Count, 2..10000. Default: 2000.");
+ABSL_FLAG(int, history_worker_points, 500,
+          "Per-step history: points kept in each worker's timeline (thinned the same way; "
+          "64 workers per job have one). Count, 2..800. Default: 500.");
 
 // --- Model files ---
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{256} << 20,
@@ -125,6 +132,15 @@ std::string BadFlags() {
   if (absl::GetFlag(FLAGS_rendezvous_max_keys) < 1) return "--rendezvous_max_keys must be >= 1";
   if (absl::GetFlag(FLAGS_progress_history) < 2) return "--progress_history must be >= 2";
   if (absl::GetFlag(FLAGS_max_job_events) < 1) return "--max_job_events must be >= 1";
+  if (absl::GetFlag(FLAGS_history_points) < 2 || absl::GetFlag(FLAGS_history_points) > 10000) {
+    return absl::StrCat("--history_points must be in [2, 10000], got ",
+                        absl::GetFlag(FLAGS_history_points));
+  }
+  if (absl::GetFlag(FLAGS_history_worker_points) < 2 ||
+      absl::GetFlag(FLAGS_history_worker_points) > 800) {
+    return absl::StrCat("--history_worker_points must be in [2, 800], got ",
+                        absl::GetFlag(FLAGS_history_worker_points));
+  }
   if (absl::GetFlag(FLAGS_formation_timeout) < absl::ZeroDuration()) {
     return "--formation_timeout must be >= 0";
   }
@@ -197,6 +213,8 @@ int main(int argc, char** argv) {
   options.state_save_interval = absl::GetFlag(FLAGS_state_save_interval);
   options.progress_history = static_cast<size_t>(absl::GetFlag(FLAGS_progress_history));
   options.max_events = static_cast<size_t>(absl::GetFlag(FLAGS_max_job_events));
+  options.history_points = static_cast<size_t>(absl::GetFlag(FLAGS_history_points));
+  options.history_worker_points = static_cast<size_t>(absl::GetFlag(FLAGS_history_worker_points));
   options.max_generation_failures =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_max_generation_failures));
   options.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
@@ -233,8 +251,7 @@ int main(int argc, char** argv) {
       "coordinator", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), max_receive));
   host.AddService(&service, tributary::v1::Coordinator::service_full_name());
   if (host.http() != nullptr) {
-    coord::AddDashboardRoutes(*host.http(),
-                              [&coordinator] { return coordinator.GetClusterStatus(); });
+    coord::AddDashboardRoutes(*host.http(), coord::DashboardDataOf(coordinator));
   }
   coord::CoordinatorMetrics metrics(*host.registry());
   coord::CoordinatorDriver driver(&coordinator, [&] {
@@ -246,5 +263,6 @@ int main(int argc, char** argv) {
   if (*auth != nullptr) LOG(INFO) << "internal calls need the cluster credential of their role";
   const int exit_code = tributary::ServeUntilShutdown(host, shutdown);
   driver.Stop();
+  coordinator.Flush();  // The histories and progress not written yet.
   return exit_code;
 }

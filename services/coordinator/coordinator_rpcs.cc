@@ -87,6 +87,7 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
       return absl::InvalidArgumentError(
           absl::StrCat("phase: unknown worker phase ", static_cast<int>(request.phase())));
     }
+    if (absl::Status valid = ValidateHistoryReports(request); !valid.ok()) return valid;
     absl::MutexLock lock(&mu_);
     WorkerRecord* worker = workers_.Find(request.worker_id());
     if (worker == nullptr) {
@@ -127,6 +128,7 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
       case ReportKind::kNormal:
         break;
     }
+    RecordHistoryLocked(id, request, now);
     if (InGenerationLocked(id) && request.generation() == generation_.number) {
       UpdateProgressLocked(now);
     }
@@ -321,6 +323,24 @@ void Coordinator::HandleGetJob(const v1::GetJobRequest& request, v1::Job* reply,
     *reply = *job;
     FillWaitingReason(*reply, generation_.active, planner_.waiting_reason(),
                       shards_.UnreachableNote());
+    return absl::OkStatus();
+  }());
+}
+
+void Coordinator::HandleGetJobHistory(const v1::GetJobHistoryRequest& request,
+                                      v1::JobHistory* reply, ReplyCallback done) {
+  done([&]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    const v1::Job* job =
+        request.job_id().empty() ? jobs_.Shown() : jobs_.Find(request.job_id());
+    if (job == nullptr) {
+      return absl::NotFoundError(request.job_id().empty()
+                                     ? "no job has been submitted"
+                                     : absl::StrCat("unknown job id '", Clip(request.job_id()),
+                                                    "'"));
+    }
+    // A job that has not run a step yet has an empty history.
+    *reply = histories_.For(job->job_id()).proto();
     return absl::OkStatus();
   }());
 }

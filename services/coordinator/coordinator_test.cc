@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "services/coordinator/history_file.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -734,7 +735,9 @@ TEST_F(CoordinatorTest, ProgressCompletionAndResult) {
   EXPECT_EQ(job.state(), v1::COMPLETED);
   EXPECT_THAT(job.state_reason(), HasSubstr("finished: 20 of 20 steps"));
   EXPECT_EQ(job.result().steps(), 20u);
-  EXPECT_EQ(job.result().bytes_pushed(), 5000u) << "max of worker totals and shard counters";
+  EXPECT_EQ(job.result().bytes_pushed(), 2000u)
+      << "the job's own traffic: each worker's count in its generation (1000 each), not the "
+         "shards' counters since they started (5000)";
   EXPECT_GT(job.result().samples_per_second(), 0);
   EXPECT_TRUE(job.has_finished());
   EXPECT_EQ(Beat(a, 1, v1::WORKER_FINISHED, 20).action(), v1::ACTION_STOP);
@@ -1139,6 +1142,155 @@ TEST_F(CoordinatorTest, RestartedWorkerReplacesItsOldRecord) {
   EXPECT_EQ(last_heartbeat_status_.code(), absl::StatusCode::kNotFound);
 }
 
+// A heartbeat carrying its worker's step reports (one per step in [first, last]) and,
+// for `evaluated` steps, an evaluation.
+v1::HeartbeatRequest StepsBeat(const std::string& worker, uint64_t generation,
+                               v1::WorkerPhase phase, uint64_t first, uint64_t last,
+                               double step_seconds, uint64_t bytes_pushed,
+                               std::vector<uint64_t> evaluated = {}) {
+  v1::HeartbeatRequest request;
+  request.set_worker_id(worker);
+  request.set_generation(generation);
+  request.set_phase(phase);
+  request.set_step(last);
+  request.set_loss(1.0f);
+  request.set_test_accuracy(-1);
+  request.set_steps_per_epoch(10);
+  request.set_total_steps(20);
+  request.set_bytes_pushed(bytes_pushed);
+  request.set_bytes_pulled(2 * bytes_pushed);
+  for (uint64_t step = first; step <= last; ++step) {
+    v1::StepReport* report = request.add_steps();
+    report->set_step(step);
+    report->set_loss(2.0f / step);
+    report->set_samples(50);
+    report->set_step_seconds(step_seconds);
+    report->set_push_wait_seconds(0.01);
+  }
+  for (uint64_t step : evaluated) {
+    v1::EvaluationReport* evaluation = request.add_evaluations();
+    evaluation->set_step(step);
+    evaluation->set_test_accuracy(0.5f + step / 100.0f);
+  }
+  return request;
+}
+
+TEST_F(CoordinatorTest, HistoryHoldsAPointPerStepEveryEvaluationAndEachWorkersTimeline) {
+  RegisterShards();
+  const v1::Job submitted = Submit(Spec(2, 2));
+  const std::string a = MustRegister("a");
+  const std::string b = MustRegister("b");
+  coordinator_->Tick();
+  BeatAll({a, b}, 0, v1::WORKER_IDLE);
+  auto beat = [&](const v1::HeartbeatRequest& request) {
+    v1::HeartbeatResponse reply;
+    Reply r;
+    coordinator_->HandleHeartbeat(request, &reply, Done(r));
+    EXPECT_TRUE(r.status.ok()) << r.status;
+  };
+  // Heartbeats carry several steps each; b is the slow one.
+  beat(StepsBeat(a, 1, v1::WORKER_TRAINING, 1, 7, 0.1, 700, {5}));
+  beat(StepsBeat(b, 1, v1::WORKER_TRAINING, 1, 4, 0.3, 400));
+  v1::JobHistory history;
+  Reply got;
+  coordinator_->HandleGetJobHistory(v1::GetJobHistoryRequest(), &history, Done(got));
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(history.job_id(), submitted.job_id());
+  EXPECT_EQ(history.steps_size(), 4) << "steps every worker completed";
+  beat(StepsBeat(a, 1, v1::WORKER_FINISHED, 8, 20, 0.1, 2000, {10, 20}));
+  beat(StepsBeat(b, 1, v1::WORKER_FINISHED, 5, 20, 0.3, 2000));
+  const v1::Job job = GetJob();
+  ASSERT_EQ(job.state(), v1::COMPLETED);
+
+  history.Clear();
+  Reply again;
+  v1::GetJobHistoryRequest request;
+  request.set_job_id(submitted.job_id());
+  coordinator_->HandleGetJobHistory(request, &history, Done(again));
+  ASSERT_TRUE(again.status.ok()) << again.status;
+  ASSERT_EQ(history.steps_size(), 20);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(history.steps(i).step(), static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(history.steps(i).workers(), 2u);
+    EXPECT_FLOAT_EQ(history.steps(i).loss(), 2.0f / (i + 1));
+    EXPECT_EQ(history.steps(i).slowest_worker(), b);
+  }
+  EXPECT_DOUBLE_EQ(history.steps(0).samples_per_second(), 50 / 0.1 + 50 / 0.3);
+  ASSERT_EQ(history.evaluations_size(), 3);
+  EXPECT_EQ(history.evaluations(2).step(), 20u);
+  EXPECT_FLOAT_EQ(history.evaluations(2).test_accuracy(), 0.7f);
+  ASSERT_EQ(history.workers_size(), 2);
+  EXPECT_EQ(history.workers(1).worker_id(), b);
+  EXPECT_EQ(history.workers(1).node_name(), "b");
+  EXPECT_EQ(history.workers(1).slow_steps(), 20u);
+  EXPECT_EQ(history.workers(0).slow_steps(), 0u);
+  EXPECT_EQ(history.workers(0).points_size(), 20);
+  EXPECT_EQ(history.bytes_pushed(), 4000u);
+  EXPECT_EQ(job.result().bytes_pushed(), 4000u);
+  EXPECT_EQ(job.result().bytes_pulled(), 8000u);
+
+  Reply unknown;
+  request.set_job_id("job-404-0000");
+  coordinator_->HandleGetJobHistory(request, &history, Done(unknown));
+  EXPECT_EQ(unknown.status.code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, AJobsResultCountsOnlyItsOwnTrafficOnLongLivedWorkers) {
+  RegisterShards();
+  const std::string a = MustRegister("a");
+  auto run = [&](uint64_t generation, uint64_t bytes_per_heartbeat) {
+    const v1::Job job = Submit(Spec(1, 1));
+    coordinator_->Tick();
+    Beat(a, 0, v1::WORKER_IDLE);
+    uint64_t counted = 0;
+    for (uint64_t step = 1; step <= 20; ++step) {
+      counted += bytes_per_heartbeat;
+      v1::HeartbeatRequest request =
+          StepsBeat(a, generation, step == 20 ? v1::WORKER_FINISHED : v1::WORKER_TRAINING, step,
+                    step, 0.1, counted);
+      v1::HeartbeatResponse reply;
+      Reply r;
+      coordinator_->HandleHeartbeat(request, &reply, Done(r));
+      EXPECT_TRUE(r.status.ok()) << r.status;
+    }
+    shards_["ps0:1"].bytes_in += 1u << 30;  // The shards count since they started.
+    coordinator_->PollShards();
+    EXPECT_EQ(GetJob().state(), v1::COMPLETED);
+    return GetJob().result();
+  };
+  EXPECT_EQ(run(1, 1000).bytes_pushed(), 20000u);
+  EXPECT_EQ(run(2, 10).bytes_pushed(), 200u) << "not the worker's or the shards' lifetime count";
+}
+
+TEST_F(CoordinatorTest, HeartbeatHistoryFieldsAreBounded) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  auto status_of = [&](const v1::HeartbeatRequest& request) {
+    v1::HeartbeatResponse reply;
+    Reply r;
+    coordinator_->HandleHeartbeat(request, &reply, Done(r));
+    return r.status;
+  };
+  EXPECT_TRUE(status_of(StepsBeat(a, 1, v1::WORKER_TRAINING, 1, kMaxStepReports, 0.1, 0)).ok());
+  const absl::Status many =
+      status_of(StepsBeat(a, 1, v1::WORKER_TRAINING, 1, kMaxStepReports + 1, 0.1, 0));
+  EXPECT_EQ(many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(many.message()), HasSubstr("steps: at most 1024"));
+  v1::HeartbeatRequest stranger = StepsBeat(a, 1, v1::WORKER_TRAINING, 2000, 2000, 0.1, 0);
+  stranger.set_bytes_pushed(~uint64_t{0});
+  const absl::Status huge = status_of(stranger);
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("bytes_pushed: must be at most 2^53"));
+  v1::JobHistory history;
+  Reply r;
+  coordinator_->HandleGetJobHistory(v1::GetJobHistoryRequest(), &history, Done(r));
+  EXPECT_EQ(history.bytes_pushed(), 0u) << "a refused heartbeat counts for nothing";
+  EXPECT_EQ(history.workers(0).steps(), static_cast<uint64_t>(kMaxStepReports));
+}
+
 class CoordinatorRestartTest : public CoordinatorTest {
  protected:
   CoordinatorOptions Persistent() {
@@ -1213,6 +1365,39 @@ TEST_F(CoordinatorRestartTest, TornCurrentFileFallsBackToThePreviousOne) {
   v1::Job restored = GetJob();
   EXPECT_EQ(restored.job_id(), job.job_id());
   EXPECT_THAT(Events(), HasSubstr("using the previous version"));
+}
+
+TEST_F(CoordinatorRestartTest, HistoryIsWrittenToTheStateDirAndSurvivesARestart) {
+  const CoordinatorOptions options = Persistent();
+  Make(options);
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  Beat(a, 0, v1::WORKER_IDLE);
+  for (uint64_t step = 1; step <= 20; ++step) {
+    v1::HeartbeatRequest request = StepsBeat(
+        a, 1, step == 20 ? v1::WORKER_FINISHED : v1::WORKER_TRAINING, step, step, 0.1, step * 10,
+        step % 10 == 0 ? std::vector<uint64_t>{step} : std::vector<uint64_t>{});
+    v1::HeartbeatResponse reply;
+    Reply r;
+    coordinator_->HandleHeartbeat(request, &reply, Done(r));
+    ASSERT_TRUE(r.status.ok()) << r.status;
+  }
+  ASSERT_EQ(GetJob().state(), v1::COMPLETED);
+  coordinator_->Tick();  // The job ended: its history is written at once.
+  absl::StatusOr<v1::JobHistory> file = LoadHistoryFile(options.state_dir, job.job_id());
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->steps_size(), 20);
+  EXPECT_EQ(file->evaluations_size(), 2);
+  EXPECT_EQ(file->bytes_pushed(), 200u);
+
+  Make(options);  // The restarted coordinator.
+  v1::JobHistory history;
+  Reply r;
+  coordinator_->HandleGetJobHistory(v1::GetJobHistoryRequest(), &history, Done(r));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(history.SerializeAsString(), file->SerializeAsString());
 }
 
 }  // namespace

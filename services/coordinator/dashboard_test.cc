@@ -51,7 +51,9 @@ TEST(DashboardTest, ThePolicyAllowsOnlyThePagesOwnInlineCode) {
 
 TEST(DashboardTest, EveryAnswerCarriesTheBrowserHeaders) {
   HttpServer http(std::make_shared<prometheus::Registry>(), [] { return true; });
-  AddDashboardRoutes(http, [] { return v1::ClusterStatus(); });
+  DashboardData data;
+  data.status = [] { return v1::ClusterStatus(); };
+  AddDashboardRoutes(http, data);
   ASSERT_TRUE(http.Start("127.0.0.1", 0).ok());
   httplib::Client client("127.0.0.1", http.port());
   auto page = client.Get("/");
@@ -59,7 +61,9 @@ TEST(DashboardTest, EveryAnswerCarriesTheBrowserHeaders) {
   EXPECT_EQ(page->status, 200);
   EXPECT_EQ(page->get_header_value("Content-Security-Policy"), DashboardContentSecurityPolicy());
   EXPECT_EQ(page->get_header_value("X-Content-Type-Options"), "nosniff");
-  for (const char* path : {"/api/v1/status", "/metrics", "/healthz", "/no-such-page"}) {
+  for (const char* path : {"/api/v1/status", "/api/v1/jobs", "/api/v1/jobs/job-1-0000",
+                           "/api/v1/jobs/job-1-0000/history", "/metrics", "/healthz",
+                           "/no-such-page"}) {
     auto answer = client.Get(path);
     ASSERT_TRUE(answer) << path;
     EXPECT_EQ(answer->get_header_value("X-Content-Type-Options"), "nosniff") << path;

@@ -301,6 +301,14 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::GetJob(grpc::CallbackServerCon
   return reactor;
 }
 
+grpc::ServerUnaryReactor* CoordinatorGrpcService::GetJobHistory(
+    grpc::CallbackServerContext* context, const v1::GetJobHistoryRequest* request,
+    v1::JobHistory* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  handler_->HandleGetJobHistory(*request, response, FinishWith(reactor));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* CoordinatorGrpcService::ListJobs(grpc::CallbackServerContext* context,
                                                            const v1::ListJobsRequest* request,
                                                            v1::ListJobsResponse* response) {

@@ -50,6 +50,9 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
                                       v1::Job* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJobHistory(grpc::CallbackServerContext* context,
+                                          const v1::GetJobHistoryRequest* request,
+                                          v1::JobHistory* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override;

@@ -81,7 +81,7 @@ class Cluster {
     ps_host_.SetServing(true);
     EXPECT_TRUE(coordinator_.Start().ok());
     host_.AddService(&service_, v1::Coordinator::service_full_name());
-    AddDashboardRoutes(*host_.http(), [this] { return coordinator_.GetClusterStatus(); });
+    AddDashboardRoutes(*host_.http(), DashboardDataOf(coordinator_));
     EXPECT_TRUE(host_.Start().ok());
     host_.SetServing(true);
     driver_.Start();
@@ -325,6 +325,14 @@ v1::HeartbeatResponse Beat(Cluster& cluster, const std::string& worker, uint64_t
   beat.set_steps_per_epoch(10);
   beat.set_total_steps(20);
   beat.set_bytes_pushed(1 << 20);
+  beat.set_bytes_pulled(2 << 20);
+  if (phase == v1::WORKER_TRAINING && step > 0) {
+    v1::StepReport* ran = beat.add_steps();
+    ran->set_step(step);
+    ran->set_loss(beat.loss());
+    ran->set_samples(32);
+    ran->set_step_seconds(0.05);
+  }
   v1::HeartbeatResponse reply;
   const grpc::Status status = cluster.stub().Heartbeat(Context().get(), beat, &reply);
   EXPECT_TRUE(status.ok()) << status.error_message();
@@ -598,8 +606,47 @@ TEST(CoordinatorServiceTest, WholeJobWithWorkersAndAFakeParameterServer) {
   ASSERT_TRUE(cluster.stub().GetJob(Context().get(), v1::GetJobRequest(), &done).ok());
   EXPECT_EQ(done.state(), v1::COMPLETED);
   EXPECT_FLOAT_EQ(done.result().test_accuracy(), 0.8f);
-  EXPECT_EQ(done.result().bytes_pulled(), 654321u);
+  EXPECT_EQ(done.result().bytes_pushed(), 2u << 20)
+      << "the job's own traffic, from the workers' counts (not the shard's 123456)";
+  EXPECT_EQ(done.result().bytes_pulled(), 4u << 20);
   EXPECT_EQ(done.result().steps(), 20u);
+
+  // Its per-step history, over gRPC and on the dashboard's routes.
+  v1::GetJobHistoryRequest history_request;
+  history_request.set_job_id(job.job_id());
+  v1::JobHistory history;
+  const grpc::Status got_history =
+      cluster.stub().GetJobHistory(Context().get(), history_request, &history);
+  ASSERT_TRUE(got_history.ok()) << got_history.error_message();
+  EXPECT_EQ(history.steps_size(), 20);
+  EXPECT_EQ(history.workers_size(), 2);
+  EXPECT_EQ(history.bytes_pushed(), 2u << 20);
+  auto history_json = http.Get(absl::StrCat("/api/v1/jobs/", job.job_id(), "/history"));
+  ASSERT_TRUE(history_json);
+  EXPECT_EQ(history_json->status, 200);
+  v1::JobHistory served;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(history_json->body, &served).ok());
+  EXPECT_EQ(served.SerializeAsString(), history.SerializeAsString());
+  auto jobs_json = http.Get("/api/v1/jobs");
+  ASSERT_TRUE(jobs_json);
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(jobs_json->body, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).job_id(), job.job_id());
+  EXPECT_EQ(listed.jobs(0).events_size(), 0) << "the list is for picking a job";
+  auto job_json = http.Get(absl::StrCat("/api/v1/jobs/", job.job_id()));
+  ASSERT_TRUE(job_json);
+  v1::Job served_job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(job_json->body, &served_job).ok());
+  EXPECT_EQ(served_job.state(), v1::COMPLETED);
+  EXPECT_GT(served_job.events_size(), 2);
+  auto unknown = http.Get("/api/v1/jobs/job-404-0000/history");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_THAT(unknown->body, HasSubstr("unknown job id 'job-404-0000'"));
+  auto not_an_id = http.Get("/api/v1/jobs/..%2F..%2Fetc/history");
+  ASSERT_TRUE(not_an_id);
+  EXPECT_EQ(not_an_id->status, 404);
   EXPECT_TRUE(Eventually([&] { return cluster.ps().ended().size() == 1; }))
       << "the shard is told the job ended";
   EXPECT_EQ(cluster.ps().ended()[0], job.job_id());

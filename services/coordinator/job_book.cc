@@ -193,11 +193,9 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
 }
 
 v1::JobResult JobResultOf(const v1::Job& job, const std::vector<ReportView>& workers,
-                          uint64_t shard_bytes_in, uint64_t shard_bytes_out, absl::Time now) {
+                          uint64_t bytes_pushed, uint64_t bytes_pulled, absl::Time now) {
   v1::JobResult result;
   result.set_steps(job.step());
-  uint64_t pushed = 0;
-  uint64_t pulled = 0;
   float accuracy = -1;
   float test_loss = 0;
   double loss_sum = 0;
@@ -205,8 +203,6 @@ v1::JobResult JobResultOf(const v1::Job& job, const std::vector<ReportView>& wor
   for (const ReportView& worker : workers) {
     if (worker.report == nullptr) continue;
     const v1::HeartbeatRequest& report = *worker.report;
-    pushed += report.bytes_pushed();
-    pulled += report.bytes_pulled();
     loss_sum += static_cast<double>(report.loss()) * worker.replicas;
     loss_weight += worker.replicas;
     // Rank 0's evaluation is the job's; any other worker's is a fallback.
@@ -215,8 +211,8 @@ v1::JobResult JobResultOf(const v1::Job& job, const std::vector<ReportView>& wor
       test_loss = report.test_loss();
     }
   }
-  result.set_bytes_pushed(std::max(pushed, shard_bytes_in));
-  result.set_bytes_pulled(std::max(pulled, shard_bytes_out));
+  result.set_bytes_pushed(bytes_pushed);
+  result.set_bytes_pulled(bytes_pulled);
   result.set_final_loss(loss_weight > 0 ? static_cast<float>(loss_sum / loss_weight) : 0);
   result.set_test_accuracy(accuracy);
   result.set_test_loss(test_loss);

@@ -75,10 +75,10 @@ class JobBook {
   uint64_t next_job_number_ = 1;
 };
 
-// The result of a job whose workers all finished. `shard_bytes_in/out`: what the PS
-// shards counted for the job (they saw every push, also of workers gone earlier).
+// The result of a job whose workers all finished. `bytes_pushed/pulled`: the job's own
+// PS traffic (JobHistory's, summed over its generations from the workers' counts).
 v1::JobResult JobResultOf(const v1::Job& job, const std::vector<ReportView>& workers,
-                          uint64_t shard_bytes_in, uint64_t shard_bytes_out, absl::Time now);
+                          uint64_t bytes_pushed, uint64_t bytes_pulled, absl::Time now);
 
 }  // namespace tributary::coordinator
 

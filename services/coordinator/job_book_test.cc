@@ -139,7 +139,7 @@ TEST(JobBookTest, LongHistoriesAreThinnedKeepingTheLatestPoint) {
   EXPECT_EQ(job->progress(job->progress_size() - 1).step(), 9u);
 }
 
-TEST(JobResultOfTest, TakesRankZerosEvaluationAndTheShardsBytesWhenLarger) {
+TEST(JobResultOfTest, TakesRankZerosEvaluationAndTheJobsOwnBytes) {
   v1::Job job;
   job.set_step(20);
   *job.mutable_started() = google::protobuf::Timestamp();
@@ -154,12 +154,13 @@ TEST(JobResultOfTest, TakesRankZerosEvaluationAndTheShardsBytesWhenLarger) {
   rank1.set_test_accuracy(0.5);
   rank1.set_bytes_pushed(10);
   v1::JobResult result =
-      JobResultOf(job, {{&rank1, 1, 1}, {&rank0, 1, 0}}, 1000, 0, kT0 + absl::Seconds(30));
+      JobResultOf(job, {{&rank1, 1, 1}, {&rank0, 1, 0}}, 1000, 2000, kT0 + absl::Seconds(30));
   EXPECT_EQ(result.steps(), 20u);
   EXPECT_FLOAT_EQ(result.test_accuracy(), 0.9f);
   EXPECT_FLOAT_EQ(result.test_loss(), 0.3f);
   EXPECT_FLOAT_EQ(result.final_loss(), 1.0f);
-  EXPECT_EQ(result.bytes_pushed(), 1000u);
+  EXPECT_EQ(result.bytes_pushed(), 1000u) << "the job's own traffic, not the workers' counts";
+  EXPECT_EQ(result.bytes_pulled(), 2000u);
   EXPECT_DOUBLE_EQ(result.samples_per_second(), 200);
   EXPECT_DOUBLE_EQ(result.wall_seconds(), 30);
 }

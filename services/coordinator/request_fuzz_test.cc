@@ -78,6 +78,16 @@ TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   beat.set_test_accuracy(0.8f);
   beat.set_samples_per_second(1000);
   WriteSeed(dir, "heartbeat", "training", beat);
+  v1::StepReport* ran = beat.add_steps();
+  ran->set_step(12);
+  ran->set_loss(0.5f);
+  ran->set_samples(64);
+  ran->set_step_seconds(0.01);
+  v1::EvaluationReport* evaluated = beat.add_evaluations();
+  evaluated->set_step(12);
+  evaluated->set_test_accuracy(0.8f);
+  beat.set_bytes_pushed(4096);
+  WriteSeed(dir, "heartbeat", "with_steps", beat);
   v1::DeregisterRequest leave;
   leave.set_worker_id("w1-0000");
   leave.set_reason("drain");
@@ -113,6 +123,9 @@ TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   v1::GetJobRequest get;
   get.set_job_id("job-1-0000");
   WriteSeed(dir, "get_job", "by_id", get);
+  v1::GetJobHistoryRequest history;
+  history.set_job_id("job-1-0000");
+  WriteSeed(dir, "get_job_history", "by_id", history);
   v1::ListJobsRequest list;
   WriteSeed(dir, "list_jobs", "all", list);
   v1::ListWorkersRequest workers;
@@ -163,12 +176,13 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
   const auto controls = Seeds<v1::JobControlRequest>("job_control");
   const auto waits = Seeds<v1::WaitRendezvousRequest>("wait_rendezvous");
   const auto gets = Seeds<v1::GetJobRequest>("get_job");
+  const auto histories = Seeds<v1::GetJobHistoryRequest>("get_job_history");
   const auto lists = Seeds<v1::ListJobsRequest>("list_jobs");
   const auto list_workers = Seeds<v1::ListWorkersRequest>("list_workers");
   const auto cluster_statuses = Seeds<v1::GetClusterStatusRequest>("get_cluster_status");
   ASSERT_FALSE(workers.empty() || beats.empty() || leaves.empty() || shard_registrations.empty() ||
                publishes.empty() || submits.empty() || controls.empty() || waits.empty() ||
-               gets.empty() || lists.empty() || list_workers.empty() ||
+               gets.empty() || histories.empty() || lists.empty() || list_workers.empty() ||
                cluster_statuses.empty());
 
   ProtoMutator mutator(20261125);
@@ -199,6 +213,7 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     if (i % 16 == 8) ask(&Coordinator::HandleResumeJob, controls, new v1::Job);
     if (i % 64 == 63) ask(&Coordinator::HandleStopJob, controls, new v1::Job);
     ask(&Coordinator::HandleGetJob, gets, new v1::Job);
+    if (i % 4 == 0) ask(&Coordinator::HandleGetJobHistory, histories, new v1::JobHistory);
     if (i % 4 == 1) ask(&Coordinator::HandleListJobs, lists, new v1::ListJobsResponse);
     if (i % 4 == 2) ask(&Coordinator::HandleListWorkers, list_workers, new v1::ListWorkersResponse);
     if (i % 4 == 3) {

@@ -77,6 +77,26 @@ absl::StatusOr<std::optional<std::string>> ReadFile(const std::string& path) {
 
 }  // namespace
 
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& path,
+                                 const std::string& bytes) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoError("cannot create directory", dir);
+  }
+  const std::string temp = path + ".tmp";
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", temp);
+  absl::Status written = WriteAll(fd, bytes, temp);
+  if (written.ok() && fsync(fd) != 0) written = ErrnoError("cannot fsync", temp);
+  close(fd);
+  if (!written.ok()) return written;
+  if (std::rename(temp.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename to", path);
+  return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
+}
+
+absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& path) {
+  return ReadFile(path);
+}
+
 StateFile::StateFile(std::string dir)
     : dir_(std::move(dir)),
       path_(dir_ + "/coordinator_state.json"),

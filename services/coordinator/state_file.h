@@ -47,6 +47,14 @@ class StateFile {
   std::string previous_path_;
 };
 
+// The same atomic write for the coordinator's other files (the jobs' histories):
+// `bytes` to a temp file beside `path`, fsync, rename over `path`, fsync of `dir`
+// (created when missing).
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& path,
+                                 const std::string& bytes);
+// A whole file; nullopt when it does not exist.
+absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& path);
+
 }  // namespace tributary::coordinator
 
 #endif  // TRIBUTARY_SERVICES_COORDINATOR_STATE_FILE_H_

@@ -50,6 +50,10 @@ class RendezvousServer::Handler : public CoordinatorHandler {
   void HandleGetJob(const v1::GetJobRequest&, v1::Job*, ReplyCallback done) override {
     done(NotServed());
   }
+  void HandleGetJobHistory(const v1::GetJobHistoryRequest&, v1::JobHistory*,
+                           ReplyCallback done) override {
+    done(NotServed());
+  }
   void HandleListJobs(const v1::ListJobsRequest&, v1::ListJobsResponse*,
                       ReplyCallback done) override {
     done(NotServed());
