@@ -1,6 +1,8 @@
 // Turns the byte counts of successive TrainingSessions (each PS client counts from
-// zero) into totals since the worker started: what heartbeats, GetStatus and the
-// Prometheus counters report. A new generation must not make them fall.
+// zero) into totals since the worker started: what GetStatus and the Prometheus
+// counters report; a new generation must not make them fall. Heartbeats report the
+// current session's count instead (session()): the coordinator adds up a job's own
+// traffic from those, generation by generation.
 #ifndef TRIBUTARY_WORKER_BYTE_TOTALS_H_
 #define TRIBUTARY_WORKER_BYTE_TOTALS_H_
 
@@ -13,6 +15,9 @@ class ByteTotals {
  public:
   // The following counts come from a new session, which starts again at zero.
   void BeginSession() { session_seen_ = 0; }
+
+  // The current session's count so far; any thread.
+  uint64_t session() const { return session_seen_; }
 
   // Records the current session's cumulative count; returns what it adds to the total
   // (0 when it did not grow). Called by one thread (the training loop).
@@ -28,7 +33,7 @@ class ByteTotals {
   uint64_t total() const { return total_; }
 
  private:
-  uint64_t session_seen_ = 0;
+  std::atomic<uint64_t> session_seen_{0};
   std::atomic<uint64_t> total_{0};
 };
 

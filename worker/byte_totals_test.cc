@@ -22,6 +22,18 @@ TEST(ByteTotalsTest, ASecondSessionAddsToTheFirstInsteadOfReplacingIt) {
   EXPECT_EQ(totals.total(), 340u);
 }
 
+TEST(ByteTotalsTest, TheSessionCountIsThisGenerationsAlone) {
+  ByteTotals totals;
+  totals.BeginSession();
+  totals.Update(1000);
+  EXPECT_EQ(totals.session(), 1000u);
+  totals.BeginSession();
+  EXPECT_EQ(totals.session(), 0u) << "what heartbeats report: this generation's traffic";
+  totals.Update(30);
+  EXPECT_EQ(totals.session(), 30u);
+  EXPECT_EQ(totals.total(), 1030u);
+}
+
 TEST(ByteTotalsTest, ARepeatedCountAddsNothing) {
   ByteTotals totals;
   totals.BeginSession();

@@ -19,6 +19,25 @@
 #include "worker/engine/torchscript.h"
 
 namespace tributary::worker {
+namespace {
+
+// What one heartbeat may carry (the coordinator refuses more: proto/coordinator.proto).
+constexpr size_t kMaxStepReports = 1024;
+constexpr size_t kMaxEvaluationReports = 64;
+
+// Keeps a report list within `limit` by dropping every other one of the older entries
+// (the newest stays), so that a long interval keeps its shape at a coarser resolution.
+template <typename Report>
+void ThinReports(std::vector<Report>& reports, size_t limit) {
+  if (reports.size() <= limit) return;
+  std::vector<Report> kept;
+  for (size_t i = 0; i + 1 < reports.size(); i += 2) kept.push_back(std::move(reports[i]));
+  kept.push_back(std::move(reports.back()));
+  reports.swap(kept);
+}
+
+}  // namespace
+
 WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& registry,
                              std::unique_ptr<CoordinatorLink> link)
     : options_(std::move(options)),
@@ -99,6 +118,17 @@ void WorkerRuntime::SendHeartbeat() {
     request.set_steps_per_epoch(progress_.steps_per_epoch);
     request.set_total_steps(progress_.total_steps);
     request.set_holding_at_step(progress_.holding_at_step);
+    // A paused worker moves no samples: its last throughput would mislead.
+    if (progress_.phase == v1::WORKER_PAUSED) request.set_samples_per_second(0);
+    for (v1::StepReport& report : step_reports_) *request.add_steps() = std::move(report);
+    for (v1::EvaluationReport& report : evaluation_reports_) {
+      *request.add_evaluations() = std::move(report);
+    }
+    step_reports_.clear();
+    evaluation_reports_.clear();
+    // This generation's traffic (counted from zero when it began, under mu_ too).
+    request.set_bytes_pushed(bytes_pushed_.session());
+    request.set_bytes_pulled(bytes_pulled_.session());
     if (paused_ && progress_.phase == v1::WORKER_TRAINING) {
       // Asked to pause while a step runs: it will hold at the boundary after it at the
       // earliest, which the coordinator needs to know to name the common boundary.
@@ -106,9 +136,19 @@ void WorkerRuntime::SendHeartbeat() {
       request.set_holding_at_step(progress_.next_boundary);
     }
   }
-  request.set_bytes_pushed(bytes_pushed_.total());
-  request.set_bytes_pulled(bytes_pulled_.total());
   absl::StatusOr<v1::HeartbeatResponse> answer = link_->Heartbeat(request);
+  if (!answer.ok() && !absl::IsNotFound(answer.status()) &&
+      !absl::IsInvalidArgument(answer.status())) {
+    // Not delivered: the reports go with the next heartbeat (if still this generation).
+    absl::MutexLock lock(&mu_);
+    if (current_.generation() == request.generation()) {
+      step_reports_.insert(step_reports_.begin(), request.steps().begin(), request.steps().end());
+      evaluation_reports_.insert(evaluation_reports_.begin(), request.evaluations().begin(),
+                                 request.evaluations().end());
+      ThinReports(step_reports_, kMaxStepReports);
+      ThinReports(evaluation_reports_, kMaxEvaluationReports);
+    }
+  }
   if (absl::IsNotFound(answer.status())) {
     // The coordinator forgot us (it restarted, or we were silent too long).
     LOG(WARNING) << "coordinator does not know " << request.worker_id()
@@ -337,7 +377,7 @@ bool WorkerRuntime::HoldIfPaused(TrainingSession& session, uint64_t step) {
   }
 }
 
-void WorkerRuntime::EvaluateInto(TrainingSession& session) {
+void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) {
   absl::StatusOr<engine::LossStats> evaluated = session.Evaluate();
   if (!evaluated.ok()) {
     LOG_FIRST_N(WARNING, 1) << "no evaluation: " << evaluated.status();
@@ -347,6 +387,12 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session) {
   absl::MutexLock lock(&mu_);
   progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
+  v1::EvaluationReport report;
+  report.set_step(steps_done);
+  report.set_test_accuracy(progress_.test_accuracy);
+  report.set_test_loss(progress_.test_loss);
+  evaluation_reports_.push_back(std::move(report));
+  ThinReports(evaluation_reports_, kMaxEvaluationReports);
 }
 
 void WorkerRuntime::AccountBytes(const TrainingSession& session) {
@@ -435,12 +481,24 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
       progress_.reduce_seconds = stats->reduce_seconds;
       replica_batches_ = session.replica_batch_sizes(step);
       replica_seconds_ = stats->replica_seconds;
+      v1::StepReport report;
+      report.set_step(step + 1);
+      report.set_epoch(progress_.epoch);
+      report.set_loss(progress_.loss);
+      report.set_samples(static_cast<uint32_t>(stats->loss.samples));
+      report.set_step_seconds(stats->step_seconds);
+      report.set_compute_seconds(stats->compute_seconds);
+      report.set_reduce_seconds(stats->reduce_seconds);
+      report.set_push_wait_seconds(stats->push_wait_seconds);
+      report.set_parameters_wait_seconds(stats->parameters_wait_seconds);
+      step_reports_.push_back(std::move(report));
+      ThinReports(step_reports_, kMaxStepReports);
     }
     const bool last = step + 1 == session.total_steps();
     if (evaluates && ((step + 1) % eval_interval == 0 || last)) {
       // Evaluation needs this step's update in place.
       if (!FinishUpdate(session, step + 1)) return;
-      EvaluateInto(session);
+      EvaluateInto(session, step + 1);
     }
   }
   if (!FinishUpdate(session, session.total_steps())) return;
@@ -448,7 +506,7 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     // A generation formed after the last step (rank 0 restarted at the very end): the
     // final evaluation may never have been reported, so it is done here, on the
     // parameters the shards hold.
-    EvaluateInto(session);
+    EvaluateInto(session, session.total_steps());
   }
   SetPhase(v1::WORKER_FINISHED);
   LOG(INFO) << "finished all " << session.total_steps() << " steps of job " << assignment.job_id();
@@ -458,6 +516,11 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   {
     absl::MutexLock lock(&mu_);
     current_ = assignment;
+    // What is still held belongs to the generation before: its steps may run again.
+    step_reports_.clear();
+    evaluation_reports_.clear();
+    bytes_pushed_.BeginSession();
+    bytes_pulled_.BeginSession();
     progress_.phase = v1::WORKER_RENDEZVOUS;
     progress_.generation = assignment.generation();
     progress_.error.clear();

@@ -137,7 +137,8 @@ class WorkerRuntime : public WorkerHandler {
   // boundary, running on to it, then WORKER_PAUSED with the update applied). False
   // when the pending update failed: the generation is over for this worker.
   bool HoldIfPaused(TrainingSession& session, uint64_t step);
-  void EvaluateInto(TrainingSession& session);
+  // Evaluates after `steps_done` steps; the result goes into the next heartbeat.
+  void EvaluateInto(TrainingSession& session, uint64_t steps_done);
   // The job's dataset with every path confined to options_.data_root and resolved.
   absl::StatusOr<v1::DatasetSpec> ConfinedDataset(const v1::DatasetSpec& dataset) const;
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
@@ -178,6 +179,11 @@ class WorkerRuntime : public WorkerHandler {
   std::vector<std::string> replica_devices_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> replica_batches_ ABSL_GUARDED_BY(mu_);
   std::vector<double> replica_seconds_ ABSL_GUARDED_BY(mu_);
+  // The steps run and evaluations made in the current generation since the last
+  // answered heartbeat (HeartbeatRequest.steps/evaluations), bounded as the coordinator
+  // asks: past the bound, every other one of the older step reports goes.
+  std::vector<v1::StepReport> step_reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::EvaluationReport> evaluation_reports_ ABSL_GUARDED_BY(mu_);
   ByteTotals bytes_pushed_;  // Since the worker started, over every session.
   ByteTotals bytes_pulled_;
   std::atomic<bool> stopping_{false};

@@ -45,6 +45,40 @@ v1::Assignment BrokenAssignment(uint64_t generation) {
   return assignment;
 }
 
+// A 4-step job of a small MLP on synthetic data, one worker with one CPU replica,
+// against `shard`; rank 0 evaluates after step 4.
+v1::Assignment SmallJob(ps::testing::InProcessShard& shard) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("mlp");
+  for (uint32_t size : {8, 6, 3}) spec.mutable_model()->add_layer_sizes(size);
+  spec.mutable_dataset()->set_format(v1::SYNTHETIC);
+  spec.mutable_dataset()->set_synthetic_train_samples(64);
+  spec.mutable_dataset()->set_synthetic_test_samples(32);
+  spec.mutable_dataset()->set_synthetic_features(8);
+  spec.mutable_dataset()->set_synthetic_classes(3);
+  spec.set_global_batch_size(16);
+  spec.set_max_steps(4);
+  spec.set_epochs(0);
+  spec.set_devices(v1::CPU);
+  spec = WithDefaults(spec);
+  v1::Assignment assignment;
+  assignment.set_job_id("job-end");
+  assignment.set_generation(1);
+  assignment.set_num_nodes(1);
+  assignment.set_world_size(1);
+  assignment.set_local_world_size(1);
+  assignment.set_replicas(1);
+  assignment.set_total_replicas(1);
+  assignment.set_node_replicas(1);
+  assignment.set_node_leader(true);
+  v1::Device* cpu = assignment.add_devices();
+  cpu->set_kind(v1::CPU);
+  cpu->set_name("cpu");
+  *assignment.add_shards() = shard.info(0);
+  *assignment.mutable_job() = spec;
+  return assignment;
+}
+
 class WorkerRuntimeTest : public ::testing::Test {
  protected:
   void Start(WorkerOptions options = Options()) {
@@ -189,34 +223,7 @@ TEST_F(WorkerRuntimeTest, WithExitAfterJobItLeavesOnceTheJobStops) {
 TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
   ps::testing::InProcessShard shard;
   ASSERT_TRUE(shard.Start().ok());
-  v1::JobSpec spec;
-  spec.mutable_model()->set_name("mlp");
-  for (uint32_t size : {8, 6, 3}) spec.mutable_model()->add_layer_sizes(size);
-  spec.mutable_dataset()->set_format(v1::SYNTHETIC);
-  spec.mutable_dataset()->set_synthetic_train_samples(64);
-  spec.mutable_dataset()->set_synthetic_test_samples(32);
-  spec.mutable_dataset()->set_synthetic_features(8);
-  spec.mutable_dataset()->set_synthetic_classes(3);
-  spec.set_global_batch_size(16);
-  spec.set_max_steps(4);
-  spec.set_epochs(0);
-  spec.set_devices(v1::CPU);
-  spec = WithDefaults(spec);
-  v1::Assignment assignment;
-  assignment.set_job_id("job-end");
-  assignment.set_generation(2);
-  assignment.set_num_nodes(1);
-  assignment.set_world_size(1);
-  assignment.set_local_world_size(1);
-  assignment.set_replicas(1);
-  assignment.set_total_replicas(1);
-  assignment.set_node_replicas(1);
-  assignment.set_node_leader(true);
-  v1::Device* cpu = assignment.add_devices();
-  cpu->set_kind(v1::CPU);
-  cpu->set_name("cpu");
-  *assignment.add_shards() = shard.info(0);
-  *assignment.mutable_job() = spec;
+  v1::Assignment assignment = SmallJob(shard);
   auto script = [](v1::Assignment given) {
     return [given](FakeCoordinatorLink& link) {
       link.OnHeartbeat(
@@ -268,6 +275,69 @@ TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
   EXPECT_FLOAT_EQ(finished.test_accuracy(), first.test_accuracy())
       << "the same parameters give the same accuracy";
   EXPECT_GT(finished.test_loss(), 0.0f);
+}
+
+// The history's raw material: every step run goes to the coordinator exactly once,
+// with its measurements, and so does every evaluation; the bytes a heartbeat reports
+// are this generation's alone (the coordinator adds them up per job).
+TEST_F(WorkerRuntimeTest, HeartbeatsCarryEachStepAndEvaluationOnceAndThisGenerationsBytes) {
+  ps::testing::InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  const v1::Assignment first = SmallJob(shard);
+  v1::Assignment second = first;
+  second.set_generation(2);
+  second.set_resume_step(4);  // Nothing left to train: it pulls and evaluates.
+  Script = [first, second](FakeCoordinatorLink& link) {
+    link.OnHeartbeat(
+        [first, second](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+          v1::HeartbeatResponse response;
+          response.set_action(v1::ACTION_WAIT);
+          if (beat.generation() == 0 ||
+              (beat.generation() == 1 && beat.phase() == v1::WORKER_FINISHED)) {
+            response.set_action(v1::ACTION_RENDEZVOUS);
+            *response.mutable_assignment() = beat.generation() == 0 ? first : second;
+          } else if (beat.generation() == 1) {
+            response.set_action(v1::ACTION_CONTINUE);
+          }
+          return response;
+        });
+  };
+  Start();
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [](const v1::HeartbeatRequest& beat) {
+        return beat.generation() == 2 && beat.phase() == v1::WORKER_FINISHED;
+      },
+      kWait));
+  shutdown_.Request("test over");
+  thread_.join();
+
+  std::vector<uint64_t> steps, evaluated;
+  uint64_t pushed_in_first = 0;
+  const std::vector<v1::HeartbeatRequest> beats = link_->heartbeats();
+  for (const v1::HeartbeatRequest& beat : beats) {
+    for (const v1::StepReport& step : beat.steps()) {
+      EXPECT_EQ(beat.generation(), 1u);
+      steps.push_back(step.step());
+      EXPECT_EQ(step.samples(), 16u);
+      EXPECT_GT(step.step_seconds(), 0);
+      EXPECT_LE(step.compute_seconds(), step.step_seconds());
+      EXPECT_GT(step.loss(), 0);
+    }
+    for (const v1::EvaluationReport& evaluation : beat.evaluations()) {
+      evaluated.push_back(evaluation.step());
+      EXPECT_GE(evaluation.test_accuracy(), 0);
+      EXPECT_LE(evaluation.test_accuracy(), 1);
+    }
+    if (beat.generation() == 1) pushed_in_first = std::max(pushed_in_first, beat.bytes_pushed());
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre(1, 2, 3, 4)) << "each step once, in order";
+  EXPECT_THAT(evaluated, ::testing::ElementsAre(4, 4)) << "after step 4, in each generation";
+  EXPECT_GT(pushed_in_first, 0u);
+  const v1::HeartbeatRequest& last = beats.back();
+  ASSERT_EQ(last.generation(), 2u);
+  EXPECT_EQ(last.bytes_pushed(), 0u) << "generation 2 pushed nothing; not the worker's total";
+  EXPECT_GT(last.bytes_pulled(), 0u) << "it pulled the parameters";
+  EXPECT_GT(runtime_->GetStatus().bytes_pushed(), 0u) << "GetStatus keeps the lifetime total";
 }
 
 }  // namespace
