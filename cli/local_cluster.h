@@ -79,6 +79,7 @@ class LocalCluster {
 
   std::string coordinator_address() const { return coordinator_address_; }
   std::string dashboard_url() const;
+  int dashboard_port() const { return coordinator_http_port_; }
   std::vector<std::string> shard_addresses() const { return shard_addresses_; }
   std::vector<std::string> worker_addresses() const { return worker_addresses_; }
   // A channel to the coordinator with the operator's cluster credential.

@@ -30,6 +30,7 @@
 #include "cli/local_cluster.h"
 #include "cli/model_files.h"
 #include "cli/parameters.h"
+#include "cli/run_viewer.h"
 #include "common/channel.h"
 #include "common/cluster_auth.h"
 #include "common/grpc_status.h"
@@ -107,6 +108,7 @@ constexpr char kUsage[] =
     "  tributary pause|resume|stop    control the active job (--reason)\n"
     "  tributary pull --out=FILE      the current parameters from the PS shards\n"
     "  tributary export --out=FILE    the trained model as TorchScript (--job_id)\n"
+    "  tributary show RUN_DIR         the dashboard of a finished run, read-only\n"
     "  tributary auth-header          an x-tributary-auth value for grpcurl\n"
     "                                 (--cluster_token_file, --role)\n"
     "Job flags: --model, --layers, --dataset, --batch, --epochs, --optimizer, --lr, --mode,\n"
@@ -163,7 +165,8 @@ std::string ProgressLine(const v1::Job& job, double elapsed) {
   if (job.progress_size() > 0) {
     const v1::ProgressPoint& last = job.progress(job.progress_size() - 1);
     loss = last.loss();
-    samples_per_second = last.samples_per_second();
+    // A paused job moves no samples; its last figure would say it does.
+    samples_per_second = job.state() == v1::PAUSED ? 0 : last.samples_per_second();
     for (int i = job.progress_size() - 1; i >= 0; --i) {
       if (job.progress(i).test_accuracy() >= 0) {
         accuracy = job.progress(i).test_accuracy();
@@ -617,6 +620,11 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
       std::cout << "summary: " << summary_path << "\n";
     }
   }
+  std::cout << "its dashboard again: tributary show " << options.run_dir << std::endl;
+  if (KeepDashboardRequested() && !shutdown.requested()) {
+    absl::Status kept = KeepDashboard(options.run_dir, cluster.dashboard_port(), shutdown);
+    if (!kept.ok()) std::cerr << "tributary local: --keep_dashboard: " << kept.message() << "\n";
+  }
   return exit_code;
 }
 
@@ -635,6 +643,10 @@ int main(int argc, char** argv) {
   if (command == "local") {
     tributary::ShutdownSignal shutdown;
     return tributary::cli::RunLocal(argv[0], shutdown);
+  }
+  if (command == "show") {
+    tributary::ShutdownSignal shutdown;
+    return tributary::cli::RunShow(args, shutdown);
   }
   if (command != "local" && command != "version") {
     // The operator's cluster credential (for pull, export and reads of the shards).
