@@ -329,6 +329,7 @@ TEST(ApiJsonTest, ServicesAndMethodsAreTheContract) {
       {"ParameterServer/Checkpoint", "CheckpointRequest -> CheckpointResponse"},
       {"ParameterServer/BeginGeneration", "BeginGenerationRequest -> BeginGenerationResponse"},
       {"ParameterServer/EndJob", "EndJobRequest -> EndJobResponse"},
+      {"ParameterServer/RestoreJob", "RestoreJobRequest -> RestoreJobResponse"},
       {"Worker/GetStatus", "GetWorkerStatusRequest -> WorkerStatus"},
       {"Worker/Drain", "DrainRequest -> DrainResponse"},
   };

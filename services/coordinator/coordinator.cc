@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -278,8 +280,62 @@ void Coordinator::FormationFailed(const std::string& reason) {
                                absl::FormatDuration(options_.formation_timeout), "): ", reason));
 }
 
+absl::Status Coordinator::RestoreFromEarlierJob(const std::string& job_id, const v1::JobSpec& spec,
+                                               const std::vector<v1::ShardInfo>& shards,
+                                               uint32_t num_nodes) {
+  v1::RestoreJobRequest request;
+  request.set_job_id(job_id);
+  *request.mutable_job() = spec;
+  request.set_from_job_id(spec.resume_from());
+  request.set_num_nodes(num_nodes);
+  request.set_list_only(true);
+  // The steps every shard holds an intact checkpoint of; the newest of them.
+  std::optional<std::set<uint64_t>> common;
+  std::vector<std::string> held;
+  for (const v1::ShardInfo& shard : shards) {
+    absl::StatusOr<v1::RestoreJobResponse> listed = shard_client_->RestoreJob(shard, request);
+    if (!listed.ok()) return listed.status();
+    const std::set<uint64_t> steps(listed->steps().begin(), listed->steps().end());
+    held.push_back(absl::StrCat("shard ", shard.shard_index(), ": ",
+                                steps.empty() ? std::string("none")
+                                              : absl::StrJoin(steps, ",")));
+    if (!common.has_value()) {
+      common = steps;
+    } else {
+      std::set<uint64_t> both;
+      for (uint64_t step : steps) {
+        if (common->count(step) > 0) both.insert(step);
+      }
+      common = std::move(both);
+    }
+  }
+  if (!common.has_value() || common->empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job ", job_id, " resumes job ", spec.resume_from(),
+        ", but no step has an intact checkpoint of it on every PS shard (",
+        absl::StrJoin(held, "; "), "); its checkpoints must be in this job's checkpoint "
+        "directory"));
+  }
+  request.set_list_only(false);
+  request.set_step(*common->rbegin());
+  for (const v1::ShardInfo& shard : shards) {
+    absl::StatusOr<v1::RestoreJobResponse> restored = shard_client_->RestoreJob(shard, request);
+    if (!restored.ok()) return restored.status();
+  }
+  absl::MutexLock lock(&mu_);
+  if (v1::Job* job = jobs_.Find(job_id); job != nullptr) {
+    jobs_.Transition(*job, job->state(),
+                     absl::StrCat("resumes job ", spec.resume_from(),
+                                  " from its checkpoint of step ", request.step(),
+                                  " on every PS shard"),
+                     clock_->Now());
+  }
+  return absl::OkStatus();
+}
+
 void Coordinator::FormGenerationIfDue() {
   std::string job_id;
+  v1::JobSpec spec;
   GenerationPlan plan;
   std::vector<v1::ShardInfo> shards;
   std::map<std::string, uint64_t> worker_sequences;
@@ -289,6 +345,7 @@ void Coordinator::FormGenerationIfDue() {
     if (!due) return;
     plan = std::move(*due);
     job_id = jobs_.Active()->job_id();
+    spec = jobs_.Active()->spec();
     shards = shards_.Map();
     for (const auto& [id, assignment] : plan.assignments) {
       worker_sequences[id] = workers_.Find(id)->sequence;
@@ -317,6 +374,22 @@ void Coordinator::FormGenerationIfDue() {
   absl::StatusOr<ResumePoint> resume = ResumePointOf(job_id, statuses);
   if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
   const uint32_t num_nodes = plan.node_names.size();
+
+  // 1b. A job that resumes an earlier one, on shards that hold nothing of it yet: every
+  // shard installs its checkpoint of the newest step all of them hold.
+  if (!spec.resume_from().empty() && resume->holding.empty()) {
+    absl::Status restored = RestoreFromEarlierJob(job_id, spec, shards, num_nodes);
+    if (!restored.ok()) return FormationFailed(std::string(restored.message()));
+    for (v1::ShardStatus& status : statuses) {
+      const v1::ShardInfo& shard = shards[&status - statuses.data()];
+      absl::StatusOr<v1::ShardStatus> now = shard_client_->GetShardStatus(shard);
+      if (!now.ok()) return FormationFailed(std::string(now.status().message()));
+      now->set_shard_index(shard.shard_index());
+      status = *std::move(now);
+    }
+    resume = ResumePointOf(job_id, statuses);
+    if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
+  }
 
   // 2. A generation number nobody has seen; on disk before any shard hears of it.
   uint64_t generation = 0;

@@ -190,6 +190,11 @@ class Coordinator : public CoordinatorHandler {
   std::optional<GenerationPlan> PlanFormationLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGenerationIfDue();
+  // For a job with JobSpec.resume_from: every shard installs its checkpoint of the
+  // newest step all of them hold of the earlier job (the event log says which).
+  absl::Status RestoreFromEarlierJob(const std::string& job_id, const v1::JobSpec& spec,
+                                     const std::vector<v1::ShardInfo>& shards,
+                                     uint32_t num_nodes);
   void FormationFailed(const std::string& reason);
   // Rule A, after `worker_id` reported WORKER_FAILED with `error` for `generation`.
   void ApplySameErrorRuleLocked(const std::string& worker_id, uint64_t generation,

@@ -42,6 +42,9 @@ class FakeShards : public ShardClient {
     bool fenced = false;  // The current generation was begun by a fence.
     std::vector<v1::BeginGenerationRequest> begun;
     std::vector<std::string> ended;
+    // Checkpoint steps of earlier jobs on this shard (RestoreJob), and what was restored.
+    std::map<std::string, std::vector<uint64_t>> checkpoints;
+    std::vector<v1::RestoreJobRequest> restored;
   };
 
   Shard& operator[](const std::string& address) {
@@ -118,6 +121,29 @@ class FakeShards : public ShardClient {
     shard.job_id.clear();
     shard.generation = 0;
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::RestoreJobResponse> RestoreJob(
+      const v1::ShardInfo& info, const v1::RestoreJobRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    Shard& shard = shards_[info.address()];
+    if (!shard.reachable) return absl::UnavailableError("connection refused");
+    const std::vector<uint64_t>& steps = shard.checkpoints[request.from_job_id()];
+    v1::RestoreJobResponse response;
+    if (request.list_only()) {
+      for (auto it = steps.rbegin(); it != steps.rend(); ++it) response.add_steps(*it);
+      return response;
+    }
+    if (!shard.job_id.empty()) return absl::FailedPreconditionError("holds a job");
+    if (std::find(steps.begin(), steps.end(), request.step()) == steps.end()) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint of step ", request.step()));
+    }
+    shard.job_id = request.job_id();
+    shard.step = request.step();
+    shard.generation = 0;
+    shard.restored.push_back(request);
+    response.set_step(request.step());
+    return response;
   }
 
  private:
@@ -1006,6 +1032,42 @@ TEST_F(CoordinatorTest, ShardThatLostItsStateStopsTheResume) {
   EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
               HasSubstr("PS shard(s) 1 hold no state of job " + job.job_id() +
                         " while shard(s) 0 stand at step 30"));
+}
+
+TEST_F(CoordinatorTest, AResumingJobStartsFromTheNewestStepEveryShardHolds) {
+  RegisterShards();
+  shards_["ps0:1"].checkpoints["job-1-old"] = {100, 200, 300};
+  shards_["ps1:1"].checkpoints["job-1-old"] = {100, 200};  // 300 not written here.
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_resume_from("job-1-old");
+  const v1::Job job = Submit(spec);
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS)
+      << coordinator_->GetClusterStatus().waiting_reason();
+  EXPECT_EQ(reply.assignment().resume_step(), 200u);
+  for (const char* shard : {"ps0:1", "ps1:1"}) {
+    ASSERT_EQ(shards_[shard].restored.size(), 1u) << shard;
+    EXPECT_EQ(shards_[shard].restored[0].job_id(), job.job_id());
+    EXPECT_EQ(shards_[shard].restored[0].from_job_id(), "job-1-old");
+    EXPECT_EQ(shards_[shard].restored[0].step(), 200u);
+  }
+  EXPECT_THAT(Events(), HasSubstr("resumes job job-1-old from its checkpoint of step 200"));
+}
+
+TEST_F(CoordinatorTest, AResumeWithoutACommonCheckpointSaysWhatEachShardHolds) {
+  RegisterShards();
+  shards_["ps0:1"].checkpoints["job-1-old"] = {300};
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_resume_from("job-1-old");
+  Submit(spec);
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              AllOf(HasSubstr("no step has an intact checkpoint of it on every PS shard"),
+                    HasSubstr("shard 0: 300; shard 1: none")));
 }
 
 TEST_F(CoordinatorTest, ShardHoldingAnOldJobIsFreed) {

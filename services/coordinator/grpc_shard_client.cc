@@ -67,4 +67,16 @@ absl::Status GrpcShardClient::EndJob(const v1::ShardInfo& shard, const std::stri
   return FromGrpcStatus((*stub)->EndJob(&context, request, &response), Name("EndJob", shard));
 }
 
+absl::StatusOr<v1::RestoreJobResponse> GrpcShardClient::RestoreJob(
+    const v1::ShardInfo& shard, const v1::RestoreJobRequest& request) {
+  absl::StatusOr<v1::ParameterServer::Stub*> stub = Stub(shard);
+  if (!stub.ok()) return stub.status();
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  v1::RestoreJobResponse response;
+  const grpc::Status rpc = (*stub)->RestoreJob(&context, request, &response);
+  if (!rpc.ok()) return FromGrpcStatus(rpc, Name("RestoreJob", shard));
+  return response;
+}
+
 }  // namespace tributary::coordinator

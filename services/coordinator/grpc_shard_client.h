@@ -23,6 +23,8 @@ class GrpcShardClient : public ShardClient {
   absl::StatusOr<v1::BeginGenerationResponse> BeginGeneration(
       const v1::ShardInfo& shard, const v1::BeginGenerationRequest& request) override;
   absl::Status EndJob(const v1::ShardInfo& shard, const std::string& job_id) override;
+  absl::StatusOr<v1::RestoreJobResponse> RestoreJob(
+      const v1::ShardInfo& shard, const v1::RestoreJobRequest& request) override;
 
  private:
   absl::StatusOr<v1::ParameterServer::Stub*> Stub(const v1::ShardInfo& shard);

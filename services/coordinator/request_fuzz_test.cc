@@ -44,6 +44,10 @@ class EmptyShards : public ShardClient {
   absl::Status EndJob(const v1::ShardInfo&, const std::string&) override {
     return absl::NotFoundError("no job");
   }
+  absl::StatusOr<v1::RestoreJobResponse> RestoreJob(const v1::ShardInfo&,
+                                                    const v1::RestoreJobRequest&) override {
+    return absl::NotFoundError("no checkpoint");
+  }
 };
 
 // A small stand-in for a TorchScript archive: what the upload checks (a zip's magic

@@ -1,5 +1,6 @@
 // What the coordinator asks of the parameter-server shards: their status (for the
-// dashboard and the resume step), the start of a generation and the end of a job.
+// dashboard and the resume step), the start of a generation, the end of a job, and
+// the checkpoint a resuming job starts from.
 // An interface so the core's tests use an in-memory fake; grpc_shard_client.h is the
 // real one.
 #ifndef TRIBUTARY_SERVICES_COORDINATOR_SHARD_CLIENT_H_
@@ -22,6 +23,10 @@ class ShardClient {
   virtual absl::StatusOr<v1::BeginGenerationResponse> BeginGeneration(
       const v1::ShardInfo& shard, const v1::BeginGenerationRequest& request) = 0;
   virtual absl::Status EndJob(const v1::ShardInfo& shard, const std::string& job_id) = 0;
+  // For a job resuming an earlier one: list the earlier job's checkpoint steps on the
+  // shard, or install one (RestoreJobRequest.list_only).
+  virtual absl::StatusOr<v1::RestoreJobResponse> RestoreJob(
+      const v1::ShardInfo& shard, const v1::RestoreJobRequest& request) = 0;
 };
 
 }  // namespace tributary::coordinator

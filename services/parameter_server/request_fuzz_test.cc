@@ -68,6 +68,15 @@ TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   v1::EndJobRequest end;
   end.set_job_id("job-1");
   WriteSeed(dir, "end_job", "job_1", end);
+  v1::RestoreJobRequest restore;
+  restore.set_job_id("job-2");
+  *restore.mutable_job() = header.job();
+  restore.set_from_job_id("job-1");
+  restore.set_step(1);
+  restore.set_num_nodes(2);
+  WriteSeed(dir, "restore_job", "job_2_from_job_1", restore);
+  restore.set_list_only(true);
+  WriteSeed(dir, "restore_job", "list_job_1", restore);
 }
 
 template <typename T>
@@ -93,8 +102,9 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
   const auto begins = Seeds<v1::BeginGenerationRequest>("begin_generation");
   const auto pulls = Seeds<v1::PullRequest>("pull");
   const auto ends = Seeds<v1::EndJobRequest>("end_job");
+  const auto restores = Seeds<v1::RestoreJobRequest>("restore_job");
   ASSERT_FALSE(pushes.empty() || headers.empty() || values.empty() || begins.empty() ||
-               pulls.empty() || ends.empty());
+               pulls.empty() || ends.empty() || restores.empty());
   ProtoMutator mutator(20261125);
   testing::RecordingSink sink;
   const int iterations = FuzzIterations(5000);
@@ -132,6 +142,11 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     if (i % 50 == 0) {
       auto end = mutator.Mutate(ends[i % ends.size()]);
       tally(shard.EndJob(static_cast<const v1::EndJobRequest&>(*end)).status());
+    }
+    // RestoreJob reads checkpoint files: the mutations reach it less often.
+    if (i % 50 == 25) {
+      auto restore = mutator.Mutate(restores[i % restores.size()]);
+      tally(shard.RestoreJob(static_cast<const v1::RestoreJobRequest&>(*restore)).status());
     }
   }
   EXPECT_GT(refused, 0) << "the mutations never reached a refusal";

@@ -243,6 +243,17 @@ TEST(ForgedCallsTest, EveryForgedCallIsRefusedAndChangesNothing) {
                    stranger.name);
     EXPECT_REFUSED(ps->EndJob(ContextOf(as_operator).get(), end, &ended),
                    StatusCode::PERMISSION_DENIED, as_operator.name);
+    v1::RestoreJobRequest restore;
+    restore.set_job_id("job-9-forged");
+    restore.set_from_job_id(job_id);
+    restore.set_list_only(true);
+    v1::RestoreJobResponse restored;
+    EXPECT_REFUSED(ps->RestoreJob(ContextOf(stranger).get(), restore, &restored),
+                   StatusCode::UNAUTHENTICATED, stranger.name);
+    EXPECT_REFUSED(ps->RestoreJob(ContextOf(as_worker).get(), restore, &restored),
+                   StatusCode::PERMISSION_DENIED, as_worker.name);
+    EXPECT_REFUSED(ps->RestoreJob(ContextOf(as_operator).get(), restore, &restored),
+                   StatusCode::PERMISSION_DENIED, as_operator.name);
     v1::CheckpointResponse checkpoint;
     EXPECT_REFUSED(ps->Checkpoint(ContextOf(stranger).get(), v1::CheckpointRequest(), &checkpoint),
                    StatusCode::UNAUTHENTICATED, stranger.name);
