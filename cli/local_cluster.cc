@@ -5,9 +5,13 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <regex>
 
@@ -93,6 +97,36 @@ absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> LockRunDirectory(const std::string& run_dir, absl::Duration wait) {
+  if (absl::Status made = MakeDirectories(run_dir); !made.ok()) return made;
+  const std::string path = run_dir + "/tributary-local.lock";
+  // Not close-on-exec: the cluster's processes hold the lock too, so a run whose
+  // launcher died still owns its directory until its last process is gone.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  const absl::Time give_up = absl::Now() + wait;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK || absl::Now() >= give_up) {
+      char holder[32] = {};
+      const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+      close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--run_dir=", run_dir, " is in use by another tributary local run (pid ",
+          n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("unknown"),
+          ", or the processes it started): wait for it to end, stop it, or choose another "
+          "--run_dir"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string pid = std::to_string(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    LOG(WARNING) << "cannot write the pid into " << path;
+  }
+  return fd;
+}
+
 LocalCluster::LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
 
 LocalCluster::~LocalCluster() { Stop(); }
@@ -149,8 +183,18 @@ absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
   argv_[name] = argv;
   const std::string port_file = PortFile(name);
   std::remove(port_file.c_str());
-  argv.push_back(absl::StrCat("--listen=127.0.0.1:", same_ports ? same_ports->grpc_port : 0));
-  argv.push_back(absl::StrCat("--http_port=", same_ports ? same_ports->http_port : 0));
+  // Free ports unless the caller chose them (e.g. --coordinator_arg=--http_port=8080):
+  // a flag given twice would take the last one, and the user's would be lost.
+  auto given = [&](const std::string& flag) {
+    return std::any_of(argv.begin(), argv.end(),
+                       [&](const std::string& arg) { return absl::StartsWith(arg, flag + "="); });
+  };
+  if (!given("--listen")) {
+    argv.push_back(absl::StrCat("--listen=127.0.0.1:", same_ports ? same_ports->grpc_port : 0));
+  }
+  if (!given("--http_port")) {
+    argv.push_back(absl::StrCat("--http_port=", same_ports ? same_ports->http_port : 0));
+  }
   argv.push_back("--port_file=" + port_file);
   absl::StatusOr<std::unique_ptr<ChildProcess>> child =
       ChildProcess::Start(name, std::move(argv), absl::StrCat(options_.run_dir, "/", name, ".log"));
@@ -302,13 +346,14 @@ void LocalCluster::Stop() {
   if (stopped_) return;
   stopped_ = true;
   // Signal a whole tier at once, then wait for it: stopping W workers one after the
-  // other would cost W grace periods when a step is in flight.
+  // other would cost W grace periods when a step is in flight. One SIGTERM each: a
+  // second one tells a process to skip its drain.
   for (auto* tier : {&workers_, &shards_}) {
     for (auto& child : *tier) {
-      if (child != nullptr) child->Signal(SIGTERM);
+      if (child != nullptr && child->Running()) child->Signal(SIGTERM);
     }
     for (auto& child : *tier) {
-      if (child != nullptr) child->Stop(options_.stop_grace);
+      if (child != nullptr) child->Finish(options_.stop_grace);
     }
   }
   if (coordinator_ != nullptr) coordinator_->Stop(options_.stop_grace);

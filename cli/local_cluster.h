@@ -50,6 +50,14 @@ struct LocalClusterOptions {
 absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir,
                             LocalClusterOptions& options);
 
+// Takes the lock of a run directory (created if missing) for this process and the
+// cluster it starts: `<run_dir>/tributary-local.lock`, an flock the children inherit,
+// so it is held until the last process of the run has exited. Waits up to `wait` for
+// a previous run's processes that are still exiting; then FAILED_PRECONDITION naming
+// the directory and the process that holds it. Returns the lock's descriptor (keep it
+// open for as long as the run lasts).
+absl::StatusOr<int> LockRunDirectory(const std::string& run_dir, absl::Duration wait);
+
 class LocalCluster {
  public:
   explicit LocalCluster(LocalClusterOptions options);

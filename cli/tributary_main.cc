@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <glog/logging.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/client_context.h>
 
 #include "absl/flags/declare.h"
@@ -34,11 +36,13 @@
 #include "common/channel.h"
 #include "common/cluster_auth.h"
 #include "common/grpc_status.h"
+#include "common/job_spec.h"
 #include "common/process.h"
 #include "common/shutdown.h"
 #include "common/usable_cores.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/engine/dataset.h"
+#include "worker/engine/job_model.h"
 #include "worker/engine/torchscript.h"
 
 // --- Where the cluster is ---
@@ -62,6 +66,10 @@ ABSL_FLAG(std::string, out, "",
           "model to this TorchScript file (torch.jit.load reads it).");
 
 // --- tributary local ---
+
+// The reason `tributary local` gives the job it stops on Ctrl-C: a later run in the
+// same --run_dir recognizes it and resumes the job.
+constexpr char kInterruptedReason[] = "tributary local interrupted";
 ABSL_FLAG(int, ps_shards, 2, "local: parameter server shards to start. Default: 2.");
 ABSL_DECLARE_FLAG(uint32_t, replicas);  // cli/job_flags.cc
 ABSL_FLAG(int, workers, 2, "local: worker processes to start. Default: 2.");
@@ -76,6 +84,10 @@ ABSL_FLAG(std::string, devices, "cpu",
 ABSL_FLAG(std::string, run_dir, "",
           "local: directory for logs, port files, state and checkpoints. Default: a new "
           "/tmp/tributary-local-XXXXXX.");
+ABSL_FLAG(bool, fresh, false,
+          "local: start a new job even when --run_dir holds an interrupted one with the same "
+          "flags (which is stopped). Without it, tributary local run again in the run dir of "
+          "an interrupted run continues that job. Default: false.");
 ABSL_FLAG(std::string, bin_dir, "",
           "local: directory holding coordinator, parameter_server and worker. Default: "
           "empty (the Bazel runfiles of this binary).");
@@ -149,6 +161,27 @@ std::string ToJson(const google::protobuf::Message& message) {
 int Fail(const absl::Status& status) {
   std::cerr << "tributary: " << status << "\n";
   return 1;
+}
+
+// A refused control call says how to send the token when none was given.
+absl::Status WithTokenHint(absl::Status status) {
+  if (absl::IsUnauthenticated(status) && absl::GetFlag(FLAGS_token_file).empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(status.message(),
+                     "; pass the coordinator's control token with --token_file=FILE"));
+  }
+  return status;
+}
+
+// Seconds the job has trained: from its start to its end, or to now while it runs.
+double TrainingSeconds(const v1::Job& job) {
+  if (!job.has_started()) return 0;
+  const absl::Time started = absl::FromUnixSeconds(job.started().seconds()) +
+                             absl::Nanoseconds(job.started().nanos());
+  const absl::Time until = job.has_finished() ? absl::FromUnixSeconds(job.finished().seconds()) +
+                                                    absl::Nanoseconds(job.finished().nanos())
+                                              : absl::Now();
+  return std::max(0.0, absl::ToDoubleSeconds(until - started));
 }
 
 std::string FormatDuration(double seconds) {
@@ -264,11 +297,11 @@ int RunSubmit() {
       return Fail(checked);
     }
     if (absl::Status uploaded = UploadModel(*stub, *spec, *model_file); !uploaded.ok()) {
-      return Fail(uploaded);
+      return Fail(WithTokenHint(uploaded));
     }
   }
   absl::StatusOr<v1::Job> job = Submit(*stub, *spec);
-  if (!job.ok()) return Fail(job.status());
+  if (!job.ok()) return Fail(WithTokenHint(job.status()));
   std::cout << "submitted " << job->job_id() << " (" << v1::JobState_Name(job->state())
             << ")\n";
   return 0;
@@ -288,7 +321,7 @@ int RunControl(const std::string& verb) {
   if (verb == "pause") status = stub->PauseJob(&context, request, &job);
   if (verb == "resume") status = stub->ResumeJob(&context, request, &job);
   if (verb == "stop") status = stub->StopJob(&context, request, &job);
-  if (!status.ok()) return Fail(FromGrpcStatus(status, verb));
+  if (!status.ok()) return Fail(WithTokenHint(FromGrpcStatus(status, verb)));
   std::cout << job.job_id() << ": " << v1::JobState_Name(job.state()) << "\n";
   return 0;
 }
@@ -305,7 +338,8 @@ int RunStatus() {
     return 0;
   }
   if (status.has_job()) {
-    std::cout << status.job().job_id() << " " << ProgressLine(status.job(), 0) << "\n";
+    std::cout << status.job().job_id() << " "
+              << ProgressLine(status.job(), TrainingSeconds(status.job())) << "\n";
     if (!status.job().state_reason().empty()) {
       std::cout << "  " << status.job().state_reason() << "\n";
     }
@@ -401,6 +435,74 @@ std::string SummaryJson(const Summary& summary) {
       static_cast<unsigned long long>(summary.bytes_pulled), spec_json);
 }
 
+// Periodic checkpoints of `tributary local` when --checkpoint_interval is not given.
+constexpr uint64_t kLocalCheckpointInterval = 500;
+
+// What a run does about the job an earlier run in its directory left: follow it (the
+// coordinator restored it unfinished), or submit `spec` (which may resume it).
+struct Continuation {
+  std::optional<v1::Job> follow;
+  v1::JobSpec spec;
+};
+
+// The same job, as far as continuing it goes: the spec but for where it starts.
+bool SameJob(v1::JobSpec a, v1::JobSpec b) {
+  for (v1::JobSpec* spec : {&a, &b}) {
+    spec->clear_resume_from();
+    spec->clear_init_from();
+  }
+  return google::protobuf::util::MessageDifferencer::Equals(WithDefaults(a), WithDefaults(b));
+}
+
+absl::StatusOr<Continuation> ContinueEarlierRun(v1::Coordinator::Stub& stub,
+                                                const v1::JobSpec& spec) {
+  Continuation continuation;
+  continuation.spec = spec;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListJobsResponse jobs;
+  absl::Status listed =
+      FromGrpcStatus(stub.ListJobs(&context, v1::ListJobsRequest(), &jobs), "ListJobs");
+  if (!listed.ok()) return listed;
+  if (jobs.jobs_size() == 0) return continuation;
+  const v1::Job& last = jobs.jobs(0);  // Newest first.
+  const bool same = SameJob(last.spec(), spec);
+  const bool fresh = absl::GetFlag(FLAGS_fresh);
+  if (!Terminal(last.state())) {
+    // The run's launcher died (kill -9, a crash): the coordinator brought its job back.
+    if (same && !fresh) {
+      std::cout << "continuing job " << last.job_id() << " of the interrupted run in this "
+                << "--run_dir (at step " << last.step() << "; the shards resume from their "
+                << "last checkpoint)" << std::endl;
+      continuation.follow = last;
+      return continuation;
+    }
+    grpc::ClientContext stop_context;
+    stop_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::JobControlRequest request;
+    request.set_job_id(last.job_id());
+    request.set_reason(fresh ? "tributary local --fresh" : "a tributary local run with other flags");
+    v1::Job stopped;
+    absl::Status stop = FromGrpcStatus(stub.StopJob(&stop_context, request, &stopped), "StopJob");
+    if (!stop.ok()) return stop;
+    std::cout << "stopped job " << last.job_id() << " of the interrupted run in this --run_dir ("
+              << (fresh ? "--fresh" : "its flags differ from these")
+              << "); run it again with its own flags and --resume=" << last.job_id()
+              << " to continue it" << std::endl;
+    return continuation;
+  }
+  // Stopped by an interruption (Ctrl-C): a new job resumes it from its final
+  // checkpoint, with the same flags.
+  const bool interrupted =
+      last.state() == v1::STOPPED && absl::StrContains(last.state_reason(), kInterruptedReason);
+  if (interrupted && same && !fresh && spec.resume_from().empty()) {
+    std::cout << "resuming job " << last.job_id() << ", interrupted at step " << last.step()
+              << ", from its checkpoint (--fresh to start over)" << std::endl;
+    continuation.spec.set_resume_from(last.job_id());
+  }
+  return continuation;
+}
+
 int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   std::shared_ptr<const std::string> model_file;
   absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(&model_file);
@@ -416,13 +518,42 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
         "--model_file: this build has ", engine::TorchDescription(),
         ", so its workers cannot run TorchScript models")));
   }
-  // The model must fit the data: found out now, before any process starts.
-  if (model_file != nullptr) {
+  spec->set_init_from(Absolute(spec->init_from()));
+  if (spec->devices() == v1::GPU && absl::GetFlag(FLAGS_devices) == "cpu") {
+    return Fail(absl::InvalidArgumentError(
+        "--job_devices=gpu needs GPU workers, but --devices=cpu starts CPU-only ones: the job "
+        "could never be placed (use --devices=auto or gpu:N, or --job_devices=auto)"));
+  }
+  // The data, the model and its starting point are checked now, before any process
+  // starts: a missing directory or a model that does not fit the data is found here.
+  {
     absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(dataset, spec->seed());
     if (!data.ok()) return Fail(data.status());
-    if (absl::Status checked = CheckModelFlag(*spec, model_file, &data->train); !checked.ok()) {
-      return Fail(checked);
+    if (model_file != nullptr) {
+      if (absl::Status checked = CheckModelFlag(*spec, model_file, &data->train); !checked.ok()) {
+        return Fail(checked);
+      }
+    } else {
+      absl::StatusOr<engine::ModelDef> model =
+          engine::BuildJobModel(spec->model(), nullptr, data->train);
+      if (!model.ok()) return Fail(absl::InvalidArgumentError(model.status().message()));
+      if (!spec->init_from().empty()) {
+        absl::StatusOr<std::vector<float>> initial = ReadParameters(spec->init_from());
+        if (!initial.ok()) {
+          return Fail(absl::InvalidArgumentError(
+              absl::StrCat("--init_from: ", initial.status().message())));
+        }
+        if (initial->size() != model->num_parameters) {
+          return Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--init_from=", spec->init_from(), ": ", initial->size(),
+              " float32 values, but the model has ", model->num_parameters, " parameters")));
+        }
+      }
     }
+  }
+  // Periodic checkpoints unless asked otherwise, so an interrupted run can continue.
+  if (!FlagGiven("checkpoint_interval") && !FlagGiven("job_json")) {
+    spec->set_checkpoint_interval_steps(kLocalCheckpointInterval);
   }
   LocalClusterOptions options;
   if (absl::Status found = LocateBinaries(argv0, absl::GetFlag(FLAGS_bin_dir), options);
@@ -479,6 +610,9 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
     if (mkdtemp(pattern) == nullptr) return Fail(absl::InternalError("mkdtemp failed"));
     options.run_dir = pattern;
   }
+  // One run per directory: its logs, state and checkpoints are this run's.
+  absl::StatusOr<int> lock = LockRunDirectory(options.run_dir, absl::Seconds(15));
+  if (!lock.ok()) return Fail(lock.status());
 
   const absl::Time start = absl::Now();
   std::cout << "tributary local: coordinator, " << options.ps_shards << " PS shard(s), "
@@ -502,10 +636,20 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
       return Fail(uploaded);
     }
   }
-  absl::StatusOr<v1::Job> submitted = Submit(*stub, *spec);
-  if (!submitted.ok()) {
+  // A run dir an earlier run was interrupted in: continue its job (or start over).
+  absl::StatusOr<Continuation> continuation = ContinueEarlierRun(*stub, *spec);
+  if (!continuation.ok()) {
     cluster.Stop();
-    return Fail(submitted.status());
+    return Fail(continuation.status());
+  }
+  absl::StatusOr<v1::Job> submitted =
+      continuation->follow.has_value() ? absl::StatusOr<v1::Job>(*continuation->follow)
+                                       : Submit(*stub, continuation->spec);
+  {
+    if (!submitted.ok()) {
+      cluster.Stop();
+      return Fail(submitted.status());
+    }
   }
   std::cout << "job " << submitted->job_id() << ": " << spec->model().name() << " on "
             << v1::DatasetFormat_Name(spec->dataset().format()) << ", batch "
@@ -525,7 +669,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       v1::JobControlRequest request;
-      request.set_reason("tributary local interrupted");
+      request.set_reason(kInterruptedReason);
       v1::Job stopped;
       if (stub->StopJob(&context, request, &stopped).ok()) job = stopped;
       exit_code = 130;

@@ -136,6 +136,10 @@ void ChildProcess::KillGroup() {
 void ChildProcess::Stop(absl::Duration grace) {
   if (!Running()) return;
   Signal(SIGTERM);
+  Finish(grace);
+}
+
+void ChildProcess::Finish(absl::Duration grace) {
   if (Wait(grace)) return;
   Signal(SIGKILL);
   Wait(absl::Seconds(10));

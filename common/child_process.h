@@ -47,6 +47,9 @@ class ChildProcess {
 
   // SIGTERM, wait up to `grace`, then SIGKILL. Returns once the process is reaped.
   void Stop(absl::Duration grace);
+  // For a process already signalled: waits up to `grace`, then SIGKILL; returns once it
+  // is reaped. (A second SIGTERM would make a draining service exit at once.)
+  void Finish(absl::Duration grace);
   // Sends a signal without waiting.
   void Signal(int signal_number);
   // SIGKILL to its whole process group (helpers it started included), then reaps it.
