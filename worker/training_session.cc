@@ -130,13 +130,14 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
           options.ps_streams_per_shard);
     }
   }
+  // The job's optimizer: its schedule for the learning-rate metric, and in LOCAL_SGD
+  // the node leader's inner optimizer on the node's own copy (the PS runs the outer one).
+  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), total_steps);
+  if (!optimizer.ok()) return optimizer.status();
+  session->optimizer_ = *std::move(optimizer);
   if (session->local_sgd_ && assignment.node_leader()) {
-    // The job's optimizer runs here, on the node's own copy; the PS runs the outer one.
-    absl::StatusOr<Optimizer> inner = Optimizer::Create(spec.optimizer(), total_steps);
-    if (!inner.ok()) return inner.status();
-    session->inner_ = *std::move(inner);
     const size_t n = session->model_.num_parameters;
-    session->inner_state_.assign(n * session->inner_->state_slots(), 0.0f);
+    session->inner_state_.assign(n * session->optimizer_->state_slots(), 0.0f);
     session->anchor_.resize(n);
     session->local_.resize(n);
   }
@@ -374,8 +375,8 @@ void TrainingSession::InnerUpdate(const v1::Partition& partition, float* out) {
   }
   // Each partition's state is one block (slots x length floats at slots x offset), laid
   // out slot by slot as the PS keeps it per partition.
-  float* state = inner_state_.data() + offset * inner_->state_slots();
-  inner_->ApplyMean(update_.step, in, out, grad, static_cast<float>(update_.node_samples), state,
+  float* state = inner_state_.data() + offset * optimizer_->state_slots();
+  optimizer_->ApplyMean(update_.step, in, out, grad, static_cast<float>(update_.node_samples), state,
                     n);
 }
 
@@ -518,6 +519,8 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
 }
 
 absl::Status TrainingSession::FinishUpdate() { return gate_.WaitDone(); }
+
+float TrainingSession::LearningRate(uint64_t step) const { return optimizer_->LearningRate(step); }
 
 void TrainingSession::Interrupt(const std::string& reason) {
   if (ps_ != nullptr) ps_->Interrupt(reason);

@@ -120,6 +120,9 @@ class TrainingSession {
   // Thread-safe; the session cannot train on afterwards.
   void Interrupt(const std::string& reason);
 
+  // The job's learning rate at `step` (its optimizer's schedule and warm-up).
+  float LearningRate(uint64_t step) const;
+
   // Loss and accuracy of the current parameters on the test split (after FinishUpdate).
   absl::StatusOr<engine::LossStats> Evaluate();
 
@@ -184,10 +187,11 @@ class TrainingSession {
     uint64_t push_step = 0;     // The step the push names (LOCAL_SGD: its round's first).
   };
   StepUpdate update_;
-  // LOCAL_SGD, leader: the inner optimizer and its state, the parameters at the last
-  // synchronization, the node's values at a round's end (scratch), and the round.
+  // The job's optimizer (its schedule; LOCAL_SGD, leader: the inner optimizer) and, in
+  // LOCAL_SGD on the leader, its state, the parameters at the last synchronization, the
+  // node's values at a round's end (scratch), and the round.
   const bool local_sgd_;
-  std::optional<Optimizer> inner_;
+  std::optional<Optimizer> optimizer_;
   std::vector<float> inner_state_;
   std::vector<float> anchor_;
   std::vector<float> local_;

@@ -1,7 +1,12 @@
-// The worker's Prometheus metrics (rendered at /metrics; docs/worker.md lists them):
-//   tributary_worker_steps_completed, tributary_worker_generation,
-//   tributary_worker_samples_per_second, tributary_worker_test_accuracy (gauges)
+// The worker's Prometheus metrics (rendered at /metrics; docs/worker.md lists them).
+// Of the job it trains, labelled job_id (the series of an earlier job are removed
+// when the next one starts, so a long-lived worker does not pile them up):
+//   tributary_worker_steps_completed, tributary_worker_samples_per_second,
+//   tributary_worker_test_accuracy, tributary_worker_training_loss,
+//   tributary_worker_learning_rate (gauges)
 //   tributary_worker_{step,push_wait,reduce,parameters_wait}_seconds (histograms)
+// Of the worker process:
+//   tributary_worker_generation (gauge)
 //   tributary_worker_bytes_{pushed,pulled}_total, tributary_worker_step_failures_total
 #ifndef TRIBUTARY_WORKER_WORKER_METRICS_H_
 #define TRIBUTARY_WORKER_WORKER_METRICS_H_
@@ -11,22 +16,57 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <string>
+
 namespace tributary::worker {
 
-struct WorkerMetrics {
+class WorkerMetrics {
+ public:
   explicit WorkerMetrics(prometheus::Registry& registry);
 
-  prometheus::Gauge& steps;
+  // The job the per-job series below belong to from now on (its series are made, the
+  // previous job's removed). Not thread-safe: the training thread calls it and the
+  // accessors below.
+  void StartJob(const std::string& job_id);
+  const std::string& job_id() const { return job_id_; }
+
+  // The current job's series (a job "" until StartJob).
+  prometheus::Gauge& steps() { return *steps_; }
+  prometheus::Gauge& samples_per_second() { return *samples_per_second_; }
+  prometheus::Gauge& test_accuracy() { return *test_accuracy_; }
+  prometheus::Gauge& training_loss() { return *training_loss_; }
+  prometheus::Gauge& learning_rate() { return *learning_rate_; }
+  prometheus::Histogram& step_seconds() { return *step_seconds_; }
+  prometheus::Histogram& push_wait_seconds() { return *push_wait_seconds_; }
+  prometheus::Histogram& reduce_seconds() { return *reduce_seconds_; }
+  prometheus::Histogram& parameters_wait_seconds() { return *parameters_wait_seconds_; }
+
   prometheus::Gauge& generation;
-  prometheus::Gauge& samples_per_second;
-  prometheus::Gauge& test_accuracy;
-  prometheus::Histogram& step_seconds;
-  prometheus::Histogram& push_wait_seconds;
-  prometheus::Histogram& reduce_seconds;
-  prometheus::Histogram& parameters_wait_seconds;
   prometheus::Counter& bytes_pushed;
   prometheus::Counter& bytes_pulled;
   prometheus::Family<prometheus::Counter>& step_failures;  // By reason.
+
+ private:
+  prometheus::Family<prometheus::Gauge>& steps_family_;
+  prometheus::Family<prometheus::Gauge>& samples_per_second_family_;
+  prometheus::Family<prometheus::Gauge>& test_accuracy_family_;
+  prometheus::Family<prometheus::Gauge>& training_loss_family_;
+  prometheus::Family<prometheus::Gauge>& learning_rate_family_;
+  prometheus::Family<prometheus::Histogram>& step_seconds_family_;
+  prometheus::Family<prometheus::Histogram>& push_wait_seconds_family_;
+  prometheus::Family<prometheus::Histogram>& reduce_seconds_family_;
+  prometheus::Family<prometheus::Histogram>& parameters_wait_seconds_family_;
+
+  std::string job_id_;
+  prometheus::Gauge* steps_ = nullptr;
+  prometheus::Gauge* samples_per_second_ = nullptr;
+  prometheus::Gauge* test_accuracy_ = nullptr;
+  prometheus::Gauge* training_loss_ = nullptr;
+  prometheus::Gauge* learning_rate_ = nullptr;
+  prometheus::Histogram* step_seconds_ = nullptr;
+  prometheus::Histogram* push_wait_seconds_ = nullptr;
+  prometheus::Histogram* reduce_seconds_ = nullptr;
+  prometheus::Histogram* parameters_wait_seconds_ = nullptr;
 };
 
 }  // namespace tributary::worker

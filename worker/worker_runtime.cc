@@ -383,7 +383,7 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) 
     LOG_FIRST_N(WARNING, 1) << "no evaluation: " << evaluated.status();
     return;
   }
-  metrics_.test_accuracy.Set(evaluated->accuracy());
+  metrics_.test_accuracy().Set(evaluated->accuracy());
   absl::MutexLock lock(&mu_);
   progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
@@ -421,7 +421,7 @@ bool WorkerRuntime::FinishUpdate(TrainingSession& session, uint64_t steps_done) 
     StepFailed(steps_done == 0 ? 0 : steps_done - 1, updated);
     return false;
   }
-  metrics_.steps.Set(static_cast<double>(steps_done));
+  metrics_.steps().Set(static_cast<double>(steps_done));
   absl::MutexLock lock(&mu_);
   progress_.step = std::max(progress_.step, steps_done);
   return true;
@@ -461,15 +461,17 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     const double samples_per_second =
         stats->step_seconds > 0 ? stats->loss.samples / stats->step_seconds : 0;
     throughput = throughput == 0 ? samples_per_second : 0.9 * throughput + 0.1 * samples_per_second;
-    metrics_.step_seconds.Observe(stats->step_seconds);
-    metrics_.push_wait_seconds.Observe(stats->push_wait_seconds);
-    metrics_.reduce_seconds.Observe(stats->reduce_seconds);
-    metrics_.parameters_wait_seconds.Observe(stats->parameters_wait_seconds);
+    metrics_.step_seconds().Observe(stats->step_seconds);
+    metrics_.push_wait_seconds().Observe(stats->push_wait_seconds);
+    metrics_.reduce_seconds().Observe(stats->reduce_seconds);
+    metrics_.parameters_wait_seconds().Observe(stats->parameters_wait_seconds);
     // Step `step` is pushed and (overlapping) its update on the way; the steps before
     // it are complete (its forward pass needed their updates).
     const uint64_t completed = options_.overlap_updates ? step : step + 1;
-    metrics_.steps.Set(static_cast<double>(completed));
-    metrics_.samples_per_second.Set(throughput);
+    metrics_.steps().Set(static_cast<double>(completed));
+    metrics_.samples_per_second().Set(throughput);
+    metrics_.training_loss().Set(stats->loss.mean_loss());
+    metrics_.learning_rate().Set(session.LearningRate(step));
     {
       absl::MutexLock lock(&mu_);
       progress_.step = completed;
@@ -526,6 +528,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     progress_.error.clear();
   }
   metrics_.generation.Set(static_cast<double>(assignment.generation()));
+  metrics_.StartJob(assignment.job_id());
   absl::StatusOr<const engine::Datasets*> data = DatasetsFor(assignment.job());
   if (!data.ok()) {
     // The data is this job's problem, not a passing one: report it as fatal.
