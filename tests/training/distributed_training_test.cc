@@ -176,13 +176,24 @@ TEST(DistributedTrainingTest, AKilledWorkerEndsItsGenerationAndNoStepCountsTwice
   shape.ps_shards = 2;
   shape.workers = 3;  // Three nodes; the job needs two.
   auto cluster = StartCluster("failure", shape);
-  v1::JobSpec spec = SyntheticJob(/*batch=*/48, /*steps=*/400);
+  v1::JobSpec spec = SyntheticJob(/*batch=*/48, /*steps=*/1200);
   spec.set_nodes_min(2);
   spec.set_nodes_max(3);
   absl::StatusOr<v1::Job> submitted = SubmitJob(*cluster, spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // Killed once all three nodes train in one generation (the third may join a moment
+  // after the first two formed one).
   absl::StatusOr<v1::Job> running = WaitForJob(
-      *cluster, submitted->job_id(), [](const v1::Job& job) { return job.step() >= 30; },
+      *cluster, submitted->job_id(),
+      [&](const v1::Job& job) {
+        if (job.step() < 30) return false;
+        absl::StatusOr<std::vector<v1::ShardStatus>> shards = ShardStatuses(*cluster);
+        if (!shards.ok()) return false;
+        for (const v1::ShardStatus& shard : *shards) {
+          if (shard.num_nodes() != 3) return false;
+        }
+        return true;
+      },
       absl::Minutes(2));
   ASSERT_TRUE(running.ok()) << running.status();
   const uint64_t generation_before = running->generation();
@@ -207,8 +218,8 @@ TEST(DistributedTrainingTest, AKilledWorkerEndsItsGenerationAndNoStepCountsTwice
   ASSERT_TRUE(shards.ok()) << shards.status();
   for (const v1::ShardStatus& shard : *shards) {
     for (const v1::PartitionStatus& partition : shard.partitions()) {
-      EXPECT_EQ(partition.version(), 400u) << "partition " << partition.partition_id();
-      EXPECT_EQ(partition.step(), 400u) << "partition " << partition.partition_id();
+      EXPECT_EQ(partition.version(), 1200u) << "partition " << partition.partition_id();
+      EXPECT_EQ(partition.step(), 1200u) << "partition " << partition.partition_id();
     }
   }
 }
