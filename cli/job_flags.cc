@@ -127,6 +127,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(uint64_t, checkpoint_interval, 0,
           "Checkpoint every N steps; 0 = only on demand and at the end (tributary local: every "
           "500 steps unless given, so an interrupted run can continue). Default: 0.");
+ABSL_FLAG(uint32_t, pending_timeout, 0,
+          "Fail the job when no generation has formed this many seconds after submission "
+          "(no workers that can take it, no GPUs, missing PS shards); 0 = wait as long as it "
+          "takes. Default: 0.");
 ABSL_FLAG(std::string, resume, "",
           "Start from the newest checkpoint of this earlier job (its id) that every PS shard "
           "holds, in this job's checkpoint directory: parameters, optimizer state and step "
@@ -198,6 +202,7 @@ constexpr std::pair<const char*, const char*> kFlagOfField[] = {
     {"checkpoint_dir", "checkpoint_dir"},
     {"checkpoint_interval_steps", "checkpoint_interval"},
     {"resume_from", "resume"},
+    {"pending_timeout_seconds", "pending_timeout"},
     {"init_from", "init_from"},
 };
 
@@ -533,6 +538,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
     spec.set_checkpoint_interval_steps(absl::GetFlag(FLAGS_checkpoint_interval));
   }
 
+  if (use("pending_timeout")) spec.set_pending_timeout_seconds(absl::GetFlag(FLAGS_pending_timeout));
   if (use("resume")) spec.set_resume_from(absl::GetFlag(FLAGS_resume));
   if (use("init_from")) spec.set_init_from(absl::GetFlag(FLAGS_init_from));
   if (use("epochs") && spec.epochs() == 0 && spec.max_steps() == 0) {

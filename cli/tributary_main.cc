@@ -216,15 +216,19 @@ std::string ProgressLine(const v1::Job& job, double elapsed) {
   // past the last once every step ran.
   uint32_t epoch = job.epoch() + 1;
   if (epochs > 0) epoch = std::min(epoch, epochs);
+  // A job that cannot start yet says why.
+  const std::string waiting =
+      job.waiting_reason().empty() ? std::string() : absl::StrCat("  (", job.waiting_reason(), ")");
   return absl::StrFormat(
-      "%-10s epoch %u%s  step %llu/%llu  loss %s  acc %s  %s samples/s  elapsed %s  ETA %s",
+      "%-10s epoch %u%s  step %llu/%llu  loss %s  acc %s  %s samples/s  elapsed %s  ETA %s%s",
       v1::JobState_Name(job.state()), epoch,
       epochs > 0 ? absl::StrCat("/", epochs) : std::string(),
       static_cast<unsigned long long>(job.step()),
       static_cast<unsigned long long>(job.total_steps()),
       std::isnan(loss) ? std::string("-") : absl::StrFormat("%.4f", loss),
       accuracy < 0 ? std::string("-") : absl::StrFormat("%.4f", accuracy),
-      absl::StrFormat("%.0f", samples_per_second), FormatDuration(elapsed), FormatDuration(eta));
+      absl::StrFormat("%.0f", samples_per_second), FormatDuration(elapsed), FormatDuration(eta),
+      waiting);
 }
 
 bool Terminal(v1::JobState state) {

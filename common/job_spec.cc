@@ -452,6 +452,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (!v1::DType_IsValid(spec.wire_dtype()) || spec.wire_dtype() == v1::DTYPE_UNSPECIFIED) {
     return Bad("wire_dtype", spec.wire_dtype(), "must be FLOAT32, FLOAT16 or BFLOAT16");
   }
+  if (spec.pending_timeout_seconds() > kMaxPendingTimeoutSeconds) {
+    return Bad("pending_timeout_seconds", spec.pending_timeout_seconds(),
+               absl::StrCat("must be <= ", kMaxPendingTimeoutSeconds, " (a year)"));
+  }
   if (!spec.resume_from().empty() && !IsJobId(spec.resume_from())) {
     return Bad("resume_from", "'" + absl::CHexEscape(spec.resume_from().substr(0, 160)) + "'",
                "must be a job id: 1-128 characters of [A-Za-z0-9._-]");

@@ -48,6 +48,7 @@ inline constexpr char kTorchScriptModel[] = "torchscript";
 
 inline bool IsTorchScript(const v1::ModelSpec& model) { return model.name() == kTorchScriptModel; }
 
+inline constexpr uint32_t kMaxPendingTimeoutSeconds = 31536000;
 // The longest JobSpec.init_from path.
 inline constexpr size_t kMaxInitFromBytes = 4096;
 

@@ -3,6 +3,7 @@
 // prints progress and test evaluations; the last line is a JSON summary.
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -102,6 +103,12 @@ int main(int argc, char** argv) {
   tributary::engine::LossStats last_eval;
   bool evaluated = false;
 
+  // Epochs counted from 1, as `tributary` counts them ("epoch 2/3").
+  auto epoch_of = [&](uint64_t epoch) {
+    return spec.epochs() > 0
+               ? absl::StrCat(std::min<uint64_t>(epoch + 1, spec.epochs()), "/", spec.epochs())
+               : absl::StrCat(epoch + 1);
+  };
   auto evaluate = [&](uint64_t step, uint64_t epoch) -> absl::Status {
     const auto t = std::chrono::steady_clock::now();
     absl::StatusOr<tributary::engine::LossStats> eval = trainer.Evaluate();
@@ -109,9 +116,9 @@ int main(int argc, char** argv) {
     last_eval = *eval;
     evaluated = true;
     std::printf(
-        "eval   epoch %llu step %llu: test loss %.4f accuracy %.4f (%lld samples, %.1fs)"
+        "eval   epoch %s step %llu: test loss %.4f accuracy %.4f (%lld samples, %.1fs)"
         " elapsed %.1fs\n",
-        static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(step),
+        epoch_of(epoch).c_str(), static_cast<unsigned long long>(step),
         eval->mean_loss(), eval->accuracy(), static_cast<long long>(eval->samples),
         seconds_since(t), seconds_since(start));
     std::fflush(stdout);
@@ -130,9 +137,9 @@ int main(int argc, char** argv) {
     if (done % log_interval == 0 || trainer.done()) {
       const double window_seconds = seconds_since(window_start);
       std::printf(
-          "train  epoch %llu step %llu/%llu: loss %.4f accuracy %.4f lr %.6g "
+          "train  epoch %s step %llu/%llu: loss %.4f accuracy %.4f lr %.6g "
           "samples/s %.0f\n",
-          static_cast<unsigned long long>(result->epoch), static_cast<unsigned long long>(done),
+          epoch_of(result->epoch).c_str(), static_cast<unsigned long long>(done),
           static_cast<unsigned long long>(trainer.total_steps()), window.mean_loss(),
           window.accuracy(), result->learning_rate,
           window_seconds > 0 ? window.samples / window_seconds : 0.0);

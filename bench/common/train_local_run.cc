@@ -39,11 +39,11 @@ absl::StatusOr<TrainingRun> RunTrainLocal(const TrainLocalOptions& options) {
   absl::StatusOr<std::string> output = ReadFileToString(options.log_path);
   if (!output.ok()) return output.status();
   const std::string what = "train_local output " + options.log_path;
-  // "... data loaded in 1.2s" and "eval   epoch 0 step 938: test loss 0.4583 accuracy
+  // "... data loaded in 1.2s" and "eval   epoch 1/3 step 938: test loss 0.4583 accuracy
   // 0.8237 (10000 samples, 0.6s) elapsed 10.0s" (worker/train_local_main.cc).
   static const std::regex kLoaded(R"(data loaded in ([0-9.]+)s)");
   static const std::regex kEval(
-      R"(^eval +epoch \d+ step (\d+): test loss [-0-9.naif]+ accuracy ([0-9.]+) .* elapsed ([0-9.]+)s)");
+      R"(^eval +epoch [\d/]+ step (\d+): test loss [-0-9.naif]+ accuracy ([0-9.]+) .* elapsed ([0-9.]+)s)");
   std::istringstream lines(*output);
   std::string line;
   bool loaded = false;

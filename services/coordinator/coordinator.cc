@@ -634,6 +634,20 @@ void Coordinator::Tick() {
     absl::MutexLock lock(&mu_);
     answers.swap(after_tick_);
     const absl::Time now = clock_->Now();
+    // A job that asked not to wait for ever for its first generation.
+    if (v1::Job* job = jobs_.Active(); job != nullptr && job->state() == v1::PENDING &&
+                                       job->spec().pending_timeout_seconds() > 0) {
+      const absl::Duration limit = absl::Seconds(job->spec().pending_timeout_seconds());
+      const absl::Time created = absl::FromUnixSeconds(job->created().seconds()) +
+                                 absl::Nanoseconds(job->created().nanos());
+      if (now - created >= limit) {
+        const std::string waiting = planner_.waiting_reason();
+        FinishJobLocked(*job, v1::FAILED,
+                        absl::StrCat("no generation formed within ", Seconds(limit),
+                                     " of submission (pending_timeout_seconds)",
+                                     waiting.empty() ? std::string() : ": " + waiting));
+      }
+    }
     for (const std::string& id : workers_.Silent(now, options_.heartbeat_timeout)) {
       const WorkerRecord& worker = *workers_.Find(id);
       const std::string reason =

@@ -1070,6 +1070,33 @@ TEST_F(CoordinatorTest, AResumeWithoutACommonCheckpointSaysWhatEachShardHolds) {
                     HasSubstr("shard 0: 300; shard 1: none")));
 }
 
+// A GPU job on CPU-only workers can never be placed: the job says why, and with
+// pending_timeout_seconds it fails after that long instead of waiting for ever.
+TEST_F(CoordinatorTest, AJobThatCannotBePlacedSaysWhyAndFailsWhenAsked) {
+  RegisterShards();
+  v1::JobSpec spec = Spec(1, 1, v1::GPU);
+  spec.set_pending_timeout_seconds(30);
+  const v1::Job job = Submit(spec);
+  const std::string a = MustRegister("a");  // CPU only.
+  for (int second = 0; second < 29; ++second) {
+    coordinator_->Tick();
+    Beat(a, 0, v1::WORKER_IDLE);
+    clock_.Advance(absl::Seconds(1));
+  }
+  const v1::Job waiting = coordinator_->GetClusterStatus().job();
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_THAT(waiting.waiting_reason(),
+              HasSubstr("the job runs on GPUs (devices=GPU) but worker " + a));
+  clock_.Advance(absl::Seconds(2));
+  coordinator_->Tick();
+  const v1::Job failed = coordinator_->GetClusterStatus().job();
+  EXPECT_EQ(failed.job_id(), job.job_id());
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_THAT(failed.state_reason(),
+              AllOf(HasSubstr("no generation formed within 30"),
+                    HasSubstr("pending_timeout_seconds"), HasSubstr("reported none")));
+}
+
 TEST_F(CoordinatorTest, ShardHoldingAnOldJobIsFreed) {
   RegisterShards();
   shards_.Install("ps1:1", "job-from-before");
