@@ -158,7 +158,13 @@ void ServiceHost::Shutdown(absl::Duration deadline) {
               << absl::FormatDuration(options_.drain_grace);
     absl::SleepFor(options_.drain_grace);
   }
+  const absl::Time before = absl::Now();
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
+  if (absl::Now() - before > absl::Seconds(1)) {
+    LOG(WARNING) << options_.name << ": gRPC took " << absl::FormatDuration(absl::Now() - before)
+                 << " to shut down (calls still in flight, given up to "
+                 << absl::FormatDuration(deadline) << ")";
+  }
   if (http_ != nullptr) http_->Stop();
   LOG(INFO) << options_.name << " stopped";
 }

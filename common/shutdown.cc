@@ -54,8 +54,9 @@ void ShutdownSignal::WatchSignals() {
     if (signal_number < 0) signal_number = pending_signal.exchange(0);
     if (signal_number <= 0) continue;
     const std::string name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
-    if (requested()) {
-      // A second signal while draining: the operator wants out now.
+    if (signalled_.exchange(true)) {
+      // A second signal while draining: the operator wants out now. (A shutdown the
+      // process began by itself, e.g. a worker whose job ended, is not a first one.)
       LOG(WARNING) << name << " again while shutting down: exiting immediately";
       _exit(128 + signal_number);
     }

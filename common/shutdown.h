@@ -39,6 +39,7 @@ class ShutdownSignal {
   bool requested_ ABSL_GUARDED_BY(mu_) = false;
   std::string reason_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_watching_{false};
+  std::atomic<bool> signalled_{false};  // A SIGTERM/SIGINT arrived (a second one exits).
   std::thread watcher_;
 };
 
