@@ -60,6 +60,12 @@ TEST(LocalCliTest, TrainsAFashionMnistSubsetToTheStatedAccuracy) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   EXPECT_EQ(spec.fields().at("replicas_per_worker").number_value(), std::max(1, cores / 2));
   ExpectNoChildLeft(run.dir + "/cluster", ChildPids(run.dir + "/cluster"), absl::Seconds(10));
+  // One signal each at the end: every process drained (none was told twice and quit).
+  for (const char* name : {"coordinator", "ps-0", "ps-1", "worker-0", "worker-1"}) {
+    const std::string log =
+        ReadFileToString(run.dir + "/cluster/" + name + ".log").value_or("");
+    EXPECT_FALSE(absl::StrContains(log, "again while shutting down")) << name;
+  }
 }
 
 TEST(LocalCliTest, MoreReplicasThanCoresOnlyWhenAsked) {

@@ -174,6 +174,19 @@ TEST(RunDirTest, ARunDirectoryInUseIsRefused) {
       << Log(second, "-2");
   // The first run did not notice.
   EXPECT_EQ(WaitForJob(*stub, AnyState, absl::Seconds(5)).state(), v1::RUNNING);
+  // `tributary status` counts the time the job has trained (it used to say 00:00).
+  const int port = static_cast<int>(Number(ReadJson(cluster + "/coordinator.ports.json"),
+                                           "grpc_port"));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> status = ChildProcess::Start(
+      "tributary status",
+      {Runfile("cli/tributary"), "status", absl::StrCat("--coordinator=127.0.0.1:", port),
+       "--cluster_token_file=" + cluster + "/cluster.token"},
+      first.dir + "/status.log");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_TRUE((*status)->Wait(absl::Seconds(30)));
+  const std::string shown = ReadFileToString(first.dir + "/status.log").value_or("");
+  EXPECT_TRUE(absl::StrContains(shown, "RUNNING")) << shown;
+  EXPECT_FALSE(absl::StrContains(shown, "elapsed 00:00 ")) << shown;
   ASSERT_TRUE(Control(*stub, "stop").ok());
   WaitForExit(first, absl::Minutes(1));
 }
