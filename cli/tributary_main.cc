@@ -746,8 +746,8 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
                 << v1::JobState_Name(job.state()) << std::endl;
     }
   }
-  cluster.Stop();
 
+  // The summary first: the job is over, and stopping the processes takes a moment.
   if (job.state() == v1::COMPLETED) {
     const v1::JobResult& result = job.result();
     std::cout << absl::StrFormat(
@@ -768,6 +768,8 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
       std::cout << "summary: " << summary_path << "\n";
     }
   }
+  std::cout << std::flush;
+  cluster.Stop();
   std::cout << "its dashboard again: tributary show " << options.run_dir << std::endl;
   if (KeepDashboardRequested() && !shutdown.requested()) {
     absl::Status kept = KeepDashboard(options.run_dir, cluster.dashboard_port(), shutdown);

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,37 @@ TEST(RunDirTest, LocalFlagsAreHonouredOrRefusedBeforeAnythingStarts) {
     EXPECT_NE(access((refused.dir + "/cluster/coordinator.ports.json").c_str(), F_OK), 0)
         << "a process was started for " << c.flags[0];
   }
+}
+
+// A control call refused for want of the coordinator's control token says which flag
+// gives it.
+TEST(RunDirTest, AMissingControlTokenNamesTheFlagThatGivesIt) {
+  const std::string token = TestDir("control_token") + "/control.token";
+  std::ofstream(token) << "s3cret-control-token\n";
+  std::vector<std::string> flags = LongSyntheticJob();
+  flags.push_back("--coordinator_arg=--control_token_file=" + token);
+  flags.push_back("--token_file=" + token);
+  LocalRun run = StartLocal("control_token", flags);
+  const std::string cluster = run.dir + "/cluster";
+  auto stub = v1::Coordinator::NewStub(CoordinatorChannel(cluster, absl::Seconds(60)));
+  WaitForJob(*stub, [](const v1::Job& job) { return job.state() == v1::RUNNING; },
+             absl::Minutes(2));
+  const int port =
+      static_cast<int>(Number(ReadJson(cluster + "/coordinator.ports.json"), "grpc_port"));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> pause = ChildProcess::Start(
+      "tributary pause",
+      {Runfile("cli/tributary"), "pause", absl::StrCat("--coordinator=127.0.0.1:", port),
+       "--cluster_token_file=" + cluster + "/cluster.token"},
+      run.dir + "/pause.log");
+  ASSERT_TRUE(pause.ok()) << pause.status();
+  ASSERT_TRUE((*pause)->Wait(absl::Seconds(30)));
+  EXPECT_EQ((*pause)->exit_code(), 1);
+  const std::string said = ReadFileToString(run.dir + "/pause.log").value_or("");
+  EXPECT_TRUE(absl::StrContains(said, "UNAUTHENTICATED")) << said;
+  EXPECT_TRUE(absl::StrContains(said, "--token_file=FILE")) << said;
+  EXPECT_EQ(WaitForJob(*stub, AnyState, absl::Seconds(5)).state(), v1::RUNNING);
+  run.process->Signal(SIGINT);  // The launcher stops the job with its token.
+  EXPECT_EQ(WaitForExit(run, absl::Minutes(1)), 130);
 }
 
 }  // namespace
