@@ -106,6 +106,22 @@ absl::StatusOr<std::vector<v1::ShardStatus>> ShardStatuses(cli::LocalCluster& cl
   return statuses;
 }
 
+absl::StatusOr<v1::Job> WaitForNodes(cli::LocalCluster& cluster, const std::string& job_id,
+                                     uint32_t nodes, uint64_t min_step, absl::Duration timeout) {
+  return WaitForJob(
+      cluster, job_id,
+      [&](const v1::Job& job) {
+        if (job.step() < min_step) return false;
+        absl::StatusOr<std::vector<v1::ShardStatus>> shards = ShardStatuses(cluster);
+        if (!shards.ok()) return false;
+        for (const v1::ShardStatus& shard : *shards) {
+          if (shard.num_nodes() != nodes) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
 v1::JobSpec SyntheticJob(uint32_t batch, uint64_t steps) {
   v1::JobSpec spec;
   spec.set_name("test");

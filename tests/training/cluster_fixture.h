@@ -43,6 +43,12 @@ bool Finished(const v1::Job& job);
 
 absl::StatusOr<std::vector<v1::ShardStatus>> ShardStatuses(cli::LocalCluster& cluster);
 
+// Waits until the job has passed `min_step` with every PS shard training it with
+// `nodes` nodes in one generation (a node may join a moment after the others formed
+// one); a test that kills a node waits for this first.
+absl::StatusOr<v1::Job> WaitForNodes(cli::LocalCluster& cluster, const std::string& job_id,
+                                     uint32_t nodes, uint64_t min_step, absl::Duration timeout);
+
 // A small synthetic job: quick to load, no files needed.
 v1::JobSpec SyntheticJob(uint32_t batch, uint64_t steps);
 

@@ -138,18 +138,8 @@ TEST(LocalSgdTest, RoundsSurviveAKilledWorkerAndNoneCountsTwice) {
   absl::StatusOr<v1::Job> submitted = SubmitJob(*cluster, spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   // Killed once all three nodes train in one generation.
-  absl::StatusOr<v1::Job> running = WaitForJob(
-      *cluster, submitted->job_id(),
-      [&](const v1::Job& job) {
-        if (job.step() < 30) return false;
-        absl::StatusOr<std::vector<v1::ShardStatus>> shards = ShardStatuses(*cluster);
-        if (!shards.ok()) return false;
-        for (const v1::ShardStatus& shard : *shards) {
-          if (shard.num_nodes() != 3) return false;
-        }
-        return true;
-      },
-      absl::Minutes(2));
+  absl::StatusOr<v1::Job> running =
+      WaitForNodes(*cluster, submitted->job_id(), /*nodes=*/3, /*min_step=*/30, absl::Minutes(2));
   ASSERT_TRUE(running.ok()) << running.status();
   const uint64_t generation_before = running->generation();
   cluster->KillWorker(2);
