@@ -42,8 +42,8 @@ class DocExampleTest(unittest.TestCase):
         cluster = live_cluster.LiveCluster(
             {"coordinator": ARGS.coordinator, "parameter_server": ARGS.parameter_server,
              "worker": ARGS.worker}, run_dir)
+        cluster.start()
         try:
-            cluster.start()
             script = os.path.join(run_dir, "example.py")
             with open(script, "w") as f:
                 f.write(code.replace(ADDRESS, cluster.coordinator_address))

@@ -12,7 +12,10 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
+
+from tributary_client import Client
 
 _PR_SET_PDEATHSIG = 1
 
@@ -52,7 +55,32 @@ class LiveCluster:
 
     def start(self, timeout=60):
         """Starts every process, each once the one before serves; raises RuntimeError
-        with the log's tail when one does not come up."""
+        with the log's tail when one does not come up. On any failure the processes
+        started are stopped and every log's tail goes to stderr."""
+        try:
+            return self._start_all(timeout)
+        except BaseException:
+            self._give_up()
+            raise
+
+    def connected_client(self, tributary_cli, min_workers):
+        """The operator's Client, once `min_workers` workers have registered; on failure
+        the cluster is stopped as in start()."""
+        client = Client(self.coordinator_address, tributary_cli=tributary_cli,
+                        **self.client_kwargs())
+        try:
+            client.wait_for_cluster(timeout=60, min_workers=min_workers)
+        except BaseException:
+            client.close()
+            self._give_up()
+            raise
+        return client
+
+    def _give_up(self):
+        sys.stderr.write(self.logs())
+        self.stop()
+
+    def _start_all(self, timeout):
         os.makedirs(self.run_dir, exist_ok=True)
         _write_private(self.cluster_token_file, secrets.token_hex(32))
         token_flag = "--cluster_token_file=" + self.cluster_token_file

@@ -58,12 +58,7 @@ class TlsTest(unittest.TestCase):
             common_args=["--tls_cert=" + cls.pki["server.pem"],
                          "--tls_key=" + cls.pki["server.key"],
                          "--tls_ca=" + cls.pki["ca.pem"]])
-        try:
-            cls.cluster.start()
-        except BaseException:
-            sys.stderr.write(cls.cluster.logs())
-            cls.cluster.stop()
-            raise
+        cls.cluster.start()
         cls.address = cls.cluster.coordinator_address
 
     @classmethod

@@ -52,15 +52,8 @@ class TorchScriptTest(unittest.TestCase):
         cls.cluster = live_cluster.LiveCluster(
             {"coordinator": ARGS.coordinator, "parameter_server": ARGS.parameter_server,
              "worker": ARGS.worker}, os.path.join(cls.dir, "cluster"))
-        try:
-            cls.cluster.start()
-            cls.client = Client(cls.cluster.coordinator_address, tributary_cli=ARGS.cli,
-                                **cls.cluster.client_kwargs())
-            cls.client.wait_for_cluster(timeout=60, min_workers=2)
-        except BaseException:
-            sys.stderr.write(cls.cluster.logs())
-            cls.cluster.stop()
-            raise
+        cls.cluster.start()
+        cls.client = cls.cluster.connected_client(ARGS.cli, min_workers=2)
 
     @classmethod
     def tearDownClass(cls):
