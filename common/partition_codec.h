@@ -59,8 +59,11 @@ struct ReceivedMessage {
 };
 
 // The push as protobuf wire bytes: a header slice and a slice over data[0, size),
-// which is not copied: it must stay unchanged until the write completed (the worker
-// keeps a pushed gradient until its update arrived, which is later).
+// which is not copied: it must stay alive and unchanged until gRPC no longer holds
+// it. Write it with grpc::WriteOptions().set_write_through(): that write completes
+// only once the transport has handed the bytes to the socket (without it, a write
+// completes when its bytes pass flow control, and the transport may still send from
+// the memory after the caller freed it, as when a job ends while a write waits).
 grpc::ByteBuffer EncodeGradientPush(const PushHeader& header, const char* data, size_t size);
 
 // The values as protobuf wire bytes: a header slice and a slice over values->data(),

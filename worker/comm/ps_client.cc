@@ -327,8 +327,11 @@ void PsClient::WritePush(Lane& lane, uint32_t partition, const Outgoing& push) {
   grpc::ByteBuffer message = EncodeGradientPush(header, push.data, push.bytes);
   absl::MutexLock lock(&lane.write_mu);
   // A failed write means the stream broke: the reader sees it, reconnects and sends
-  // every push still awaiting its update again, this one included.
-  if (lane.stream->Write(message)) bytes_pushed_ += push.bytes;
+  // every push still awaiting its update again, this one included. Written through:
+  // the message points into the caller's gradient buffer (see EncodeGradientPush).
+  if (lane.stream->Write(message, grpc::WriteOptions().set_write_through())) {
+    bytes_pushed_ += push.bytes;
+  }
 }
 
 absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data,
