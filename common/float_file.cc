@@ -36,4 +36,20 @@ absl::StatusOr<std::vector<float>> ReadFloatFile(const std::string& path, uint64
   return values;
 }
 
+absl::StatusOr<std::shared_ptr<const std::vector<float>>> CachedFloatFile::Read(
+    const std::string& path, uint64_t max_bytes) {
+  struct stat info;
+  const std::string key =
+      stat(path.c_str(), &info) == 0
+          ? absl::StrCat(path, "|", info.st_dev, ":", info.st_ino, ":", info.st_size, ":",
+                         info.st_mtim.tv_sec, ".", info.st_mtim.tv_nsec)
+          : "";
+  if (values_ != nullptr && !key.empty() && key == key_) return values_;
+  absl::StatusOr<std::vector<float>> values = ReadFloatFile(path, max_bytes);
+  if (!values.ok()) return values.status();
+  values_ = std::make_shared<const std::vector<float>>(*std::move(values));
+  key_ = key;
+  return values_;
+}
+
 }  // namespace tributary

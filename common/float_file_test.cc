@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,29 @@ TEST(FloatFileTest, RefusesPartialFloatsMissingFilesAndDirectories) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(ReadFloatFile(::testing::TempDir(), 100).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FloatFileTest, TheCacheKeepsAnUnchangedFileAndReadsARewrittenOneAgain) {
+  const std::string path = Write("cached.f32", std::string(8, '\0'));
+  CachedFloatFile cache;
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> first = cache.Read(path, 100);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(**first, std::vector<float>({0.0f, 0.0f}));
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> again = cache.Read(path, 100);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), first->get()) << "an unchanged file is not read again";
+  // Rewritten under the same name with other values (and size): read again.
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  const std::string rewritten = path + ".new";
+  std::ofstream(rewritten, std::ios::binary)
+      << std::string(reinterpret_cast<const char*>(values.data()), 12);
+  ASSERT_EQ(std::rename(rewritten.c_str(), path.c_str()), 0);
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> fresh = cache.Read(path, 100);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(**fresh, values);
+  // Gone: the error, not the kept values.
+  ASSERT_EQ(std::remove(path.c_str()), 0);
+  EXPECT_EQ(cache.Read(path, 100).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

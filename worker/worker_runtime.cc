@@ -304,18 +304,13 @@ absl::StatusOr<std::shared_ptr<const std::vector<float>>> WorkerRuntime::Initial
   absl::StatusOr<std::string> path =
       ConfinePath("init_from", spec.init_from(), base, options_.data_root, "--data_root");
   if (!path.ok()) return path.status();
-  if (initial_parameters_ != nullptr && initial_parameters_path_ == *path) {
-    return initial_parameters_;
-  }
   // Bounded like a model: at most kMaxModelParameters floats (checked again against
-  // the model's count when the session starts).
-  absl::StatusOr<std::vector<float>> values =
-      ReadFloatFile(*path, kMaxModelParameters * sizeof(float));
+  // the model's count when the session starts). Kept while the file is unchanged.
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> values =
+      initial_parameters_.Read(*path, kMaxModelParameters * sizeof(float));
   if (!values.ok()) return values.status();
-  initial_parameters_ = std::make_shared<const std::vector<float>>(*std::move(values));
-  initial_parameters_path_ = *path;
-  LOG(INFO) << "initial parameters: " << initial_parameters_->size() << " from " << *path;
-  return initial_parameters_;
+  LOG(INFO) << "initial parameters: " << (*values)->size() << " from " << *path;
+  return values;
 }
 
 absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::JobSpec& spec) {

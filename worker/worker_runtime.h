@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/float_file.h"
 #include "common/shutdown.h"
 #include "proto/coordinator.pb.h"
 #include "proto/worker.pb.h"
@@ -144,8 +145,8 @@ class WorkerRuntime : public WorkerHandler {
   absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
   // The job's TorchScript file (null for native models), fetched once per file.
   absl::StatusOr<std::shared_ptr<const std::string>> ModelFileFor(const v1::JobSpec& spec);
-  // The job's JobSpec.init_from parameters (null without), read once per path under
-  // options_.data_root. INVALID_ARGUMENT naming the path for a file that is not float32.
+  // The job's JobSpec.init_from parameters (null without), read once per file (again
+  // when it changed) under options_.data_root. INVALID_ARGUMENT naming the path for a file that is not float32.
   absl::StatusOr<std::shared_ptr<const std::vector<float>>> InitialParametersFor(
       const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
@@ -195,9 +196,8 @@ class WorkerRuntime : public WorkerHandler {
   // The last model file fetched, kept across generations and jobs of the same file.
   std::string model_sha256_;
   std::shared_ptr<const std::string> model_file_;
-  // The last init_from file read (by its confined path).
-  std::string initial_parameters_path_;
-  std::shared_ptr<const std::vector<float>> initial_parameters_;
+  // The last init_from file read.
+  CachedFloatFile initial_parameters_;
 
   WorkerMetrics metrics_;
 };
