@@ -102,6 +102,11 @@ absl::Status ParameterShard::InitSession::Values(v1::PartitionValues& values) {
                                                    ": initial values must be ", "FLOAT32, got ",
                                                    v1::DType_Name(values.dtype())));
   }
+  if (values.step() > kMaxJobSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: partition ", partition.id(),
+                                                   ": step ", values.step(), " is above ",
+                                                   kMaxJobSteps));
+  }
   const size_t expected = static_cast<size_t>(partition.length()) * 4;
   if (values.data().size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(

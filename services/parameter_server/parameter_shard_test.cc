@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "services/parameter_server/shard_test_util.h"
 
 namespace tributary::ps {
@@ -742,6 +744,14 @@ TEST(ParameterShardInitTest, RejectsMalformedInitialValues) {
   wrong = values();
   wrong[0].set_dtype(v1::FLOAT16);
   EXPECT_THAT(init(header, wrong).message(), HasSubstr("must be FLOAT32"));
+  wrong = values();
+  wrong[0].set_step(kMaxJobSteps);  // The largest step a job can have: accepted.
+  EXPECT_TRUE(init(header, wrong).ok());
+  for (uint64_t step : {kMaxJobSteps + 1, ~uint64_t{0}}) {
+    wrong[0].set_step(step);
+    EXPECT_THAT(init(header, wrong).message(),
+                HasSubstr(absl::StrCat("partition 1: step ", step, " is above ", kMaxJobSteps)));
+  }
   EXPECT_THAT(init(header, {}).message(), HasSubstr("missing for partitions 1 (got 0 of 1)"));
   wrong = values();
   wrong.push_back(wrong[0]);
