@@ -288,6 +288,7 @@ absl::Status Coordinator::RestoreFromEarlierJob(const std::string& job_id, const
   *request.mutable_job() = spec;
   request.set_from_job_id(spec.resume_from());
   request.set_num_nodes(num_nodes);
+  request.set_num_shards(static_cast<uint32_t>(shards.size()));
   request.set_list_only(true);
   // The steps every shard holds an intact checkpoint of; the newest of them.
   std::optional<std::set<uint64_t>> common;
@@ -371,13 +372,20 @@ void Coordinator::FormGenerationIfDue() {
     }
     statuses.push_back(*std::move(status));
   }
-  absl::StatusOr<ResumePoint> resume = ResumePointOf(job_id, statuses);
-  if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
   const uint32_t num_nodes = plan.node_names.size();
 
-  // 1b. A job that resumes an earlier one, on shards that hold nothing of it yet: every
-  // shard installs its checkpoint of the newest step all of them hold.
-  if (!spec.resume_from().empty() && resume->holding.empty()) {
+  // 1b. A job that resumes an earlier one, before it ever formed a generation, on
+  // shards of which some hold nothing of it yet (none, or a restore that failed part
+  // way): every shard installs its checkpoint of the newest step all of them hold (a
+  // shard that installed it already lists just that step and keeps it).
+  const bool never_formed = std::all_of(
+      statuses.begin(), statuses.end(),
+      [&](const v1::ShardStatus& status) {
+        return status.job_id() != job_id || status.generation() == 0;
+      });
+  const bool some_empty = std::any_of(statuses.begin(), statuses.end(),
+                                      [](const v1::ShardStatus& s) { return s.job_id().empty(); });
+  if (!spec.resume_from().empty() && never_formed && some_empty) {
     absl::Status restored = RestoreFromEarlierJob(job_id, spec, shards, num_nodes);
     if (!restored.ok()) return FormationFailed(std::string(restored.message()));
     for (v1::ShardStatus& status : statuses) {
@@ -387,9 +395,9 @@ void Coordinator::FormGenerationIfDue() {
       now->set_shard_index(shard.shard_index());
       status = *std::move(now);
     }
-    resume = ResumePointOf(job_id, statuses);
-    if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
   }
+  absl::StatusOr<ResumePoint> resume = ResumePointOf(job_id, statuses);
+  if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
 
   // 2. A generation number nobody has seen; on disk before any shard hears of it.
   uint64_t generation = 0;
@@ -638,8 +646,7 @@ void Coordinator::Tick() {
     if (v1::Job* job = jobs_.Active(); job != nullptr && job->state() == v1::PENDING &&
                                        job->spec().pending_timeout_seconds() > 0) {
       const absl::Duration limit = absl::Seconds(job->spec().pending_timeout_seconds());
-      const absl::Time created = absl::FromUnixSeconds(job->created().seconds()) +
-                                 absl::Nanoseconds(job->created().nanos());
+      const absl::Time created = FromProto(job->created());
       if (now - created >= limit) {
         const std::string waiting = planner_.waiting_reason();
         FinishJobLocked(*job, v1::FAILED,

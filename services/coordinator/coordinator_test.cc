@@ -45,6 +45,7 @@ class FakeShards : public ShardClient {
     // Checkpoint steps of earlier jobs on this shard (RestoreJob), and what was restored.
     std::map<std::string, std::vector<uint64_t>> checkpoints;
     std::vector<v1::RestoreJobRequest> restored;
+    int failing_restores = 0;  // The next this many installs fail (UNAVAILABLE).
   };
 
   Shard& operator[](const std::string& address) {
@@ -130,11 +131,20 @@ class FakeShards : public ShardClient {
     if (!shard.reachable) return absl::UnavailableError("connection refused");
     const std::vector<uint64_t>& steps = shard.checkpoints[request.from_job_id()];
     v1::RestoreJobResponse response;
+    if (shard.job_id == request.job_id() && (request.list_only() || shard.step == request.step())) {
+      if (request.list_only()) response.add_steps(shard.step);  // As the real shard does.
+      response.set_step(shard.step);
+      return response;
+    }
     if (request.list_only()) {
       for (auto it = steps.rbegin(); it != steps.rend(); ++it) response.add_steps(*it);
       return response;
     }
     if (!shard.job_id.empty()) return absl::FailedPreconditionError("holds a job");
+    if (shard.failing_restores > 0) {
+      --shard.failing_restores;
+      return absl::UnavailableError("RestoreJob on PS shard: deadline exceeded");
+    }
     if (std::find(steps.begin(), steps.end(), request.step()) == steps.end()) {
       return absl::NotFoundError(absl::StrCat("no checkpoint of step ", request.step()));
     }
@@ -1054,6 +1064,34 @@ TEST_F(CoordinatorTest, AResumingJobStartsFromTheNewestStepEveryShardHolds) {
     EXPECT_EQ(shards_[shard].restored[0].step(), 200u);
   }
   EXPECT_THAT(Events(), HasSubstr("resumes job job-1-old from its checkpoint of step 200"));
+}
+
+// A restore that failed on one shard after another installed its checkpoint is
+// retried at the next formation: the installed shard lists its own step and keeps it.
+TEST_F(CoordinatorTest, ARestoreThatFailedPartWayIsRetried) {
+  RegisterShards();
+  shards_["ps0:1"].checkpoints["job-1-old"] = {100, 200};
+  shards_["ps1:1"].checkpoints["job-1-old"] = {100, 200};
+  shards_["ps1:1"].failing_restores = 1;
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_resume_from("job-1-old");
+  const v1::Job job = Submit(spec);
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(), HasSubstr("deadline exceeded"));
+  EXPECT_EQ(shards_["ps0:1"].job_id, job.job_id()) << "shard 0 installed its checkpoint";
+  EXPECT_TRUE(shards_["ps1:1"].job_id.empty());
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS)
+      << coordinator_->GetClusterStatus().waiting_reason();
+  EXPECT_EQ(reply.assignment().resume_step(), 200u);
+  EXPECT_EQ(shards_["ps0:1"].restored.size(), 1u) << "installed once";
+  ASSERT_EQ(shards_["ps1:1"].restored.size(), 1u);
+  EXPECT_EQ(shards_["ps1:1"].restored[0].step(), 200u);
+  EXPECT_EQ(shards_["ps1:1"].restored[0].num_shards(), 2u);
 }
 
 TEST_F(CoordinatorTest, AResumeWithoutACommonCheckpointSaysWhatEachShardHolds) {

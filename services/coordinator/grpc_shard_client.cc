@@ -2,11 +2,16 @@
 
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace tributary::coordinator {
 namespace {
+
+// RestoreJob's deadline at least (see GrpcShardClient::RestoreJob).
+constexpr absl::Duration kRestoreTimeout = absl::Minutes(2);
 
 std::string Name(const std::string& rpc, const v1::ShardInfo& shard) {
   return absl::StrCat(rpc, " on PS shard ", shard.shard_index(), " at ", shard.address());
@@ -72,7 +77,9 @@ absl::StatusOr<v1::RestoreJobResponse> GrpcShardClient::RestoreJob(
   absl::StatusOr<v1::ParameterServer::Stub*> stub = Stub(shard);
   if (!stub.ok()) return stub.status();
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  // The shard reads and checks whole checkpoint files (a large model's take seconds):
+  // at least kRestoreTimeout, so that a slow read is not taken for a dead shard.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(timeout_, kRestoreTimeout)));
   v1::RestoreJobResponse response;
   const grpc::Status rpc = (*stub)->RestoreJob(&context, request, &response);
   if (!rpc.ok()) return FromGrpcStatus(rpc, Name("RestoreJob", shard));

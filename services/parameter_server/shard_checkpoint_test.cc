@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -508,6 +509,14 @@ TEST(ShardCheckpointTest, ANewJobResumesAnEndedJobsCheckpoint) {
   EXPECT_EQ(shard.Status().job_id(), "job-2");
   EXPECT_EQ(shard.Status().step(), 2u);
   EXPECT_TRUE(shard.RestoreJob(request).ok()) << "asked again: already done";
+  // Listed again (another shard's restore failed and the coordinator retries): the
+  // one step it holds, so that every shard can agree on it.
+  request.set_list_only(true);
+  listed = shard.RestoreJob(request);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(listed->steps(), ::testing::ElementsAre(2u));
+  EXPECT_EQ(shard.Status().step(), 2u);
+  request.set_list_only(false);
   request.set_step(4);
   EXPECT_EQ(shard.RestoreJob(request).status().code(), absl::StatusCode::kFailedPrecondition);
 
@@ -551,6 +560,26 @@ TEST(ShardCheckpointTest, ResumingNeedsTheSameOptimizerStateAndValidIds) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("holds 2 optimizer state slot(s)"));
   EXPECT_THAT(refused.status().message(), HasSubstr("this job's PS optimizer SGD needs 0"));
+  // A checkpoint whose plan this job's workers would not make: refused naming both.
+  struct Case {
+    std::function<void(v1::RestoreJobRequest*)> change;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {[](v1::RestoreJobRequest* r) { r->mutable_job()->mutable_model()->set_name("logreg"); },
+            "is of a job with model"},
+           {[](v1::RestoreJobRequest* r) { r->mutable_job()->set_partition_bytes(512); },
+            "is of a job with partition_bytes 256, this job's 512"},
+           {[](v1::RestoreJobRequest* r) { r->set_num_shards(2); },
+            "is of a job with 1 PS shards, this job's 2"}}) {
+    v1::RestoreJobRequest other = request;
+    *other.mutable_job() = header.job();
+    c.change(&other);
+    absl::StatusOr<v1::RestoreJobResponse> mismatched = shard.RestoreJob(other);
+    EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kFailedPrecondition) << c.says;
+    EXPECT_THAT(mismatched.status().message(), HasSubstr(c.says));
+    EXPECT_TRUE(shard.Status().job_ended()) << "nothing installed: " << c.says;
+  }
   request.set_from_job_id("../job-1");
   EXPECT_EQ(shard.RestoreJob(request).status().code(), absl::StatusCode::kInvalidArgument);
   request.set_from_job_id("job-9");

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -453,6 +455,9 @@ absl::StatusOr<v1::RestoreJobResponse> ParameterShard::RestoreJob(
     // The coordinator asking again (a retried formation): already done.
     const uint64_t step = ShardStepLocked();
     if (job_->job_id == request.job_id() && (request.list_only() || step == request.step())) {
+      // Listed as the one step it can resume from, so that a restore that failed on
+      // another shard can be retried at this step.
+      if (request.list_only()) response.add_steps(step);
       response.set_step(step);
       return response;
     }
@@ -502,8 +507,27 @@ absl::StatusOr<v1::RestoreJobResponse> ParameterShard::RestoreJob(
                                             request.step(), " of job '", request.from_job_id(),
                                             "' in ", shard_dir));
   }
-  // The earlier job's parameters, state, plan and step, as the new job.
+  // The earlier job's parameters, state, plan and step, as the new job: its plan must
+  // be the one this job's workers will make (same model, partition_bytes and shards).
   CheckpointMeta& meta = chosen->checkpoint.meta;
+  const v1::JobSpec earlier = WithDefaults(meta.job());
+  std::string differs;
+  if (!google::protobuf::util::MessageDifferencer::Equals(earlier.model(), spec.model())) {
+    differs = absl::StrCat("model ", earlier.model().ShortDebugString(), ", this job's ",
+                           spec.model().ShortDebugString());
+  } else if (meta.plan().partition_bytes() != spec.partition_bytes()) {
+    differs = absl::StrCat("partition_bytes ", meta.plan().partition_bytes(), ", this job's ",
+                           spec.partition_bytes());
+  } else if (request.num_shards() != 0 && meta.plan().num_shards() != request.num_shards()) {
+    differs = absl::StrCat(meta.plan().num_shards(), " PS shards, this job's ",
+                           request.num_shards());
+  }
+  if (!differs.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the checkpoint ", chosen->path, " is of a job with ", differs,
+                     ": resume with the earlier job's model, partition_bytes and shards, or "
+                     "start from its parameters alone (init_from)"));
+  }
   absl::StatusOr<Optimizer> optimizer = Optimizer::Create(PsOptimizerSpec(spec), 1);
   if (!optimizer.ok()) return optimizer.status();
   for (const PartitionCheckpoint& partition : meta.partitions()) {
