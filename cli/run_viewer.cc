@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/http_server.h"
+#include "common/job_spec.h"
 #include "common/process.h"
 #include "common/proto_time.h"
 #include "services/coordinator/history_file.h"
@@ -33,10 +34,6 @@ namespace {
 bool IsFile(const std::string& path) {
   struct stat info;
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
-}
-
-bool Terminal(v1::JobState state) {
-  return state == v1::COMPLETED || state == v1::FAILED || state == v1::STOPPED;
 }
 
 }  // namespace
@@ -108,7 +105,7 @@ v1::ClusterStatus RunViewer::Status() {
   // As the coordinator shows it: the active job (a run cut short), else the newest.
   const v1::Job* shown = nullptr;
   for (const v1::Job& job : state->jobs()) {
-    if (!Terminal(job.state()) || shown == nullptr || Terminal(shown->state())) shown = &job;
+    if (!IsTerminal(job.state()) || shown == nullptr || IsTerminal(shown->state())) shown = &job;
   }
   if (shown != nullptr) *status.mutable_job() = *shown;
   status.set_expected_shards(static_cast<uint32_t>(state->shards_size()));

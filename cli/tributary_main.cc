@@ -37,6 +37,7 @@
 #include "common/cluster_auth.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/proto_time.h"
 #include "common/process.h"
 #include "common/shutdown.h"
 #include "common/usable_cores.h"
@@ -176,11 +177,8 @@ absl::Status WithTokenHint(absl::Status status) {
 // Seconds the job has trained: from its start to its end, or to now while it runs.
 double TrainingSeconds(const v1::Job& job) {
   if (!job.has_started()) return 0;
-  const absl::Time started = absl::FromUnixSeconds(job.started().seconds()) +
-                             absl::Nanoseconds(job.started().nanos());
-  const absl::Time until = job.has_finished() ? absl::FromUnixSeconds(job.finished().seconds()) +
-                                                    absl::Nanoseconds(job.finished().nanos())
-                                              : absl::Now();
+  const absl::Time started = FromProto(job.started());
+  const absl::Time until = job.has_finished() ? FromProto(job.finished()) : absl::Now();
   return std::max(0.0, absl::ToDoubleSeconds(until - started));
 }
 
@@ -229,10 +227,6 @@ std::string ProgressLine(const v1::Job& job, double elapsed) {
       accuracy < 0 ? std::string("-") : absl::StrFormat("%.4f", accuracy),
       absl::StrFormat("%.0f", samples_per_second), FormatDuration(elapsed), FormatDuration(eta),
       waiting);
-}
-
-bool Terminal(v1::JobState state) {
-  return state == v1::COMPLETED || state == v1::FAILED || state == v1::STOPPED;
 }
 
 absl::StatusOr<v1::Job> GetJob(v1::Coordinator::Stub& stub, const std::string& job_id) {
@@ -472,7 +466,7 @@ absl::StatusOr<Continuation> ContinueEarlierRun(v1::Coordinator::Stub& stub,
   const v1::Job& last = jobs.jobs(0);  // Newest first.
   const bool same = SameJob(last.spec(), spec);
   const bool fresh = absl::GetFlag(FLAGS_fresh);
-  if (!Terminal(last.state())) {
+  if (!IsTerminal(last.state())) {
     // The run's launcher died (kill -9, a crash): the coordinator brought its job back.
     if (same && !fresh) {
       std::cout << "continuing job " << last.job_id() << " of the interrupted run in this "
@@ -649,11 +643,9 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   absl::StatusOr<v1::Job> submitted =
       continuation->follow.has_value() ? absl::StatusOr<v1::Job>(*continuation->follow)
                                        : Submit(*stub, continuation->spec);
-  {
-    if (!submitted.ok()) {
-      cluster.Stop();
-      return Fail(submitted.status());
-    }
+  if (!submitted.ok()) {
+    cluster.Stop();
+    return Fail(submitted.status());
   }
   std::cout << "job " << submitted->job_id() << ": " << spec->model().name() << " on "
             << v1::DatasetFormat_Name(spec->dataset().format()) << ", batch "
@@ -697,11 +689,11 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
     const std::string line = ProgressLine(job, elapsed);
     if (tty) {
       std::cout << "\r\033[K" << line << std::flush;
-    } else if (absl::Now() - last_line > absl::Seconds(10) || Terminal(job.state())) {
+    } else if (absl::Now() - last_line > absl::Seconds(10) || IsTerminal(job.state())) {
       std::cout << line << std::endl;
       last_line = absl::Now();
     }
-    if (Terminal(job.state())) {
+    if (IsTerminal(job.state())) {
       if (tty) std::cout << "\n";
       if (job.state() != v1::COMPLETED) {
         std::cerr << "job " << v1::JobState_Name(job.state()) << ": " << job.state_reason()

@@ -326,6 +326,10 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing
   return estimate;
 }
 
+bool IsTerminal(v1::JobState state) {
+  return state == v1::COMPLETED || state == v1::FAILED || state == v1::STOPPED;
+}
+
 bool IsJobId(const std::string& id) {
   if (id.empty() || id.size() > 128) return false;
   for (char c : id) {
@@ -476,11 +480,6 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
 
 const v1::OptimizerSpec& PsOptimizerSpec(const v1::JobSpec& spec) {
   return spec.mode() == v1::LOCAL_SGD ? spec.outer_optimizer() : spec.optimizer();
-}
-
-uint64_t SyncRoundStart(const v1::JobSpec& spec, uint64_t step) {
-  if (spec.mode() != v1::LOCAL_SGD || spec.sync_every() == 0) return step;
-  return step - step % spec.sync_every();
 }
 
 bool EndsSyncRound(const v1::JobSpec& spec, uint64_t step, uint64_t total_steps) {

@@ -52,6 +52,9 @@ inline constexpr uint32_t kMaxPendingTimeoutSeconds = 31536000;
 // The longest JobSpec.init_from path.
 inline constexpr size_t kMaxInitFromBytes = 4096;
 
+// COMPLETED, FAILED or STOPPED: the job will not run again.
+bool IsTerminal(v1::JobState state);
+
 // A job id as the coordinator makes them and the PS names files by: 1-128 characters
 // of [A-Za-z0-9._-].
 bool IsJobId(const std::string& id);
@@ -91,11 +94,9 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing
 // (the job's own then runs on every node).
 const v1::OptimizerSpec& PsOptimizerSpec(const v1::JobSpec& spec);
 
-// LOCAL_SGD synchronizations: the first step of the round `step` belongs to (a
-// multiple of sync_every), and whether the nodes synchronize after `step` (its
+// LOCAL_SGD synchronizations: whether the nodes synchronize after `step` (its
 // successor is a multiple of sync_every, or it is the job's last step). Every step
 // is a round of its own in the other modes.
-uint64_t SyncRoundStart(const v1::JobSpec& spec, uint64_t step);
 bool EndsSyncRound(const v1::JobSpec& spec, uint64_t step, uint64_t total_steps);
 
 // ceil(train_samples / global_batch_size): the last batch of an epoch may be short.

@@ -259,10 +259,4 @@ bool CopyFloatsInto(const ByteSpans& src, float* dst) {
   });
 }
 
-bool AllFinite(const float* data, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad |= NotFinite(data[i]);
-  return bad == 0;
-}
-
 }  // namespace tributary

@@ -41,9 +41,6 @@ void NarrowInto(v1::DType dtype, const float* src, size_t n, char* dst);
 // True when every element of src (n elements of `dtype`) is +0 or -0.
 bool AllZero(v1::DType dtype, const char* src, size_t n);
 
-// True when no element is NaN or +-Inf.
-bool AllFinite(const float* data, size_t n);
-
 // Bytes that arrived in pieces (the slices of a received message), in order. Not
 // owning: whoever holds the slices keeps them alive. An element may straddle two
 // pieces; the loops below handle that.

@@ -66,16 +66,5 @@ TEST(WireDtypeTest, AccumulateWidensEachDtypeFromUnalignedBytes) {
   EXPECT_EQ(WireBytes(v1::DTYPE_UNSPECIFIED), 0u);
 }
 
-TEST(WireDtypeTest, AllFiniteFindsNanAndInf) {
-  std::vector<float> data(1000, 1.0f);
-  EXPECT_TRUE(AllFinite(data.data(), data.size()));
-  data[777] = std::numeric_limits<float>::infinity();
-  EXPECT_FALSE(AllFinite(data.data(), data.size()));
-  data[777] = -std::nanf("");
-  EXPECT_FALSE(AllFinite(data.data(), data.size()));
-  data[777] = std::numeric_limits<float>::max();
-  EXPECT_TRUE(AllFinite(data.data(), data.size()));
-}
-
 }  // namespace
 }  // namespace tributary

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/proto_time.h"
 
 namespace tributary::coordinator {

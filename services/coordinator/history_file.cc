@@ -4,12 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "services/coordinator/state_file.h"
 
 namespace tributary::coordinator {
@@ -17,12 +17,7 @@ namespace tributary::coordinator {
 std::string HistoryDirectory(const std::string& state_dir) { return state_dir + "/history"; }
 
 absl::StatusOr<std::string> HistoryPath(const std::string& state_dir, const std::string& job_id) {
-  bool plain = !job_id.empty() && job_id.size() <= 128 && job_id[0] != '.';
-  for (char c : job_id) {
-    plain =
-        plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
-  }
-  if (!plain) {
+  if (!IsJobId(job_id) || job_id[0] == '.') {
     return absl::InvalidArgumentError(
         absl::StrCat("job id '", job_id.substr(0, 128), "' is not a plain file name"));
   }

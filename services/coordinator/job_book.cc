@@ -38,10 +38,6 @@ void ThinProgress(google::protobuf::RepeatedPtrField<v1::ProgressPoint>& points,
 
 }  // namespace
 
-bool IsTerminal(v1::JobState state) {
-  return state == v1::COMPLETED || state == v1::FAILED || state == v1::STOPPED;
-}
-
 JobBook::JobBook(size_t max_events, size_t progress_history,
                  std::function<void(bool urgent)> changed)
     : max_events_(max_events), progress_history_(progress_history), changed_(std::move(changed)) {}

@@ -20,8 +20,6 @@
 
 namespace tributary::coordinator {
 
-bool IsTerminal(v1::JobState state);
-
 // One worker of the running generation as progress sees it.
 struct ReportView {
   const v1::HeartbeatRequest* report = nullptr;  // Null: no report for this generation yet.

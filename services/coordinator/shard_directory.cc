@@ -107,7 +107,6 @@ bool ShardDirectory::RecordPoll(const v1::ShardInfo& info,
     summary.set_error(std::string(status.status().message()));
     return true;
   }
-  record->second.status = *status;
   summary.set_error(action_error);
   summary.set_step(status->step());
   summary.set_bytes_in(status->bytes_in());
@@ -116,18 +115,6 @@ bool ShardDirectory::RecordPoll(const v1::ShardInfo& info,
   summary.set_partitions(status->partitions_size());
   summary.set_checkpoint_age_seconds(status->checkpoint_age_seconds());
   return true;
-}
-
-void ShardDirectory::JobBytes(const std::string& job_id, uint64_t* bytes_in,
-                              uint64_t* bytes_out) const {
-  *bytes_in = 0;
-  *bytes_out = 0;
-  for (const auto& [index, shard] : shards_) {
-    if (shard.polled && shard.status.job_id() == job_id) {
-      *bytes_in += shard.status.bytes_in();
-      *bytes_out += shard.status.bytes_out();
-    }
-  }
 }
 
 std::string ShardDirectory::UnreachableNote() const {

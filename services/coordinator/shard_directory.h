@@ -47,8 +47,6 @@ class ShardDirectory {
   // index meanwhile (then false). `action_error`: what went wrong acting on the status.
   bool RecordPoll(const v1::ShardInfo& info, const absl::StatusOr<v1::ShardStatus>& status,
                   const std::string& action_error);
-  // Bytes the shards counted for `job_id`, summed.
-  void JobBytes(const std::string& job_id, uint64_t* bytes_in, uint64_t* bytes_out) const;
   std::vector<v1::ShardSummary> Summaries() const;
   // "PS shard 1 at HOST:PORT is not answering (ERROR)" for each shard the last poll
   // could not reach, joined with "; "; empty when every polled shard answered.
@@ -61,7 +59,6 @@ class ShardDirectory {
     absl::Time registered;
     v1::ShardSummary summary;
     bool polled = false;
-    v1::ShardStatus status;  // Last good status.
   };
   static bool Live(const ShardRecord& shard) { return !shard.polled || shard.summary.reachable(); }
 

@@ -72,7 +72,7 @@ TEST(ShardDirectoryTest, AnUnreachableShardsIndexCanBeTaken) {
   EXPECT_EQ(directory.UnreachableNote(), "") << "every polled shard answers";
 }
 
-TEST(ShardDirectoryTest, MapHoldsOnlyExpectedIndicesAndPollsFeedTheJobBytes) {
+TEST(ShardDirectoryTest, MapHoldsOnlyExpectedIndicesAndPollsFeedTheSummaries) {
   ShardDirectory directory(2);
   v1::ShardInfo old;
   old.set_shard_index(3);  // From a state file written with --ps_shards=4.
@@ -88,16 +88,11 @@ TEST(ShardDirectoryTest, MapHoldsOnlyExpectedIndicesAndPollsFeedTheJobBytes) {
   status.set_bytes_out(300);
   status.set_step(9);
   ASSERT_TRUE(directory.RecordPoll(directory.Map()[0], status, "EndJob(x): refused"));
-  uint64_t in = 0;
-  uint64_t out = 0;
-  directory.JobBytes("job-1", &in, &out);
-  EXPECT_EQ(in, 100u);
-  EXPECT_EQ(out, 300u);
-  directory.JobBytes("job-2", &in, &out);
-  EXPECT_EQ(in, 0u);
   const v1::ShardSummary summary = directory.Summaries()[0];
   EXPECT_TRUE(summary.reachable());
   EXPECT_EQ(summary.step(), 9u);
+  EXPECT_EQ(summary.bytes_in(), 100u);
+  EXPECT_EQ(summary.bytes_out(), 300u);
   EXPECT_EQ(summary.error(), "EndJob(x): refused");
 }
 
