@@ -442,7 +442,16 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
     if (!adam) return BadFlag(name, std::to_string(value), "--optimizer=adam or adamw");
     (optimizer.*field)(static_cast<float>(value));
   }
-  if (use("momentum") && optimizer.type() == v1::MOMENTUM) {
+  // Momentum's settings with another optimizer would be ignored: refused instead.
+  const bool momentum = optimizer.type() == v1::MOMENTUM;
+  if (FlagGiven("momentum") && !momentum) {
+    return BadFlag("momentum", std::to_string(absl::GetFlag(FLAGS_momentum)),
+                   "--optimizer=momentum");
+  }
+  if (use("nesterov") && absl::GetFlag(FLAGS_nesterov) && !momentum) {
+    return BadFlag("nesterov", "true", "--optimizer=momentum");
+  }
+  if (use("momentum") && momentum) {
     optimizer.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
   }
   if (use("nesterov")) optimizer.set_nesterov(absl::GetFlag(FLAGS_nesterov));
@@ -497,7 +506,15 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
       outer.set_type(*type);
     }
     if (use("outer_lr")) outer.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_outer_lr)));
-    if (use("outer_momentum") && outer.type() == v1::MOMENTUM) {
+    const bool outer_momentum = outer.type() == v1::MOMENTUM;
+    if (FlagGiven("outer_momentum") && !outer_momentum) {
+      return BadFlag("outer_momentum", std::to_string(absl::GetFlag(FLAGS_outer_momentum)),
+                     "--outer_optimizer=momentum");
+    }
+    if (use("outer_nesterov") && absl::GetFlag(FLAGS_outer_nesterov) && !outer_momentum) {
+      return BadFlag("outer_nesterov", "true", "--outer_optimizer=momentum");
+    }
+    if (use("outer_momentum") && outer_momentum) {
       outer.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_outer_momentum)));
     }
     if (use("outer_nesterov")) outer.set_nesterov(absl::GetFlag(FLAGS_outer_nesterov));

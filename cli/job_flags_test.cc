@@ -23,6 +23,8 @@ ABSL_DECLARE_FLAG(uint64_t, synthetic_test);
 ABSL_DECLARE_FLAG(uint32_t, synthetic_features);
 ABSL_DECLARE_FLAG(uint32_t, synthetic_classes);
 ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(bool, nesterov);
 ABSL_DECLARE_FLAG(double, lr);
 ABSL_DECLARE_FLAG(double, beta1);
 ABSL_DECLARE_FLAG(double, beta2);
@@ -160,6 +162,25 @@ TEST_F(JobFlagsTest, LocalSgdTakesItsRoundAndOuterOptimizerAndOnlyThen) {
   absl::SetFlag(&FLAGS_outer_optimizer, "adam");
   EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
               HasSubstr("--outer_optimizer=adam: expected one of sgd, momentum"));
+  // Momentum's settings with plain SGD would do nothing: refused.
+  absl::SetFlag(&FLAGS_outer_optimizer, "sgd");
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--outer_nesterov=true: expected --outer_optimizer=momentum"));
+  absl::SetFlag(&FLAGS_outer_nesterov, false);
+  Given({"outer_momentum"});
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--outer_momentum=0.900000: expected --outer_optimizer=momentum"));
+  Given({});
+  absl::SetFlag(&FLAGS_optimizer, "adam");
+  absl::SetFlag(&FLAGS_nesterov, true);
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--nesterov=true: expected --optimizer=momentum"));
+  absl::SetFlag(&FLAGS_nesterov, false);
+  Given({"momentum"});
+  EXPECT_THAT(std::string(JobSpecFromFlags().status().message()),
+              HasSubstr("--momentum=0.900000: expected --optimizer=momentum"));
+  Given({});
+  absl::SetFlag(&FLAGS_optimizer, "momentum");
 
   // Given with another mode, the local SGD flags are refused, not ignored.
   absl::SetFlag(&FLAGS_mode, "sync");

@@ -108,7 +108,14 @@ absl::StatusOr<int> LockRunDirectory(const std::string& run_dir, absl::Duration 
   }
   const absl::Time give_up = absl::Now() + wait;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK || absl::Now() >= give_up) {
+    const int error = errno;
+    if (error == EINTR) continue;
+    if (error != EWOULDBLOCK) {
+      close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot lock ", path, ": ", std::strerror(error)));
+    }
+    if (absl::Now() >= give_up) {
       char holder[32] = {};
       const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
       close(fd);

@@ -452,6 +452,22 @@ bool SameJob(v1::JobSpec a, v1::JobSpec b) {
   return google::protobuf::util::MessageDifferencer::Equals(WithDefaults(a), WithDefaults(b));
 }
 
+// Whether `job`, or a job it resumed from (following resume_from among `jobs`), was
+// started from `earlier`: a run given --resume=earlier continues this chain.
+bool ResumesFrom(const v1::ListJobsResponse& jobs, const v1::Job& job, const std::string& earlier) {
+  std::string from = job.spec().resume_from();
+  for (int hops = 0; hops <= jobs.jobs_size() && !from.empty(); ++hops) {
+    if (from == earlier) return true;
+    const v1::Job* previous = nullptr;
+    for (const v1::Job& candidate : jobs.jobs()) {
+      if (candidate.job_id() == from) previous = &candidate;
+    }
+    if (previous == nullptr) return false;
+    from = previous->spec().resume_from();
+  }
+  return false;
+}
+
 absl::StatusOr<Continuation> ContinueEarlierRun(v1::Coordinator::Stub& stub,
                                                 const v1::JobSpec& spec) {
   Continuation continuation;
@@ -490,12 +506,15 @@ absl::StatusOr<Continuation> ContinueEarlierRun(v1::Coordinator::Stub& stub,
     return continuation;
   }
   // Stopped by an interruption (Ctrl-C): a new job resumes it from its final
-  // checkpoint, with the same flags.
+  // checkpoint, with the same flags. A --resume or --init_from the runs were given
+  // is where the first of them started: the new job starts from the last one instead.
   const bool interrupted =
       last.state() == v1::STOPPED && absl::StrContains(last.state_reason(), kInterruptedReason);
-  if (interrupted && same && !fresh && spec.resume_from().empty()) {
+  if (interrupted && same && !fresh &&
+      (spec.resume_from().empty() || ResumesFrom(jobs, last, spec.resume_from()))) {
     std::cout << "resuming job " << last.job_id() << ", interrupted at step " << last.step()
               << ", from its checkpoint (--fresh to start over)" << std::endl;
+    continuation.spec.clear_init_from();
     continuation.spec.set_resume_from(last.job_id());
   }
   return continuation;

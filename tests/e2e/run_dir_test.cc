@@ -83,8 +83,20 @@ TEST(RunDirTest, AKilledRunContinuesItsJobWhenRunAgainInItsDirectory) {
   EXPECT_FALSE(absl::StrContains(shard_log, "restored job '" + job_id + "' at step 0,"));
 }
 
+// Both runs start from the same parameter file (--init_from): the second resumes the
+// first job's checkpoint instead, and drops the file (a job takes one or the other).
 TEST(RunDirTest, ARunStoppedWithCtrlCResumesFromItsFinalCheckpoint) {
-  LocalRun first = StartLocal("interrupted_resumes", SyntheticJob(2500));
+  const std::string initial = TestDir("interrupted_initial") + "/initial.f32";
+  {
+    std::vector<float> values(64 * 32 + 32 + 32 * 4 + 4);  // The MLP 64-32-4.
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.1f * std::sin(0.7f * i);
+    std::ofstream(initial, std::ios::binary)
+        .write(reinterpret_cast<const char*>(values.data()),
+               static_cast<std::streamsize>(values.size() * sizeof(float)));
+  }
+  std::vector<std::string> flags = SyntheticJob(2500);
+  flags.push_back("--init_from=" + initial);
+  LocalRun first = StartLocal("interrupted_resumes", flags);
   const std::string cluster = first.dir + "/cluster";
   std::string job_id;
   uint64_t stopped_at = 0;
@@ -102,7 +114,7 @@ TEST(RunDirTest, ARunStoppedWithCtrlCResumesFromItsFinalCheckpoint) {
 
   // The first run's port file would lead to its coordinator, which is gone.
   std::remove((cluster + "/coordinator.ports.json").c_str());
-  LocalRun second = StartLocal("interrupted_resumes", SyntheticJob(2500), "-2");
+  LocalRun second = StartLocal("interrupted_resumes", flags, "-2");
   {
     // While it runs (the cluster goes when it ends): a new job whose first recorded
     // step is past the point where the first one stopped.
@@ -122,6 +134,7 @@ TEST(RunDirTest, ARunStoppedWithCtrlCResumesFromItsFinalCheckpoint) {
   EXPECT_EQ(Number(summary, "steps"), 2500);
   const google::protobuf::Struct& spec = summary.fields().at("job_spec").struct_value();
   EXPECT_EQ(Field(spec, "resume_from"), job_id);
+  EXPECT_EQ(Field(spec, "init_from"), "");
 }
 
 TEST(RunDirTest, AJobStartedFromAnothersParametersBeginsAtTheirLoss) {
