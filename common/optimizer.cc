@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -173,6 +174,40 @@ void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* st
                       size_t n) const {
   Update(spec_, LearningRate(step), step, params, params, [grad](size_t i) { return grad[i]; },
          state, n);
+}
+
+bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
+                                const float* grad_sum, const char* last, float divisor,
+                                float* state, size_t n) const {
+  // The finiteness flags are ORed, not branched on, so the loops still vectorize.
+  const auto not_finite = [](float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  };
+  uint32_t bad = 0;
+  const float lr = LearningRate(step);
+  if (grad_sum == nullptr) {
+    Update(spec_, lr, step, in, out,
+           [&](size_t i) {
+             float x;
+             std::memcpy(&x, last + 4 * i, 4);
+             bad |= not_finite(x);
+             return x / divisor;
+           },
+           state, n);
+  } else {
+    Update(spec_, lr, step, in, out,
+           [&](size_t i) {
+             float x;
+             std::memcpy(&x, last + 4 * i, 4);
+             const float sum = grad_sum[i] + x;
+             bad |= not_finite(x) | not_finite(sum);
+             return sum / divisor;
+           },
+           state, n);
+  }
+  return bad == 0;
 }
 
 void Optimizer::ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum,

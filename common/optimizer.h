@@ -38,6 +38,15 @@ class Optimizer {
   void ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum, float divisor,
                  float* state, size_t n) const;
 
+  // ApplyMean whose gradient sum is grad_sum[i] + last[i], with `last` the step's final
+  // push (n FLOAT32 values, little-endian, any alignment) and grad_sum the sum of the
+  // pushes before it (null: `last` is the only one), so that the last push is never
+  // written into the sum: bit for bit adding it into grad_sum first and calling
+  // ApplyMean. Returns false when an element of `last` or of the sum is not finite;
+  // `out` and `state` then hold a partial update the caller must discard.
+  bool ApplyMeanAdding(uint64_t step, const float* in, float* out, const float* grad_sum,
+                       const char* last, float divisor, float* state, size_t n) const;
+
   const v1::OptimizerSpec& spec() const { return spec_; }
 
  private:

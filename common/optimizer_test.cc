@@ -1,6 +1,8 @@
 #include "common/optimizer.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -192,6 +194,65 @@ TEST(OptimizerTest, ApplyMeanIsDivideThenApplyBitForBit) {
       EXPECT_EQ(in_place, reference) << name;
       EXPECT_EQ(fused_state, reference_state) << name;
       EXPECT_NE(reference, params) << name;
+    }
+  }
+}
+
+// The PS's last push added inside the optimizer's pass: the same as summing it into
+// the gradient sum first, for every optimizer, with or without earlier pushes, at any
+// alignment of the pushed bytes; a non-finite push or sum is reported.
+TEST(OptimizerTest, ApplyMeanAddingIsSumThenApplyMeanBitForBit) {
+  for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
+    for (bool earlier : {false, true}) {
+      v1::OptimizerSpec spec = Spec(type, 0.03f);
+      spec.set_weight_decay(0.002f);
+      if (type == v1::MOMENTUM) spec.set_momentum(0.9f);
+      Optimizer optimizer = Make(spec);
+      const size_t n = 1003;
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal;
+      std::vector<float> params(n), sum(n), last(n);
+      for (size_t i = 0; i < n; ++i) {
+        params[i] = normal(rng);
+        sum[i] = earlier ? 20.0f * normal(rng) : 0.0f;
+        last[i] = 17.0f * normal(rng);
+      }
+      std::string bytes(1 + 4 * n, '\0');  // Misaligned by one byte.
+      std::memcpy(bytes.data() + 1, last.data(), 4 * n);
+      std::vector<float> reference_out(n), fused_out(n);
+      std::vector<float> reference_state(optimizer.state_slots() * n, 0.0f);
+      std::vector<float> fused_state = reference_state;
+      for (uint64_t step = 0; step < 3; ++step) {
+        std::vector<float> total = sum;
+        for (size_t i = 0; i < n; ++i) total[i] = earlier ? sum[i] + last[i] : last[i];
+        optimizer.ApplyMean(step, params.data(), reference_out.data(), total.data(), 37.0f,
+                            reference_state.data(), n);
+        EXPECT_TRUE(optimizer.ApplyMeanAdding(step, params.data(), fused_out.data(),
+                                              earlier ? sum.data() : nullptr, bytes.data() + 1,
+                                              37.0f, fused_state.data(), n));
+      }
+      const std::string name = v1::OptimizerType_Name(type) + (earlier ? " after others" : "");
+      EXPECT_EQ(fused_out, reference_out) << name;
+      EXPECT_EQ(fused_state, reference_state) << name;
+      EXPECT_NE(fused_out, params) << name;
+
+      // A NaN in the push, and a sum that overflows, are both reported.
+      std::vector<float> out(n), state(optimizer.state_slots() * n, 0.0f);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(bytes.data() + 1 + 4 * 500, &nan, 4);
+      EXPECT_FALSE(optimizer.ApplyMeanAdding(0, params.data(), out.data(),
+                                             earlier ? sum.data() : nullptr, bytes.data() + 1,
+                                             37.0f, state.data(), n))
+          << name;
+      std::memcpy(bytes.data() + 1, last.data(), 4 * n);
+      if (earlier) {
+        std::vector<float> big(n, 3e38f);
+        const float huge = 3e38f;
+        std::memcpy(bytes.data() + 1 + 4 * 7, &huge, 4);
+        EXPECT_FALSE(optimizer.ApplyMeanAdding(0, params.data(), out.data(), big.data(),
+                                               bytes.data() + 1, 37.0f, state.data(), n))
+            << name;
+      }
     }
   }
 }

@@ -35,11 +35,11 @@ void PutVarintField(std::string* out, uint32_t field, uint64_t value) {
   PutVarint(out, value);
 }
 
-// Reads protobuf wire format across the slices of a received message, in place.
+// Reads protobuf wire format across the pieces of a received message, in place.
 class WireReader {
  public:
-  explicit WireReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
-    for (const grpc::Slice& slice : slices) size_ += slice.size();
+  explicit WireReader(const std::vector<absl::string_view>& pieces) : slices_(pieces) {
+    for (absl::string_view piece : pieces) size_ += piece.size();
     SkipEmpty();
   }
 
@@ -100,7 +100,9 @@ class WireReader {
   }
 
  private:
-  const uint8_t* Piece() const { return slices_[piece_].begin(); }
+  const uint8_t* Piece() const {
+    return reinterpret_cast<const uint8_t*>(slices_[piece_].data());
+  }
   size_t PieceSize() const { return slices_[piece_].size(); }
 
   void SkipEmpty() {
@@ -125,7 +127,7 @@ class WireReader {
     SkipEmpty();
   }
 
-  const std::vector<grpc::Slice>& slices_;
+  const std::vector<absl::string_view>& slices_;
   size_t size_ = 0;
   size_t offset_ = 0;
   size_t piece_ = 0;  // Current slice and position in it.
@@ -183,11 +185,15 @@ absl::Status Walk(WireReader& reader, const char* message,
 
 absl::Status Dump(const grpc::ByteBuffer& buffer, ReceivedMessage* received, const char* message) {
   received->slices.clear();
+  received->pieces.clear();
   if (!buffer.Valid()) return absl::OkStatus();  // An empty message.
   grpc::Status dumped = buffer.Dump(&received->slices);
   if (!dumped.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(message, ": unreadable message: ", dumped.error_message()));
+  }
+  for (const grpc::Slice& slice : received->slices) {
+    received->pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   return absl::OkStatus();
 }
@@ -198,7 +204,7 @@ void ReleaseValues(void* holder) {
 
 }  // namespace
 
-grpc::ByteBuffer EncodeGradientPush(const PushHeader& header, const char* data, size_t size) {
+std::string GradientPushHead(const PushHeader& header, size_t data_size) {
   std::string head;
   head.reserve(64 + header.job_id.size());
   if (!header.job_id.empty()) {
@@ -213,31 +219,45 @@ grpc::ByteBuffer EncodeGradientPush(const PushHeader& header, const char* data, 
   PutVarintField(&head, 6, static_cast<uint32_t>(header.dtype));
   PutVarintField(&head, 8, header.sample_count);
   PutVarintField(&head, 9, header.steps);
+  if (data_size > 0) {
+    PutTag(&head, 7, kLengthDelimited);
+    PutVarint(&head, data_size);
+  }
+  return head;
+}
+
+grpc::ByteBuffer EncodeGradientPush(const PushHeader& header, const char* data, size_t size) {
+  std::string head = GradientPushHead(header, size);
   if (size == 0) {
     grpc::Slice only(head);
     return grpc::ByteBuffer(&only, 1);
   }
-  PutTag(&head, 7, kLengthDelimited);
-  PutVarint(&head, size);
   grpc::Slice slices[2] = {grpc::Slice(head),
                            grpc::Slice(data, size, grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, 2);
 }
 
-grpc::ByteBuffer EncodePartitionValues(std::shared_ptr<const v1::PartitionValues> values) {
+std::string PartitionValuesHead(const v1::PartitionValues& values) {
   std::string head;
   head.reserve(48);
-  PutVarintField(&head, 1, values->partition_id());
-  PutVarintField(&head, 2, static_cast<uint32_t>(values->dtype()));
-  PutVarintField(&head, 4, values->version());
-  PutVarintField(&head, 5, values->step());
+  PutVarintField(&head, 1, values.partition_id());
+  PutVarintField(&head, 2, static_cast<uint32_t>(values.dtype()));
+  PutVarintField(&head, 4, values.version());
+  PutVarintField(&head, 5, values.step());
+  if (!values.data().empty()) {
+    PutTag(&head, 3, kLengthDelimited);
+    PutVarint(&head, values.data().size());
+  }
+  return head;
+}
+
+grpc::ByteBuffer EncodePartitionValues(std::shared_ptr<const v1::PartitionValues> values) {
+  std::string head = PartitionValuesHead(*values);
   const std::string& data = values->data();
   if (data.empty()) {
     grpc::Slice only(head);
     return grpc::ByteBuffer(&only, 1);
   }
-  PutTag(&head, 3, kLengthDelimited);
-  PutVarint(&head, data.size());
   void* bytes = const_cast<char*>(data.data());
   const size_t size = data.size();
   auto* holder = new std::shared_ptr<const v1::PartitionValues>(std::move(values));
@@ -245,10 +265,11 @@ grpc::ByteBuffer EncodePartitionValues(std::shared_ptr<const v1::PartitionValues
   return grpc::ByteBuffer(slices, 2);
 }
 
-absl::Status DecodeGradientPush(const grpc::ByteBuffer& buffer, ReceivedMessage* received,
-                                GradientPushView* push) {
+namespace {
+
+absl::Status DecodePushPieces(const std::vector<absl::string_view>& pieces,
+                              GradientPushView* push) {
   constexpr const char* kMessage = "GradientPush";
-  if (absl::Status dumped = Dump(buffer, received, kMessage); !dumped.ok()) return dumped;
   // Field by field, so that the job id's buffer is reused from push to push.
   push->job_id.clear();
   push->generation = 0;
@@ -259,7 +280,7 @@ absl::Status DecodeGradientPush(const grpc::ByteBuffer& buffer, ReceivedMessage*
   push->sample_count = 0;
   push->steps = 0;
   push->data.Clear();
-  WireReader reader(received->slices);
+  WireReader reader(pieces);
   return Walk(
       reader, kMessage,
       [push](uint32_t field, uint64_t value) {
@@ -283,16 +304,15 @@ absl::Status DecodeGradientPush(const grpc::ByteBuffer& buffer, ReceivedMessage*
       });
 }
 
-absl::Status DecodePartitionValues(const grpc::ByteBuffer& buffer, ReceivedMessage* received,
-                                   PartitionValuesView* values) {
+absl::Status DecodeValuesPieces(const std::vector<absl::string_view>& pieces,
+                                PartitionValuesView* values) {
   constexpr const char* kMessage = "PartitionValues";
-  if (absl::Status dumped = Dump(buffer, received, kMessage); !dumped.ok()) return dumped;
   values->partition_id = 0;
   values->dtype = v1::DTYPE_UNSPECIFIED;
   values->version = 0;
   values->step = 0;
   values->data.Clear();
-  WireReader reader(received->slices);
+  WireReader reader(pieces);
   return Walk(
       reader, kMessage,
       [values](uint32_t field, uint64_t value) {
@@ -310,6 +330,73 @@ absl::Status DecodePartitionValues(const grpc::ByteBuffer& buffer, ReceivedMessa
         if (field == 3) return reader.ReadSpans(length, &values->data);
         return true;
       });
+}
+
+}  // namespace
+
+absl::Status DecodeGradientPush(const grpc::ByteBuffer& buffer, ReceivedMessage* received,
+                                GradientPushView* push) {
+  if (absl::Status dumped = Dump(buffer, received, "GradientPush"); !dumped.ok()) return dumped;
+  return DecodePushPieces(received->pieces, push);
+}
+
+absl::Status DecodePartitionValues(const grpc::ByteBuffer& buffer, ReceivedMessage* received,
+                                   PartitionValuesView* values) {
+  if (absl::Status dumped = Dump(buffer, received, "PartitionValues"); !dumped.ok()) {
+    return dumped;
+  }
+  return DecodeValuesPieces(received->pieces, values);
+}
+
+absl::Status DecodeGradientPush(absl::string_view bytes, ReceivedMessage* received,
+                                GradientPushView* push) {
+  received->slices.clear();
+  received->pieces.clear();
+  if (!bytes.empty()) received->pieces.push_back(bytes);
+  return DecodePushPieces(received->pieces, push);
+}
+
+absl::Status DecodePartitionValues(absl::string_view bytes, ReceivedMessage* received,
+                                   PartitionValuesView* values) {
+  received->slices.clear();
+  received->pieces.clear();
+  if (!bytes.empty()) received->pieces.push_back(bytes);
+  return DecodeValuesPieces(received->pieces, values);
+}
+
+bool ParseValuesHead(absl::string_view prefix, uint64_t message_size, PartitionValuesView* values,
+                     size_t* data_offset) {
+  values->partition_id = 0;
+  values->dtype = v1::DTYPE_UNSPECIFIED;
+  values->version = 0;
+  values->step = 0;
+  values->data.Clear();
+  const std::vector<absl::string_view> pieces = {prefix};
+  WireReader reader(pieces);
+  while (!reader.done()) {
+    uint64_t tag;
+    if (!reader.ReadVarint(&tag)) return false;
+    const uint64_t field = tag >> 3;
+    const uint32_t wire_type = static_cast<uint32_t>(tag & 7);
+    if (field == 3 && wire_type == kLengthDelimited) {
+      uint64_t length;
+      if (!reader.ReadVarint(&length)) return false;
+      const uint64_t offset = reader.offset();
+      if (offset > message_size || length != message_size - offset) return false;
+      *data_offset = static_cast<size_t>(offset);
+      return true;
+    }
+    uint64_t value;
+    if (wire_type != kVarint || !reader.ReadVarint(&value)) return false;
+    switch (field) {
+      case 1: values->partition_id = static_cast<uint32_t>(value); break;
+      case 2: values->dtype = static_cast<v1::DType>(static_cast<int32_t>(value)); break;
+      case 4: values->version = value; break;
+      case 5: values->step = value; break;
+      default: return false;
+    }
+  }
+  return false;  // The data field's head is not inside the prefix.
 }
 
 GradientPushView ViewOf(const v1::GradientPush& push) {

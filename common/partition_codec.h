@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/wire_dtype.h"
 #include "proto/parameter_server.pb.h"
 
@@ -54,8 +55,11 @@ struct PartitionValuesView {
 
 // The slices of one received message, kept alive while a view points into them.
 // Reused from message to message (its vector keeps its capacity).
+// (A message read from the TCP data plane lies in `bytes`, the receiver's buffer.)
 struct ReceivedMessage {
   std::vector<grpc::Slice> slices;
+  std::vector<absl::string_view> pieces;  // The message's bytes, in order.
+  std::vector<char> bytes;
 };
 
 // The push as protobuf wire bytes: a header slice and a slice over data[0, size),
@@ -77,6 +81,28 @@ absl::Status DecodeGradientPush(const grpc::ByteBuffer& buffer, ReceivedMessage*
                                 GradientPushView* push);
 absl::Status DecodePartitionValues(const grpc::ByteBuffer& buffer, ReceivedMessage* received,
                                    PartitionValuesView* values);
+
+// The same over one contiguous message (the TCP data plane's frames: the bytes must
+// outlive the view; `received` only keeps the piece list).
+absl::Status DecodeGradientPush(absl::string_view bytes, ReceivedMessage* received,
+                                GradientPushView* push);
+absl::Status DecodePartitionValues(absl::string_view bytes, ReceivedMessage* received,
+                                   PartitionValuesView* values);
+
+// The fields of a PartitionValues from the first bytes of it (`prefix`, of a message
+// of message_size bytes) when they are laid out as PartitionValuesHead writes them:
+// varint fields 1, 2, 4 and 5 in any order, then the data field last, its tag and
+// length inside the prefix and running to the message's end. Fills values (its data
+// left empty) and *data_offset; false for any other layout (decode the whole message
+// then). Lets the worker receive the data of an update straight into its parameters.
+bool ParseValuesHead(absl::string_view prefix, uint64_t message_size, PartitionValuesView* values,
+                     size_t* data_offset);
+
+// The protobuf wire bytes of every field but the data, followed by the data field's
+// tag and length when data_size > 0: head + data is the message (the TCP data plane
+// sends the two with one writev).
+std::string GradientPushHead(const PushHeader& header, size_t data_size);
+std::string PartitionValuesHead(const v1::PartitionValues& values);
 
 // A view of a protobuf GradientPush, whose data it points into (for tests and
 // in-process callers; `push` must outlive the view).

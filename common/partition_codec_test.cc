@@ -318,5 +318,45 @@ TEST(PartitionCodecTest, AccumulateCountsAnOverflowingSumAsNonFinite) {
   EXPECT_FALSE(AccumulateInto(v1::FLOAT32, ByteSpans::Of(bytes), &sum));
 }
 
+// The worker's direct receive reads a PartitionValues' fields from its first bytes
+// when the shard wrote them (PartitionValuesHead), and declines any other layout.
+TEST(PartitionCodecTest, ValuesHeadParsesTheShardsLayoutOnly) {
+  v1::PartitionValues values;
+  values.set_partition_id(7);
+  values.set_dtype(v1::FLOAT32);
+  values.set_version(123456789);
+  values.set_step(42);
+  values.set_data(std::string(4096, 'v'));
+  const std::string head = PartitionValuesHead(values);
+  v1::PartitionValues parsed;  // The data field last: protobuf reads it the same.
+  ASSERT_TRUE(parsed.ParseFromString(head + values.data()));
+  EXPECT_EQ(parsed.SerializeAsString(), values.SerializeAsString());
+  const std::string wire = head + values.data();
+  PartitionValuesView view;
+  size_t offset = 0;
+  ASSERT_TRUE(ParseValuesHead(absl::string_view(wire).substr(0, 64), wire.size(), &view, &offset));
+  EXPECT_EQ(view.partition_id, 7u);
+  EXPECT_EQ(view.dtype, v1::FLOAT32);
+  EXPECT_EQ(view.version, 123456789u);
+  EXPECT_EQ(view.step, 42u);
+  EXPECT_EQ(offset, head.size());
+  // The data must run to the message's end, its head must be in the prefix, and no
+  // field other than 1, 2, 4, 5 may come before it.
+  EXPECT_FALSE(ParseValuesHead(absl::string_view(wire).substr(0, 64), wire.size() + 1, &view,
+                               &offset));
+  EXPECT_FALSE(ParseValuesHead(absl::string_view(wire).substr(0, 3), wire.size(), &view, &offset));
+  const std::string unknown = std::string("\x30\x01", 2) + wire;  // Field 6 first.
+  EXPECT_FALSE(ParseValuesHead(absl::string_view(unknown).substr(0, 64), unknown.size(), &view,
+                               &offset));
+  std::mt19937 random(11);
+  for (int i = 0; i < 2000; ++i) {  // Random prefixes never read past what they hold.
+    std::string bytes(random() % 64, '\0');
+    for (char& c : bytes) c = static_cast<char>(random());
+    if (ParseValuesHead(bytes, bytes.size() + random() % 100, &view, &offset)) {
+      EXPECT_LE(offset, bytes.size());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tributary

@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
           identity, session->plan_,
           std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
           options.ps_channel, spec.mode(), spec.wire_dtype(), kDefaultPsRetryBudget,
-          options.ps_streams_per_shard);
+          options.ps_streams_per_shard, options.ps_transport);
     }
   }
   // The job's optimizer: its schedule for the learning-rate metric, and in LOCAL_SGD
@@ -331,6 +331,10 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     if (!reduced.ok()) return reduced;
     if (!leader() || !update_.sync) continue;
     if (!local_sgd_) {
+      // The update comes back into the parameters (ApplyPartition waits for it there):
+      // nothing reads or writes this partition's values before, since backward is
+      // past it and the next forward waits at the gate.
+      ps_->ExpectUpdateInto(partition.id(), step, params_.data() + partition.offset());
       absl::Status pushed =
           ps_->Push(step, partition.id(), grad, update_.node_samples, /*steps=*/1);
       if (!pushed.ok()) return pushed;

@@ -63,6 +63,12 @@ ABSL_FLAG(int, ps_streams_per_shard, 1,
           "its node, to each PS shard; a shard's partitions are dealt among them in turn. "
           "More than 1 helps models with several partitions per shard (bench/ps_throughput "
           "--streams_per_shard); in [1, 16]. Default: 1.");
+ABSL_FLAG(std::string, ps_transport, "auto",
+          "How PushPull's gradients and updates travel to and from the PS shards: auto (each "
+          "shard's TCP data plane when it runs one, else gRPC), tcp (the data plane only: "
+          "a shard without one is an error) or grpc (the gRPC PushPull stream). The data "
+          "plane moves the same messages with fewer copies and thread hand-offs "
+          "(docs/parameter_server.md); with TLS shards run none. Default: auto.");
 ABSL_FLAG(std::string, data_root, "/",
           "Every data path a job names (dataset directory, CSV and NPY files; relative ones "
           "from the working directory) must lie in this directory, symbolic links "
@@ -119,6 +125,13 @@ int main(int argc, char** argv) {
                << " must be in [1, 16]";
     return 2;
   }
+  absl::StatusOr<tributary::worker::PsTransport> transport =
+      tributary::worker::ParsePsTransport(absl::GetFlag(FLAGS_ps_transport));
+  if (!transport.ok()) {
+    LOG(ERROR) << transport.status().message();
+    return 2;
+  }
+  options.ps_transport = *transport;
 
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 4 << 20));

@@ -572,6 +572,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.eval_batch_size = options_.eval_batch_size;
   session_options.overlap_updates = options_.overlap_updates;
   session_options.ps_streams_per_shard = options_.ps_streams_per_shard;
+  session_options.ps_transport = options_.ps_transport;
   session_options.torchscript_bytes = *model_file;
   session_options.initial_parameters = *initial;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =

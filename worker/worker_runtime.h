@@ -71,6 +71,8 @@ struct WorkerOptions {
   bool overlap_updates = true;
   // PushPull streams (connections) to each PS shard.
   int ps_streams_per_shard = 1;
+  // How PushPull travels (PsClient).
+  PsTransport ps_transport = PsTransport::kAuto;
   // How long fetching a job's TorchScript file from the coordinator may take.
   absl::Duration model_fetch_timeout = absl::Minutes(5);
 };

@@ -88,7 +88,15 @@ struct Shard {
       : host(Options(config)),
         shard(ShardOptions(index, config), host.registry()),
         executor(config.summation_threads),
-        service(&shard, &executor) {}
+        service(&shard, &executor),
+        data_plane(&shard, &executor, DataOptions(config)) {}
+
+  static ps::DataPlaneOptions DataOptions(const PsConfig& config) {
+    ps::DataPlaneOptions options;
+    options.bind_host = "127.0.0.1";
+    options.max_partition_bytes = static_cast<uint64_t>(config.partition_bytes);
+    return options;
+  }
 
   static ServerOptions Options(const PsConfig& config) {
     ServerOptions server;
@@ -111,6 +119,7 @@ struct Shard {
   ps::ParameterShard shard;
   ps::PartitionExecutor executor;
   ps::ParameterServerService service;
+  ps::DataPlaneServer data_plane;
 };
 
 absl::Status CheckConfig(const PsConfig& config) {
@@ -303,6 +312,8 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
   for (int s = 0; s < config.shards; ++s) {
     shards.push_back(std::make_unique<Shard>(s, config));
     Shard& shard = *shards.back();
+    if (absl::Status started = shard.data_plane.Start(); !started.ok()) return started;
+    shard.service.set_data_plane(&shard.data_plane);
     shard.host.AddService(&shard.service, v1::ParameterServer::service_full_name());
     if (absl::Status started = shard.host.Start(); !started.ok()) {
       return absl::UnavailableError(absl::StrCat("shard ", s, ": ", started.message()));
@@ -310,7 +321,10 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
     shard.host.SetServing(true);
   }
   const auto shutdown = [&] {
-    for (auto& shard : shards) shard->host.Shutdown(absl::Seconds(2));
+    for (auto& shard : shards) {
+      shard->data_plane.Shutdown();
+      shard->host.Shutdown(absl::Seconds(2));
+    }
   };
 
   // The job: SGD, SYNC over `nodes` nodes.
@@ -358,7 +372,7 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
     identity.node_rank = static_cast<uint32_t>(n);
     nodes[n].client = std::make_unique<worker::PsClient>(
         identity, *plan, shard_map, channel, mode, config.wire_dtype,
-        worker::kDefaultPsRetryBudget, config.streams_per_shard);
+        worker::kDefaultPsRetryBudget, config.streams_per_shard, config.transport);
     nodes[n].grad.assign(plan->total_elements(), 0.001f * static_cast<float>(n + 1));
     nodes[n].params.assign(plan->total_elements(), 0.0f);
     if (absl::Status opened = nodes[n].client->Open(); !opened.ok()) {
@@ -401,6 +415,9 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
         // update, first first (as the next forward needs them).
         for (int p = plan->partitions_size() - 1; p >= 0 && ok; --p) {
           const v1::Partition& partition = plan->partitions(p);
+          // As the worker does: the update comes back into the parameters.
+          node.client->ExpectUpdateInto(partition.id(), static_cast<uint64_t>(step),
+                                        node.params.data() + partition.offset());
           absl::Status pushed = node.client->Push(static_cast<uint64_t>(step), partition.id(),
                                                   node.grad.data() + partition.offset(), 1, 1);
           if (!pushed.ok()) {

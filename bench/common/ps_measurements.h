@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/tensor.pb.h"
+#include "worker/comm/ps_client.h"
 
 namespace tributary::bench {
 
@@ -37,6 +38,8 @@ struct PsConfig {
   int summation_threads = 1;           // Executor threads of each shard.
   v1::DType wire_dtype = v1::FLOAT32;  // Gradient dtype on the wire (updates: FLOAT32).
   int streams_per_shard = 1;           // PsClient's PushPull streams (connections) per shard.
+  // How pushes and updates travel: each shard runs its TCP data plane beside gRPC.
+  worker::PsTransport transport = worker::PsTransport::kTcp;
 };
 
 struct PsResult {

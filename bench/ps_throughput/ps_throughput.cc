@@ -49,6 +49,10 @@ ABSL_FLAG(int, malloc_arena_max, 1,
 ABSL_FLAG(int, streams_per_shard, 1,
           "PushPull streams from each worker to each shard, each on its own connection (the "
           "worker's --ps_streams_per_shard); raw TCP uses as many connections. Default: 1.");
+ABSL_FLAG(std::vector<std::string>, transports, std::vector<std::string>({"tcp", "grpc"}),
+          "How pushes and updates travel, each measured per configuration: tcp (the shards' "
+          "TCP data plane, what workers use by default) and/or grpc (the gRPC PushPull "
+          "stream). Comma separated. Default: tcp,grpc.");
 ABSL_FLAG(int, repeats, 3,
           "Repetitions of the memcpy, summation and raw TCP measurements (the best is "
           "reported). Default: 3.");
@@ -81,6 +85,7 @@ absl::StatusOr<std::vector<int>> ParseCounts(const char* flag,
 struct Row {
   int workers = 0;
   int shards = 0;
+  std::string transport;
   PsResult ps;
   double tcp_gbps = 0;
 };
@@ -105,6 +110,16 @@ int Run() {
         absl::StrCat("--wire_dtype must be FLOAT32, FLOAT16 or BFLOAT16, got ",
                      absl::GetFlag(FLAGS_wire_dtype))));
   }
+  std::vector<worker::PsTransport> transports;
+  for (const std::string& name : absl::GetFlag(FLAGS_transports)) {
+    absl::StatusOr<worker::PsTransport> transport = worker::ParsePsTransport(name);
+    if (!transport.ok() || *transport == worker::PsTransport::kAuto) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--transports: '", name, "' is not tcp or grpc")));
+    }
+    transports.push_back(*transport);
+  }
+  if (transports.empty()) return Fail(absl::InvalidArgumentError("--transports: none given"));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   const std::string dtype = v1::DType_Name(base.wire_dtype);
   if (absl::StatusOr<std::vector<size_t>> valid = StreamBytes(base); !valid.ok()) {
@@ -124,7 +139,8 @@ int Run() {
   const double sum_gbps = SumGBps(static_cast<size_t>(base.model_bytes), base.wire_dtype, repeats);
   std::printf("memcpy %.2f GB/s (one thread), summation %.2f GB/s of %s gradient (one thread)\n",
               memcpy_gbps, sum_gbps, dtype.c_str());
-  std::printf("%7s %6s  %10s  %13s  %8s  %9s  %10s  %9s\n", "workers", "shards", "PS GB/s",
+  std::printf("%7s %6s %9s  %10s  %13s  %8s  %9s  %10s  %9s\n", "workers", "shards",
+              "transport", "PS GB/s",
               "raw TCP GB/s", "PS/TCP", "PS/memcpy", "step s", "agg wait");
   std::fflush(stdout);
 
@@ -136,36 +152,46 @@ int Run() {
       config.shards = shard_count;
       absl::StatusOr<std::vector<size_t>> stream_bytes = StreamBytes(config);
       if (!stream_bytes.ok()) return Fail(stream_bytes.status());
-      Row row;
-      row.workers = worker_count;
-      row.shards = shard_count;
+      double tcp_gbps = 0;
       for (int r = 0; r < repeats; ++r) {
-        row.tcp_gbps = std::max(
-            row.tcp_gbps, RawTcpGBps(*stream_bytes, static_cast<size_t>(config.partition_bytes),
-                                     std::max(1, config.steps / 2)));
+        tcp_gbps = std::max(tcp_gbps,
+                            RawTcpGBps(*stream_bytes, static_cast<size_t>(config.partition_bytes),
+                                       std::max(1, config.steps / 2)));
       }
-      absl::StatusOr<PsResult> ps = MeasurePs(config);
-      if (!ps.ok()) {
-        return Fail(
-            absl::Status(ps.status().code(), absl::StrCat(worker_count, " workers x ", shard_count,
-                                                          " shards: ", ps.status().message())));
+      for (worker::PsTransport transport : transports) {
+        config.transport = transport;
+        Row row;
+        row.workers = worker_count;
+        row.shards = shard_count;
+        row.transport = worker::PsTransportName(transport);
+        row.tcp_gbps = tcp_gbps;
+        absl::StatusOr<PsResult> ps = MeasurePs(config);
+        if (!ps.ok()) {
+          return Fail(absl::Status(
+              ps.status().code(), absl::StrCat(worker_count, " workers x ", shard_count,
+                                               " shards (", row.transport,
+                                               "): ", ps.status().message())));
+        }
+        row.ps = *ps;
+        std::printf("%7d %6d %9s  %10.3f  %13.3f  %8.3f  %9.3f  %10.3f  %9.3f\n", row.workers,
+                    row.shards, row.transport.c_str(), row.ps.gbps, row.tcp_gbps,
+                    row.ps.gbps / row.tcp_gbps, row.ps.gbps / memcpy_gbps, row.ps.step_seconds,
+                    row.ps.aggregation_wait_seconds);
+        std::fflush(stdout);
+        rows.push_back(row);
       }
-      row.ps = *ps;
-      std::printf("%7d %6d  %10.3f  %13.3f  %8.3f  %9.3f  %10.3f  %9.3f\n", row.workers, row.shards,
-                  row.ps.gbps, row.tcp_gbps, row.ps.gbps / row.tcp_gbps, row.ps.gbps / memcpy_gbps,
-                  row.ps.step_seconds, row.ps.aggregation_wait_seconds);
-      std::fflush(stdout);
-      rows.push_back(row);
     }
   }
 
   std::vector<std::string> runs;
   for (const Row& row : rows) {
     runs.push_back(absl::StrFormat(
-        "{\"workers\": %d, \"shards\": %d, \"ps_GBps\": %.4f, \"raw_tcp_GBps\": %.4f, "
+        "{\"workers\": %d, \"shards\": %d, \"transport\": \"%s\", \"ps_GBps\": %.4f, "
+        "\"raw_tcp_GBps\": %.4f, "
         "\"ratio_vs_raw_tcp\": %.4f, \"ratio_vs_memcpy\": %.4f, \"step_seconds\": %.4f, "
         "\"aggregation_wait_seconds\": %.4f}",
-        row.workers, row.shards, row.ps.gbps, row.tcp_gbps, row.ps.gbps / row.tcp_gbps,
+        row.workers, row.shards, row.transport, row.ps.gbps, row.tcp_gbps,
+        row.ps.gbps / row.tcp_gbps,
         row.ps.gbps / memcpy_gbps, row.ps.step_seconds, row.ps.aggregation_wait_seconds));
   }
   const MachineInfo after = DescribeMachine();

@@ -26,7 +26,8 @@ namespace internal {
 std::shared_ptr<v1::PartitionValues> NextUpdate(const ShardJob& job, ShardPartition& p,
                                                 uint64_t update_number, bool finite,
                                                 float divisor, const AggregatorContext& context,
-                                                bool* applied) {
+                                                bool* applied, const char* last,
+                                                bool* last_finite) {
   std::shared_ptr<v1::PartitionValues> next = p.FreshValues();
   float* params = reinterpret_cast<float*>(next->mutable_data()->data());
   const float* current = reinterpret_cast<const float*>(p.values->data().data());
@@ -41,6 +42,18 @@ std::shared_ptr<v1::PartitionValues> NextUpdate(const ShardJob& job, ShardPartit
   const absl::Time start = context.clock->Now();
   if (p.buffers) {
     std::memcpy(params, p.sum.data(), p.length * sizeof(float));  // Node 0's buffers.
+  } else if (last != nullptr) {
+    if (!job.optimizer.ApplyMeanAdding(update_number, current, params,
+                                       p.pushed_count > 1 ? p.sum.data() : nullptr, last,
+                                       divisor, p.state.data(), p.length)) {
+      p.state = p.prev_state;  // The same size: copies without allocating.
+      std::memcpy(params, current, p.length * sizeof(float));
+      *applied = false;
+      *last_finite = false;
+      ++p.skipped_non_finite;
+      context.metrics->updates_skipped_non_finite.Increment();
+      return next;
+    }
   } else {
     job.optimizer.ApplyMean(update_number, current, params, p.sum.data(), divisor,
                             p.state.data(), p.length);

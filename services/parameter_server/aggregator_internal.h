@@ -14,10 +14,16 @@ namespace tributary::ps::internal {
 // divisor, or node 0's buffers from p.sum) with the version advanced, when `finite`;
 // a copy of the current ones, counted as skipped, otherwise (*applied says which).
 // The caller sets the step and publishes.
+// `last` (not null): the step's final push, FLOAT32, not yet added to p.sum (which
+// holds the pushes before it, if p.pushed_count > 1): added inside the optimizer's
+// pass (Optimizer::ApplyMeanAdding). When it or the sum is not finite, p.state is
+// put back from p.prev_state, the update is skipped and *last_finite set false.
 std::shared_ptr<v1::PartitionValues> NextUpdate(const ShardJob& job, ShardPartition& p,
                                                 uint64_t update_number, bool finite,
                                                 float divisor, const AggregatorContext& context,
-                                                bool* applied) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+                                                bool* applied, const char* last = nullptr,
+                                                bool* last_finite = nullptr)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
 
 std::unique_ptr<Aggregator> MakeSyncAggregator(AggregatorContext context);
 std::unique_ptr<Aggregator> MakeAsyncAggregator(AggregatorContext context);

@@ -17,6 +17,9 @@
 #include "common/usable_cores.h"
 #include "services/parameter_server/coordinator_registration.h"
 #include "services/parameter_server/malloc_tuning.h"
+#include "common/data_plane_wire.h"
+#include "common/tls.h"
+#include "services/parameter_server/data_plane.h"
 #include "services/parameter_server/parameter_server_service.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
@@ -27,6 +30,12 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50061",
 ABSL_FLAG(int, http_port, 8081,
           "HTTP port for /metrics and /healthz (0 picks a free one, -1 disables). "
           "Default: 8081.");
+ABSL_FLAG(int, data_port, 0,
+          "TCP port of the data plane: PushPull's messages on plain TCP connections, "
+          "admitted by OpenDataPlane tickets (docs/parameter_server.md), on the --listen "
+          "host. 0 picks a free port (workers learn it from OpenDataPlane); -1 runs none "
+          "(workers then use gRPC PushPull). A shard serving TLS runs none: its bytes stay "
+          "encrypted on gRPC. Default: 0.");
 ABSL_FLAG(int64_t, max_partition_bytes, 4 << 20,
           "Largest partition (bytes, FLOAT32) this shard accepts; sets the gRPC receive "
           "limit. Default: 4194304 (4 MiB).");
@@ -146,6 +155,37 @@ int main(int argc, char** argv) {
   tributary::ps::PartitionExecutor executor(threads);
   tributary::ps::ParameterServerService service(
       &shard, &executor, *auth, absl::Seconds(absl::GetFlag(FLAGS_init_timeout_seconds)));
+  // The data plane, on the gRPC listen address's host.
+  std::unique_ptr<tributary::ps::DataPlaneServer> data_plane;
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  if (data_port < -1 || data_port > 65535) {
+    LOG(ERROR) << "--data_port must be -1 (none), 0 (a free port) or a port, got " << data_port;
+    return 2;
+  }
+  if (data_port >= 0 && tributary::TlsFilesFromFlags().enabled()) {
+    LOG(INFO) << "TLS: no TCP data plane (--data_port ignored); PushPull stays on gRPC";
+  } else if (data_port >= 0) {
+    tributary::ps::DataPlaneOptions data_options;
+    absl::StatusOr<std::string> listen_host =
+        tributary::data_plane::HostOf(absl::GetFlag(FLAGS_listen));
+    if (!listen_host.ok()) {
+      LOG(ERROR) << "--listen=" << absl::GetFlag(FLAGS_listen) << ": " << listen_host.status();
+      return 2;
+    }
+    data_options.bind_host = *listen_host == "localhost" ? "127.0.0.1" : *listen_host;
+    if (data_options.bind_host == "[::]" || data_options.bind_host.empty()) {
+      data_options.bind_host = "0.0.0.0";
+    }
+    data_options.port = data_port;
+    data_options.max_partition_bytes = static_cast<uint64_t>(max_partition_bytes);
+    data_plane = std::make_unique<tributary::ps::DataPlaneServer>(&shard, &executor, data_options);
+    if (absl::Status started = data_plane->Start(); !started.ok()) {
+      LOG(ERROR) << "--data_port=" << data_port << ": " << started;
+      return 1;
+    }
+    LOG(INFO) << "data plane on " << data_options.bind_host << ":" << data_plane->port();
+    service.set_data_plane(data_plane.get());
+  }
   host.AddService(&service, tributary::v1::ParameterServer::service_full_name());
   if (absl::Status started = host.Start(); !started.ok()) {
     LOG(ERROR) << "cannot start: " << started;
@@ -182,6 +222,7 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "shutting down";
   registration.reset();
+  if (data_plane != nullptr) data_plane->Shutdown();
   host.Shutdown();
   shard.FlushCheckpoints();
   return 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/job_spec.h"
 #include "common/partition_codec.h"
 
 namespace tributary::ps {
@@ -631,6 +632,40 @@ grpc::ServerUnaryReactor* ParameterServerService::RestoreJob(
     if (result.ok()) *response = *std::move(result);
     reactor->Finish(ToGrpcStatus(result.status()));
   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::OpenDataPlane(
+    grpc::CallbackServerContext* context, const v1::OpenDataPlaneRequest* request,
+    v1::OpenDataPlaneResponse* response) {
+  if (absl::Status allowed =
+          Authorize(auth_.get(), *context, OnlyRole(Role::kWorker), "OpenDataPlane");
+      !allowed.ok()) {
+    return Refuse(context, allowed);
+  }
+  if (!IsJobId(request->job_id())) {
+    return Refuse(context, absl::InvalidArgumentError(absl::StrCat(
+                               "OpenDataPlane: job_id \"", request->job_id().substr(0, 160),
+                               "\" is not 1-128 characters of [A-Za-z0-9._-]")));
+  }
+  if (auth_ != nullptr) {
+    if (absl::Status checked = auth_->CheckNodeCredential(
+            MetadataValue(context->client_metadata(), kNodeCredentialMetadata),
+            request->job_id(), request->generation(), request->node_rank(), "OpenDataPlane");
+        !checked.ok()) {
+      return Refuse(context, checked);
+    }
+  }
+  if (data_plane_ == nullptr) {
+    return Refuse(context, absl::FailedPreconditionError(
+                               "OpenDataPlane: this shard runs no TCP data plane (--data_port=-1 "
+                               "or TLS): use PushPull"));
+  }
+  absl::StatusOr<v1::OpenDataPlaneResponse> issued =
+      data_plane_->Issue(request->job_id(), request->generation(), request->node_rank());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (issued.ok()) *response = *std::move(issued);
+  reactor->Finish(ToGrpcStatus(issued.status()));
   return reactor;
 }
 

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/cluster_auth.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "services/parameter_server/data_plane.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
 
@@ -51,15 +52,16 @@ using ParameterServerCallbackBase = v1::ParameterServer::WithCallbackMethod_Init
                     v1::ParameterServer::WithCallbackMethod_BeginGeneration<
                         v1::ParameterServer::WithCallbackMethod_EndJob<
                             v1::ParameterServer::WithCallbackMethod_RestoreJob<
-                                v1::ParameterServer::Service>>>>>>>>;
+                                v1::ParameterServer::WithCallbackMethod_OpenDataPlane<
+                                    v1::ParameterServer::Service>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
   // shard and executor are not owned and must outlive the service and the server it
   // is registered with (shut the server down first). With an `auth`
   // (--cluster_token_file) every call needs the cluster credential of a role that makes
-  // it: InitPartitions and PushPull a worker's, with the node credential of the node the
-  // stream speaks for; Pull a worker, the coordinator or the operator; GetShardStatus
+  // it: InitPartitions, PushPull and OpenDataPlane a worker's, with the node credential
+  // of the node the stream speaks for; Pull a worker, the coordinator or the operator; GetShardStatus
   // and Checkpoint the coordinator or the operator; BeginGeneration, EndJob and
   // RestoreJob the coordinator.
   // InitPartitions streams still open after `init_timeout` are cancelled by
@@ -73,6 +75,10 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // Cancels InitPartitions streams open longer than the timeout (a caller that stopped
   // sending but keeps its connection): call periodically. How many were cancelled.
   int ExpireStalledInits() { return open_inits_.Expire(init_timeout_); }
+
+  // The shard's TCP data plane, whose tickets OpenDataPlane issues (not owned; null,
+  // the default: OpenDataPlane answers FAILED_PRECONDITION). Set before serving.
+  void set_data_plane(DataPlaneServer* data_plane) { data_plane_ = data_plane; }
   size_t open_inits() const { return open_inits_.size(); }
 
   grpc::ServerReadReactor<v1::InitPartitionsRequest>* InitPartitions(
@@ -96,6 +102,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* RestoreJob(grpc::CallbackServerContext* context,
                                        const v1::RestoreJobRequest* request,
                                        v1::RestoreJobResponse* response) override;
+  grpc::ServerUnaryReactor* OpenDataPlane(grpc::CallbackServerContext* context,
+                                          const v1::OpenDataPlaneRequest* request,
+                                          v1::OpenDataPlaneResponse* response) override;
 
  private:
   ParameterShard* shard_;
@@ -103,6 +112,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   const std::shared_ptr<const ClusterAuth> auth_;
   const absl::Duration init_timeout_;
   OpenInits open_inits_;
+  DataPlaneServer* data_plane_ = nullptr;
   // Calls that write files or wait for a job to install run here, not on gRPC's
   // callback threads.
   PartitionExecutor control_{1};

@@ -40,9 +40,16 @@ class SyncAggregator : public Aggregator {
         p.round_steps = steps;
       }
       // Summed straight from the received bytes; a sum that goes non-finite counts
-      // against the node whose push made it so.
+      // against the node whose push made it so. The push that completes the step, when
+      // it lies in one piece (always on the TCP data plane) as FLOAT32, is added inside
+      // the optimizer's pass instead (one pass over the data less).
+      const bool completes = p.pushed_count + 1 == job.num_nodes;
+      const bool fuse = completes && !p.buffers && job.wire_dtype == v1::FLOAT32 &&
+                        push.data.pieces.size() == 1;
       bool finite = true;
-      if (p.buffers) {
+      if (fuse) {
+        // Added (and checked) in CompleteStep.
+      } else if (p.buffers) {
         // Only node 0's buffers count; the other nodes' pushes just complete the step.
         if (node == 0) finite = WidenInto(v1::FLOAT32, push.data, p.sum.data());
       } else if (p.pushed_count == 0) {
@@ -56,7 +63,9 @@ class SyncAggregator : public Aggregator {
       p.samples += push.sample_count;
       metrics.pushes_accepted.Increment();
       metrics.bytes_in.Increment(static_cast<double>(push.data.size));
-      if (p.pushed_count == job.num_nodes) CompleteStep(job, p);
+      if (p.pushed_count == job.num_nodes) {
+        CompleteStep(job, p, fuse ? push.data.pieces[0].data() : nullptr, node);
+      }
       return PushResult::kAccepted;
     }
     if (step < p.step && step >= p.generation_start_step) {
@@ -136,7 +145,9 @@ class SyncAggregator : public Aggregator {
   }
 
  private:
-  void CompleteStep(const ShardJob& job, ShardPartition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
+  // last: the final push, not yet summed (NextUpdate), from node last_node.
+  void CompleteStep(const ShardJob& job, ShardPartition& p, const char* last, uint32_t last_node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
     const absl::Time now = context_.clock->Now();
     // Finite sums divided by a count of at least one stay finite: the accumulation
     // already checked every element. Zero samples (every node's share was empty)
@@ -144,8 +155,11 @@ class SyncAggregator : public Aggregator {
     const bool finite = p.non_finite_nodes.empty() && (p.buffers || p.samples > 0);
     p.prev_state = p.state;  // Same size every step: copies without allocating.
     bool applied = false;
+    bool last_finite = true;
     std::shared_ptr<v1::PartitionValues> next =
-        NextUpdate(job, p, p.step, finite, static_cast<float>(p.samples), context_, &applied);
+        NextUpdate(job, p, p.step, finite, static_cast<float>(p.samples), context_, &applied,
+                   last, &last_finite);
+    if (!last_finite) p.non_finite_nodes.push_back(last_node);
     if (!applied && p.samples > 0) {
       LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << p.step
                                 << ": non-finite gradient (or sum) after node(s) "

@@ -5,6 +5,9 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -12,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/cluster_auth.h"
+#include "common/data_plane_wire.h"
 #include "common/grpc_status.h"
 #include "common/wire_dtype.h"
 
@@ -35,9 +39,16 @@ struct PsClient::Lane {
   // Guards the stream against concurrent writes and against being replaced by a
   // reconnect while a push is written.
   absl::Mutex write_mu;
+  bool connected ABSL_GUARDED_BY(write_mu) = false;
+  bool tcp ABSL_GUARDED_BY(write_mu) = false;  // The data plane, not a gRPC stream.
   std::unique_ptr<grpc::ClientContext> context ABSL_GUARDED_BY(write_mu);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream
       ABSL_GUARDED_BY(write_mu);
+  // The data-plane socket: replaced (and closed) only under both mutexes, so Close()
+  // may shut it down under fd_mu while a push is written under write_mu.
+  absl::Mutex fd_mu;
+  int fd = -1;
+  bool warned_fallback = false;  // Reader thread only.
   std::thread reader;
 };
 
@@ -48,6 +59,8 @@ namespace {
 // way the generated stub makes it, with grpc::ByteBuffer for both message types.
 constexpr char kPushPullMethod[] = "/tributary.v1.ParameterServer/PushPull";
 
+constexpr absl::Duration kConnectTimeout = absl::Seconds(10);
+
 bool Retryable(grpc::StatusCode code) {
   // UNAVAILABLE: the shard went away (restart, network); CANCELLED/ABORTED/INTERNAL:
   // the transport broke the stream. A refusal (FAILED_PRECONDITION, INVALID_ARGUMENT)
@@ -57,11 +70,32 @@ bool Retryable(grpc::StatusCode code) {
          code == grpc::StatusCode::UNKNOWN;
 }
 
+bool Retryable(const absl::Status& status) {
+  return Retryable(static_cast<grpc::StatusCode>(status.code()));
+}
+
 }  // namespace
+
+absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name) {
+  if (name == "auto") return PsTransport::kAuto;
+  if (name == "tcp") return PsTransport::kTcp;
+  if (name == "grpc") return PsTransport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--ps_transport=", name, ": expected auto, tcp or grpc"));
+}
+
+const char* PsTransportName(PsTransport transport) {
+  switch (transport) {
+    case PsTransport::kAuto: return "auto";
+    case PsTransport::kTcp: return "tcp";
+    case PsTransport::kGrpc: return "grpc";
+  }
+  return "?";
+}
 
 PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
                    ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
-                   absl::Duration retry_budget, int streams_per_shard)
+                   absl::Duration retry_budget, int streams_per_shard, PsTransport transport)
     : identity_(std::move(identity)),
       plan_(std::move(plan)),
       channel_options_(std::move(channel_options)),
@@ -69,7 +103,13 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
       wire_dtype_(wire_dtype),
       retry_budget_(retry_budget),
       streams_per_shard_(std::max(1, streams_per_shard)),
+      transport_(transport),
       partitions_(plan_.partitions_size()) {
+  for (const v1::Partition& partition : plan_.partitions()) {
+    max_values_frame_ =
+        std::max<uint64_t>(max_values_frame_, static_cast<uint64_t>(partition.length()) * 4);
+  }
+  max_values_frame_ += data_plane::kMessageOverheadBytes;
   for (const v1::ShardInfo& info : shards) {
     auto shard = std::make_unique<Shard>();
     shard->index = info.shard_index();
@@ -285,8 +325,114 @@ std::string PsClient::LaneName(const Lane& lane) const {
                       streams_per_shard_, ")");
 }
 
+absl::StatusOr<int> PsClient::ConnectData(const Lane& lane, bool* shard_unreachable) {
+  *shard_unreachable = false;
+  const Shard& shard = *lane.shard;
+  if (shard.stub == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(ShardName(shard), ": no channel"));
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kConnectTimeout));
+  if (!identity_.node_credential.empty()) {
+    context.AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
+  }
+  v1::OpenDataPlaneRequest request;
+  request.set_job_id(identity_.job_id);
+  request.set_generation(identity_.generation);
+  request.set_node_rank(identity_.node_rank);
+  v1::OpenDataPlaneResponse response;
+  absl::Status opened = FromGrpcStatus(shard.stub->OpenDataPlane(&context, request, &response),
+                                       absl::StrCat("OpenDataPlane on ", LaneName(lane)));
+  if (!opened.ok()) {
+    *shard_unreachable = absl::IsUnavailable(opened);
+    return opened;
+  }
+  absl::StatusOr<std::string> host = data_plane::HostOf(shard.address);
+  if (!host.ok()) return host.status();
+  if (response.port() == 0 || response.port() > 65535 ||
+      response.ticket().size() != data_plane::kTicketBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OpenDataPlane on ", LaneName(lane), ": port ", response.port(),
+                     " and a ticket of ", response.ticket().size(), " bytes (expected 32)"));
+  }
+  absl::StatusOr<int> fd =
+      data_plane::Connect(*host, static_cast<int>(response.port()), kConnectTimeout);
+  if (!fd.ok()) return fd.status();
+  // The hello, and the shard's answer to it (a status frame).
+  auto hello = data_plane::EncodeHello(response.ticket());
+  iovec piece = {hello.data(), hello.size()};
+  absl::Status admitted = data_plane::WriteAll(*fd, &piece, 1, "data plane hello");
+  data_plane::SetReceiveTimeout(*fd, kConnectTimeout);
+  if (admitted.ok()) {
+    absl::StatusOr<data_plane::FrameHeader> header =
+        data_plane::ReadFrameHeader(*fd, 0, "data plane admission");
+    if (!header.ok()) {
+      admitted = header.status();
+    } else if (header->kind != data_plane::kStatus) {
+      admitted = absl::InvalidArgumentError("data plane: the shard answered the hello with a message");
+    } else {
+      std::string payload(header->length, '\0');
+      admitted = data_plane::ReadFull(*fd, payload.data(), payload.size(), "data plane admission");
+      if (admitted.ok()) admitted = data_plane::ParseStatusPayload(payload);
+    }
+  }
+  if (!admitted.ok()) {
+    ::close(*fd);
+    // A ticket refused (expired on a slow path) is asked for again.
+    const absl::StatusCode code = absl::IsUnauthenticated(admitted)
+                                      ? absl::StatusCode::kUnavailable
+                                      : admitted.code();
+    return absl::Status(code, absl::StrCat("data plane of ", LaneName(lane), " at ", *host, ":",
+                                           response.port(), ": ", admitted.message()));
+  }
+  data_plane::SetReceiveTimeout(*fd, absl::ZeroDuration());
+  // A shard that stops reading fails a push after this long instead of holding it.
+  data_plane::SetSendTimeout(*fd, retry_budget_);
+  return *fd;
+}
+
 absl::Status PsClient::ConnectLane(Lane& lane) {
+  absl::StatusOr<int> fd = absl::FailedPreconditionError("gRPC transport asked for");
+  if (transport_ != PsTransport::kGrpc) {
+    bool shard_unreachable;
+    fd = ConnectData(lane, &shard_unreachable);
+    if (!fd.ok()) {
+      // auto: a shard without a data plane, or whose data port cannot be reached or
+      // refuses us while its gRPC port answers, is spoken to over gRPC; a shard that
+      // does not answer at all is retried later.
+      const bool no_data_plane = absl::IsFailedPrecondition(fd.status()) ||
+                                 absl::IsUnimplemented(fd.status()) ||
+                                 absl::IsUnavailable(fd.status()) ||
+                                 absl::IsDeadlineExceeded(fd.status());
+      if (transport_ == PsTransport::kTcp || shard_unreachable || !no_data_plane) {
+        return fd.status();
+      }
+      if (!lane.warned_fallback) {
+        LOG(WARNING) << LaneName(lane) << ": " << fd.status().message()
+                     << "; PushPull goes over gRPC";
+        lane.warned_fallback = true;
+      }
+    }
+  }
   absl::MutexLock lock(&lane.write_mu);
+  {
+    absl::MutexLock fd_lock(&lane.fd_mu);
+    if (lane.fd >= 0) {
+      ::close(lane.fd);
+      lane.fd = -1;
+      --tcp_lanes_;
+    }
+    if (fd.ok()) {
+      lane.fd = *fd;
+      ++tcp_lanes_;
+      if (closed_.load()) ::shutdown(lane.fd, SHUT_RDWR);
+    }
+  }
+  lane.connected = true;
+  lane.tcp = fd.ok();
+  lane.stream.reset();
+  lane.context.reset();
+  if (lane.tcp) return absl::OkStatus();
   lane.context = std::make_unique<grpc::ClientContext>();
   if (!identity_.node_credential.empty()) {
     lane.context->AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
@@ -297,17 +443,21 @@ absl::Status PsClient::ConnectLane(Lane& lane) {
           grpc::internal::RpcMethod(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING),
           lane.context.get()));
   if (lane.stream == nullptr) {
+    lane.connected = false;
     return absl::UnavailableError(absl::StrCat("PushPull to ", LaneName(lane)));
   }
+  if (closed_.load()) lane.context->TryCancel();
   return absl::OkStatus();
 }
 
 absl::Status PsClient::Open() {
   for (auto& lane : lanes_) {
-    if (lane->channel == nullptr) {
+    if (lane->channel == nullptr || lane->shard->stub == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(LaneName(*lane), ": no channel"));
     }
-    if (absl::Status s = ConnectLane(*lane); !s.ok()) return s;
+    // A shard not reachable yet is the reader's to reconnect to (with backoff, within
+    // the retry budget); any other error is returned.
+    if (absl::Status s = ConnectLane(*lane); !s.ok() && !Retryable(s)) return s;
     Lane* raw = lane.get();
     lane->reader = std::thread([this, raw] { ReadLoop(raw); });
   }
@@ -324,11 +474,30 @@ void PsClient::WritePush(Lane& lane, uint32_t partition, const Outgoing& push) {
   header.dtype = PartitionDtype(plan_.partitions(partition).buffers(), wire_dtype_);
   header.sample_count = push.samples;
   header.steps = push.steps;
-  grpc::ByteBuffer message = EncodeGradientPush(header, push.data, push.bytes);
   absl::MutexLock lock(&lane.write_mu);
-  // A failed write means the stream broke: the reader sees it, reconnects and sends
-  // every push still awaiting its update again, this one included. Written through:
-  // the message points into the caller's gradient buffer (see EncodeGradientPush).
+  // Not connected, or a failed write (the connection broke): the reader reconnects and
+  // sends every push still awaiting its update again, this one included.
+  if (!lane.connected) return;
+  if (lane.tcp) {
+    // Frame header, message head and the data where it lies, in one sendmsg: when it
+    // returns, the kernel holds the bytes and the caller may reuse its buffer.
+    std::string head = GradientPushHead(header, push.bytes);
+    auto frame = data_plane::EncodeFrameHeader(data_plane::kMessage, head.size() + push.bytes);
+    iovec pieces[3] = {{frame.data(), frame.size()},
+                       {head.data(), head.size()},
+                       {const_cast<char*>(push.data), push.bytes}};
+    absl::Status written =
+        data_plane::WriteAll(lane.fd, pieces, push.bytes == 0 ? 2 : 3, "PushPull push");
+    if (written.ok()) {
+      bytes_pushed_ += push.bytes;
+    } else {
+      ::shutdown(lane.fd, SHUT_RDWR);  // The reader sees it and reconnects.
+    }
+    return;
+  }
+  grpc::ByteBuffer message = EncodeGradientPush(header, push.data, push.bytes);
+  // Written through: the message points into the caller's gradient buffer (see
+  // EncodeGradientPush).
   if (lane.stream->Write(message, grpc::WriteOptions().set_write_through())) {
     bytes_pushed_ += push.bytes;
   }
@@ -370,6 +539,51 @@ absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data
   return absl::OkStatus();
 }
 
+void PsClient::ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) {
+  // Only where the answer to a push is the update of its step, not any values.
+  if (mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS) return;
+  if (partition >= static_cast<uint32_t>(plan_.partitions_size()) || dst == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return;
+  PartitionState& state = partitions_[partition];
+  state.expect_dst = dst;
+  state.expect_step = step;
+  state.received_direct = false;
+}
+
+void PsClient::DropExpectationsLocked() {
+  for (size_t p = 0; p < partitions_.size(); ++p) {
+    PartitionState& state = partitions_[p];
+    state.expect_dst = nullptr;
+    if (state.receiving_direct && lane_of_[p] != nullptr) {
+      // Cut off (the session is over): nothing may write the destination after this.
+      absl::MutexLock fd_lock(&lane_of_[p]->fd_mu);
+      if (lane_of_[p]->fd >= 0) ::shutdown(lane_of_[p]->fd, SHUT_RDWR);
+    }
+  }
+  mu_.Await(absl::Condition(
+      +[](std::vector<PartitionState>* states) {
+        for (const PartitionState& state : *states) {
+          if (state.receiving_direct) return false;
+        }
+        return true;
+      },
+      &partitions_));
+}
+
+float* PsClient::DirectTargetLocked(const PartitionValuesView& head, uint64_t data_bytes) {
+  if (head.partition_id >= static_cast<uint32_t>(plan_.partitions_size())) return nullptr;
+  PartitionState& state = partitions_[head.partition_id];
+  const v1::Partition& partition = plan_.partitions(head.partition_id);
+  if (state.expect_dst == nullptr || !state.awaiting || state.pushed.step != state.expect_step ||
+      head.step <= state.pushed.step || head.dtype != v1::FLOAT32 ||
+      data_bytes != static_cast<uint64_t>(partition.length()) * sizeof(float)) {
+    return nullptr;
+  }
+  state.receiving_direct = true;
+  return state.expect_dst;
+}
+
 absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
                                    float* dst) {
   absl::MutexLock lock(&mu_);
@@ -378,14 +592,30 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
            partitions_[partition].pushed.step != step;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    // A receive into an expected destination still running is cut off (its
+    // connection is stalled), so that nothing writes there after we return.
+    DropExpectationsLocked();
     return absl::DeadlineExceededError(absl::StrCat(
         "no update of partition ", partition, " for step ", step, " from shard ",
         plan_.partitions(partition).shard(), " within ", absl::FormatDuration(timeout)));
   }
   // An update that arrived counts, even after an interruption or a later failure.
   PartitionState& state = partitions_[partition];
-  if (state.awaiting && state.pushed.step == step) return failure_;
-  if (!state.has_values) {
+  if (state.awaiting && state.pushed.step == step) {
+    DropExpectationsLocked();
+    return failure_;
+  }
+  float* const received_into = state.received_direct ? state.expect_dst : nullptr;
+  state.expect_dst = nullptr;
+  state.received_direct = false;
+  if (received_into != nullptr) {  // Received straight into the expected destination.
+    if (received_into != dst) {
+      std::memcpy(dst, received_into, plan_.partitions(partition).length() * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  if (!state.has_values || state.values.data.size == 0) {
+    DropExpectationsLocked();
     return absl::InternalError(
         absl::StrCat("partition ", partition, ": no values received for step ", step));
   }
@@ -394,53 +624,168 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
   return absl::OkStatus();
 }
 
-void PsClient::ReadLoop(Lane* lane) {
+void PsClient::Store(Lane& lane, absl::Status decoded, ReceivedMessage& received,
+                     PartitionValuesView& values) {
+  if (decoded.ok()) decoded = CheckValues(values);
+  absl::MutexLock lock(&mu_);
+  if (!decoded.ok()) {
+    if (failure_.ok()) {
+      failure_ = absl::InvalidArgumentError(absl::StrCat(LaneName(lane), ": ", decoded.message()));
+    }
+    return;
+  }
+  bytes_pulled_ += values.data.size;
+  PartitionState& state = partitions_[values.partition_id];
+  std::swap(state.received, received);
+  std::swap(state.values, values);
+  state.has_values = true;
+  state.received_direct = false;
+  // SYNC and LOCAL_SGD: the update of our step (round) makes the values the parameters
+  // for a later step; a re-sent older update does not count. ASYNC /
+  // BOUNDED_STALENESS: any answer after our push.
+  const bool independent = mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS;
+  if (independent || state.values.step > state.pushed.step) state.awaiting = false;
+}
+
+PsClient::ReadEnd PsClient::ReadGrpc(Lane& lane, ReceivedMessage& received,
+                                     PartitionValuesView& values) {
+  grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream;
+  {
+    absl::MutexLock lock(&lane.write_mu);
+    stream = lane.stream.get();
+  }
+  ReadEnd end;
   grpc::ByteBuffer message;
-  ReceivedMessage received;  // Swapped with the partition's, so slices are reused.
+  while (stream->Read(&message)) {
+    end.received = true;
+    absl::Status decoded = DecodePartitionValues(message, &received, &values);
+    message.Clear();
+    Store(lane, decoded, received, values);
+  }
+  end.status = FromGrpcStatus(stream->Finish(), absl::StrCat("PushPull to ", LaneName(lane)));
+  return end;
+}
+
+PsClient::ReadEnd PsClient::ReadTcp(Lane& lane, ReceivedMessage& received,
+                                    PartitionValuesView& values) {
+  int fd;
+  {
+    absl::MutexLock lock(&lane.fd_mu);
+    fd = lane.fd;
+  }
+  const std::string what = absl::StrCat("PushPull to ", LaneName(lane), " (data plane)");
+  ReadEnd end;
+  while (true) {
+    absl::StatusOr<data_plane::FrameHeader> header =
+        data_plane::ReadFrameHeader(fd, max_values_frame_, what);
+    if (!header.ok()) {
+      // The shard closed without a status, or the socket broke: reconnect.
+      end.status = absl::UnavailableError(header.status().message());
+      if (absl::IsInvalidArgument(header.status())) end.status = header.status();
+      return end;
+    }
+    // The message's first bytes: when they show the awaited update of a partition
+    // expected into the parameters, its data is received straight there.
+    char prefix[64];
+    const size_t prefix_size = std::min<uint64_t>(sizeof(prefix), header->length);
+    if (absl::Status read = data_plane::ReadFull(fd, prefix, prefix_size, what); !read.ok()) {
+      end.status = absl::UnavailableError(read.message());
+      return end;
+    }
+    PartitionValuesView head;
+    size_t data_offset = 0;
+    float* target = nullptr;
+    if (header->kind == data_plane::kMessage &&
+        ParseValuesHead(absl::string_view(prefix, prefix_size), header->length, &head,
+                        &data_offset)) {
+      absl::MutexLock lock(&mu_);
+      target = DirectTargetLocked(head, header->length - data_offset);
+    }
+    if (target != nullptr) {
+      char* into = reinterpret_cast<char*>(target);
+      const size_t in_prefix = prefix_size - data_offset;
+      std::memcpy(into, prefix + data_offset, in_prefix);
+      absl::Status read = data_plane::ReadFull(fd, into + in_prefix,
+                                               header->length - data_offset - in_prefix, what);
+      absl::MutexLock lock(&mu_);
+      PartitionState& state = partitions_[head.partition_id];
+      state.receiving_direct = false;
+      if (!read.ok()) {
+        end.status = absl::UnavailableError(read.message());
+        return end;
+      }
+      end.received = true;
+      bytes_pulled_ += header->length - data_offset;
+      state.values.partition_id = head.partition_id;
+      state.values.dtype = head.dtype;
+      state.values.version = head.version;
+      state.values.step = head.step;
+      state.values.data.Clear();
+      state.has_values = true;
+      state.received_direct = true;
+      state.awaiting = false;
+      ++direct_updates_;
+      continue;
+    }
+    std::vector<char>& bytes = received.bytes;
+    bytes.resize(header->length);  // The capacity stays from update to update.
+    std::memcpy(bytes.data(), prefix, prefix_size);
+    if (absl::Status read = data_plane::ReadFull(fd, bytes.data() + prefix_size,
+                                                 bytes.size() - prefix_size, what);
+        !read.ok()) {
+      end.status = absl::UnavailableError(read.message());
+      return end;
+    }
+    if (header->kind == data_plane::kStatus) {
+      absl::Status ended = data_plane::ParseStatusPayload(
+          absl::string_view(bytes.data(), bytes.size()));
+      end.status = ended.ok() ? ended
+                              : absl::Status(ended.code(), absl::StrCat(what, ": ", ended.message()));
+      return end;
+    }
+    end.received = true;
+    absl::Status decoded = DecodePartitionValues(absl::string_view(bytes.data(), bytes.size()),
+                                                 &received, &values);
+    Store(lane, decoded, received, values);
+  }
+}
+
+void PsClient::ReadLoop(Lane* lane) {
+  ReceivedMessage received;  // Swapped with the partition's, so buffers are reused.
   PartitionValuesView values;
   absl::Time unreachable_since = absl::InfiniteFuture();
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
+  absl::Status connect_error;  // Why the lane is not connected.
   while (true) {
-    grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream;
+    bool connected, tcp;
     {
       absl::MutexLock lock(&lane->write_mu);
-      stream = lane->stream.get();
+      connected = lane->connected;
+      tcp = lane->tcp;
     }
-    while (stream->Read(&message)) {
+    ReadEnd end;
+    if (!connected) {
+      end.status = connect_error.ok()
+                       ? absl::UnavailableError(absl::StrCat(LaneName(*lane), ": not connected"))
+                       : connect_error;
+    } else {
+      end = tcp ? ReadTcp(*lane, received, values) : ReadGrpc(*lane, received, values);
+    }
+    if (end.received) {
       unreachable_since = absl::InfiniteFuture();
       backoff.Reset();
-      absl::Status stored = DecodePartitionValues(message, &received, &values);
-      message.Clear();
-      if (stored.ok()) stored = CheckValues(values);
-      absl::MutexLock lock(&mu_);
-      if (!stored.ok()) {
-        if (failure_.ok()) {
-          failure_ = absl::InvalidArgumentError(
-              absl::StrCat(LaneName(*lane), ": ", stored.message()));
-        }
-        continue;
-      }
-      bytes_pulled_ += values.data.size;
-      PartitionState& state = partitions_[values.partition_id];
-      std::swap(state.received, received);
-      std::swap(state.values, values);
-      state.has_values = true;
-      // SYNC and LOCAL_SGD: the update of our step (round) makes the values the
-      // parameters for a later step; a re-sent older update does not count. ASYNC /
-      // BOUNDED_STALENESS: any answer after our push.
-      const bool independent = mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS;
-      if (independent || state.values.step > state.pushed.step) state.awaiting = false;
     }
-    const grpc::Status finished = stream->Finish();
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;
-      if (!Retryable(finished.error_code())) {
-        if (failure_.ok()) {
-          failure_ = FromGrpcStatus(finished, absl::StrCat("PushPull to ", LaneName(*lane)));
-        }
+      if (!Retryable(end.status)) {
+        if (failure_.ok()) failure_ = end.status;
         return;
       }
+    }
+    {
+      absl::MutexLock lock(&lane->write_mu);
+      lane->connected = false;
     }
     // The stream broke: reconnect with backoff and send again what still awaits an update.
     if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
@@ -449,18 +794,26 @@ void PsClient::ReadLoop(Lane* lane) {
       if (failure_.ok()) {
         failure_ = absl::UnavailableError(absl::StrCat(LaneName(*lane), " unreachable for ",
                                                        absl::FormatDuration(retry_budget_), ": ",
-                                                       finished.error_message()));
+                                                       end.status.message()));
       }
       return;
     }
-    LOG(WARNING) << "PushPull to " << LaneName(*lane) << " broke (" << finished.error_message()
-                 << "); reconnecting in " << absl::FormatDuration(backoff.Peek());
+    LOG(WARNING) << end.status.message() << "; reconnecting in "
+                 << absl::FormatDuration(backoff.Peek());
     absl::SleepFor(backoff.Next());
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;
     }
-    if (!ConnectLane(*lane).ok()) continue;
+    connect_error = ConnectLane(*lane);
+    if (!connect_error.ok()) {
+      if (!Retryable(connect_error)) {
+        absl::MutexLock lock(&mu_);
+        if (failure_.ok()) failure_ = connect_error;
+        return;
+      }
+      continue;
+    }
     ++reconnects_;
     std::vector<std::pair<uint32_t, Outgoing>> resend;
     {
@@ -476,6 +829,7 @@ void PsClient::ReadLoop(Lane* lane) {
 void PsClient::Interrupt(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (failure_.ok()) failure_ = absl::AbortedError(reason);
+  DropExpectationsLocked();
 }
 
 void PsClient::Close() {
@@ -485,12 +839,30 @@ void PsClient::Close() {
     closing_ = true;
     if (failure_.ok()) failure_ = absl::CancelledError("PS client closed");
   }
+  closed_ = true;
   for (auto& lane : lanes_) {
+    {
+      // First the socket (this also ends a push blocked on it, which holds write_mu).
+      absl::MutexLock lock(&lane->fd_mu);
+      if (lane->fd >= 0) ::shutdown(lane->fd, SHUT_RDWR);
+    }
     {
       absl::MutexLock lock(&lane->write_mu);
       if (lane->context != nullptr) lane->context->TryCancel();
     }
     if (lane->reader.joinable()) lane->reader.join();
+    {
+      absl::MutexLock lock(&mu_);
+      DropExpectationsLocked();
+    }
+    absl::MutexLock lock(&lane->write_mu);
+    absl::MutexLock fd_lock(&lane->fd_mu);
+    if (lane->fd >= 0) {
+      ::close(lane->fd);
+      lane->fd = -1;
+      --tcp_lanes_;
+    }
+    lane->connected = false;
   }
 }
 

@@ -49,6 +49,16 @@ struct PsIdentity {
   std::string node_credential;
 };
 
+// How PushPull's messages travel (the worker's --ps_transport).
+enum class PsTransport {
+  kAuto,  // The shard's TCP data plane when it runs one (OpenDataPlane), else gRPC.
+  kTcp,   // The TCP data plane only: a shard without one is an error.
+  kGrpc,  // The gRPC PushPull stream.
+};
+// "auto", "tcp", "grpc"; INVALID_ARGUMENT naming the value otherwise.
+absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name);
+const char* PsTransportName(PsTransport transport);
+
 // How long InitPartitions and PullAll keep retrying a shard that answers UNAVAILABLE
 // (not started yet, restarting), and how long a broken PushPull stream keeps
 // reconnecting.
@@ -61,7 +71,8 @@ class PsClient : public PsConnection {
   // its partitions dealt among them in turn (at least 1).
   PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
            ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
-           absl::Duration retry_budget = kDefaultPsRetryBudget, int streams_per_shard = 1);
+           absl::Duration retry_budget = kDefaultPsRetryBudget, int streams_per_shard = 1,
+           PsTransport transport = PsTransport::kAuto);
   ~PsClient() override;
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
@@ -90,6 +101,12 @@ class PsClient : public PsConnection {
   absl::Status Push(uint64_t step, uint32_t partition, const float* data, uint64_t sample_count,
                     uint32_t steps) override;
 
+  // On the TCP data plane (SYNC), the update of that push is received straight into
+  // dst (PsConnection::ExpectUpdateInto); WaitUpdated then copies nothing. Every
+  // expectation is dropped when a WaitUpdated fails or on Interrupt/Close, which wait
+  // for a receive into dst in progress to end first.
+  void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) override;
+
   // Blocks until the update that followed our push for `step` arrived and writes it
   // into dst. FAILED_PRECONDITION when a shard refused the push as stale (a new
   // generation: re-rendezvous); DEADLINE_EXCEEDED after `timeout`.
@@ -105,6 +122,10 @@ class PsClient : public PsConnection {
   uint64_t bytes_pushed() const override { return bytes_pushed_; }
   uint64_t bytes_pulled() const override { return bytes_pulled_; }
   int reconnects() const { return reconnects_; }
+  // Streams (lanes) connected now over the TCP data plane.
+  int tcp_lanes() const { return tcp_lanes_; }
+  // Updates received straight into an ExpectUpdateInto destination.
+  uint64_t direct_updates() const { return direct_updates_; }
   // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.
   int rpc_retries() const { return rpc_retries_; }
   const v1::PartitionPlan& plan() const { return plan_; }
@@ -127,6 +148,13 @@ class PsClient : public PsConnection {
     ReceivedMessage received;
     PartitionValuesView values;
     bool has_values = false;
+    // ExpectUpdateInto: where the update of step expect_step may be received, whether
+    // the reader is receiving into it now, and whether it did (values.data is then
+    // empty: the update lies in expect_dst).
+    float* expect_dst = nullptr;
+    uint64_t expect_step = 0;
+    bool receiving_direct = false;
+    bool received_direct = false;
   };
 
   // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
@@ -136,8 +164,21 @@ class PsClient : public PsConnection {
                                      const float* params);
   // One Pull from one shard into params; marks the partitions it sent in `seen`.
   absl::StatusOr<uint64_t> PullShard(Shard& shard, float* params, std::vector<bool>& seen);
+  // Connects the lane: the TCP data plane or a gRPC stream, as transport_ says.
   absl::Status ConnectLane(Lane& lane);
+  // OpenDataPlane on the lane's shard, then the TCP connection and its hello: the
+  // connected socket. shard_unreachable: OpenDataPlane itself found no shard.
+  absl::StatusOr<int> ConnectData(const Lane& lane, bool* shard_unreachable);
   void ReadLoop(Lane* lane);
+  struct ReadEnd {
+    absl::Status status;     // How the stream ended (OK: the shard finished it).
+    bool received = false;   // Whether any update came before.
+  };
+  ReadEnd ReadGrpc(Lane& lane, ReceivedMessage& received, PartitionValuesView& values);
+  ReadEnd ReadTcp(Lane& lane, ReceivedMessage& received, PartitionValuesView& values);
+  // An update read on `lane` (decoded: its status) into the partition's state.
+  void Store(Lane& lane, absl::Status decoded, ReceivedMessage& received,
+             PartitionValuesView& values);
   // Writes one push; a broken stream is the reader's to notice (it reconnects and
   // sends every push still awaiting its update again).
   void WritePush(Lane& lane, uint32_t partition, const Outgoing& push);
@@ -145,6 +186,12 @@ class PsClient : public PsConnection {
   absl::Status StoreValues(const v1::PartitionValues& values, float* params);
   // The same check for an update: partition known, FLOAT32, the partition's length.
   absl::Status CheckValues(const PartitionValuesView& values) const;
+  // Drops every expectation, after any receive into one has ended.
+  void DropExpectationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The partition's expected destination for an update with these fields, marked as
+  // being received into; null when the update is not the awaited one or does not fit.
+  float* DirectTargetLocked(const PartitionValuesView& head, uint64_t data_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string ShardName(const Shard& shard) const;
   std::string LaneName(const Lane& lane) const;
 
@@ -155,6 +202,8 @@ class PsClient : public PsConnection {
   const v1::DType wire_dtype_;
   const absl::Duration retry_budget_;
   const int streams_per_shard_;
+  const PsTransport transport_;
+  uint64_t max_values_frame_ = 0;  // Largest update frame accepted on the data plane.
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // streams_per_shard_ per shard, in order.
   std::vector<Lane*> lane_of_;                // By partition id.
@@ -171,6 +220,9 @@ class PsClient : public PsConnection {
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<int> reconnects_{0};
   std::atomic<int> rpc_retries_{0};
+  std::atomic<int> tcp_lanes_{0};
+  std::atomic<uint64_t> direct_updates_{0};
+  std::atomic<bool> closed_{false};  // Close() began: a new connection is shut at once.
 };
 
 }  // namespace tributary::worker

@@ -31,9 +31,11 @@ struct Job {
     for (int64_t i = 0; i < kElements; ++i) initial.push_back(0.25f - 0.001f * i);
   }
 
-  std::unique_ptr<PsClient> Client(const InProcessShard& shard, absl::Duration budget) const {
+  std::unique_ptr<PsClient> Client(const InProcessShard& shard, absl::Duration budget,
+                                   PsTransport transport = PsTransport::kAuto) const {
     return std::make_unique<PsClient>(identity, plan, std::vector<v1::ShardInfo>{shard.info(0)},
-                                      ChannelOptions(), v1::SYNC, v1::FLOAT32, budget);
+                                      ChannelOptions(), v1::SYNC, v1::FLOAT32, budget,
+                                      /*streams_per_shard=*/1, transport);
   }
 
   v1::JobSpec spec;
@@ -141,6 +143,124 @@ TEST(PsClientRetryTest, ARefusalIsNeverRetried) {
   ASSERT_FALSE(step.ok());
   EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
   EXPECT_EQ(client->rpc_retries(), 0);
+}
+
+
+// A job installed at generation 0 (the one a shard forms for an InitPartitions outside
+// any generation), so that its pushes are accepted.
+Job TrainingJob() {
+  Job job;
+  job.identity.generation = 0;
+  return job;
+}
+
+// Trains `steps` SYNC steps through `client` (one node), pushing every partition
+// last first and waiting first first, as a node leader does; `expect`: announce every
+// update's destination (ExpectUpdateInto), as the training session does.
+absl::Status Train(PsClient& client, const Job& job, int steps, bool expect,
+                   std::vector<float>& params, uint64_t first_step = 0) {
+  std::vector<float> grad(kElements);
+  for (uint64_t step = first_step; step < first_step + steps; ++step) {
+    for (int64_t i = 0; i < kElements; ++i) {
+      grad[i] = 0.01f * static_cast<float>((i * 7 + step * 3) % 11) - 0.05f;
+    }
+    for (int p = job.plan.partitions_size() - 1; p >= 0; --p) {
+      const v1::Partition& partition = job.plan.partitions(p);
+      if (expect) client.ExpectUpdateInto(partition.id(), step, params.data() + partition.offset());
+      absl::Status pushed =
+          client.Push(step, partition.id(), grad.data() + partition.offset(), 1, 1);
+      if (!pushed.ok()) return pushed;
+    }
+    for (const v1::Partition& partition : job.plan.partitions()) {
+      absl::Status updated = client.WaitUpdated(partition.id(), step, absl::Seconds(60),
+                                                params.data() + partition.offset());
+      if (!updated.ok()) return updated;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The TCP data plane and gRPC PushPull carry the same messages: the same pushes give
+// the same parameters bit for bit, whether updates are received into the parameters
+// (ExpectUpdateInto) or kept and copied.
+TEST(PsClientTransportTest, TcpAndGrpcGiveTheSameParameters) {
+  std::vector<std::vector<float>> results;
+  for (const auto& [transport, expect] : std::vector<std::pair<PsTransport, bool>>{
+           {PsTransport::kTcp, true}, {PsTransport::kTcp, false}, {PsTransport::kGrpc, true}}) {
+    const Job job = TrainingJob();
+    InProcessShard shard;
+    ASSERT_TRUE(shard.Start().ok());
+    auto client = job.Client(shard, absl::Seconds(30), transport);
+    ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+    ASSERT_TRUE(client->Open().ok());
+    std::vector<float> params = job.initial;
+    ASSERT_TRUE(Train(*client, job, 6, expect, params).ok());
+    EXPECT_EQ(client->tcp_lanes(), transport == PsTransport::kTcp ? 1 : 0);
+    // Every update of the TCP run that announced its destination went straight there.
+    const bool direct = transport == PsTransport::kTcp && expect;
+    EXPECT_EQ(client->direct_updates(), direct ? 6u * job.plan.partitions_size() : 0u);
+    EXPECT_EQ(client->bytes_pulled(), 6u * kElements * sizeof(float));
+    client->Close();
+    results.push_back(params);
+  }
+  EXPECT_NE(results[0], std::vector<float>(Job().initial));
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+TEST(PsClientTransportTest, AutoUsesGrpcWhenTheShardRunsNoDataPlane) {
+  const Job job = TrainingJob();
+  InProcessShard shard("", /*data_plane=*/false);
+  ASSERT_TRUE(shard.Start().ok());
+  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kAuto);
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(client->Open().ok());
+  std::vector<float> params = job.initial;
+  ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
+  EXPECT_EQ(client->tcp_lanes(), 0);
+  client->Close();
+
+  // Asked for the data plane only, the client says why it cannot have it.
+  auto tcp_only = job.Client(shard, absl::Seconds(30), PsTransport::kTcp);
+  absl::Status opened = tcp_only->Open();
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.code(), absl::StatusCode::kFailedPrecondition) << opened;
+  EXPECT_THAT(opened.message(), HasSubstr("runs no TCP data plane"));
+}
+
+// A shard that restarts from its checkpoint mid-job: the client gets a new ticket,
+// connects to the new data port and sends again what still awaits its update.
+TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
+  const Job job = TrainingJob();
+  InProcessShard shard(ps::testing::FreshTempDir("tcp-restart"));
+  ASSERT_TRUE(shard.Start().ok());
+  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kTcp);
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(client->Open().ok());
+  std::vector<float> params = job.initial;
+  ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
+  ASSERT_TRUE(shard.shard().Checkpoint().ok());
+  const int port = shard.port();
+  shard.Stop();
+  std::thread restart([&shard, port] {
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_TRUE(shard.Start(port).ok());
+  });
+  ASSERT_TRUE(Train(*client, job, 2, true, params, /*first_step=*/2).ok());
+  restart.join();
+  EXPECT_GE(client->reconnects(), 1);
+  EXPECT_EQ(client->tcp_lanes(), 1);
+  client->Close();
+
+  // The same four steps without a restart.
+  InProcessShard steady;
+  ASSERT_TRUE(steady.Start().ok());
+  auto reference = job.Client(steady, absl::Seconds(30), PsTransport::kGrpc);
+  ASSERT_TRUE(reference->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(reference->Open().ok());
+  std::vector<float> expected = job.initial;
+  ASSERT_TRUE(Train(*reference, job, 4, false, expected).ok());
+  EXPECT_EQ(params, expected);
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ class PsConnection {
   // step) returned (it may be sent again).
   virtual absl::Status Push(uint64_t step, uint32_t partition, const float* data,
                             uint64_t sample_count, uint32_t steps) = 0;
+  // Optional, before Push(step, p): the caller will pass dst to WaitUpdated(p, step)
+  // and promises neither to read nor to write dst[0, length) until that returns; the
+  // update may then be received straight into dst as it arrives, instead of being
+  // kept and copied there by WaitUpdated. Ignored by default.
+  virtual void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) {}
+
   // Blocks until partition p's update after our push for `step` arrived, then writes
   // its values into dst[0, length) (the partition's place in the parameter buffer: it
   // is written here, on the caller's thread, never while the caller computes). OK

@@ -4,8 +4,8 @@
 
 namespace tributary::ps::testing {
 
-InProcessShard::InProcessShard(std::string checkpoint_dir)
-    : checkpoint_dir_(std::move(checkpoint_dir)) {}
+InProcessShard::InProcessShard(std::string checkpoint_dir, bool data_plane)
+    : checkpoint_dir_(std::move(checkpoint_dir)), serve_data_plane_(data_plane) {}
 
 InProcessShard::~InProcessShard() { Stop(); }
 
@@ -28,6 +28,13 @@ absl::Status InProcessShard::Start(int port) {
   }
   executor_ = std::make_unique<PartitionExecutor>(2);
   service_ = std::make_unique<ParameterServerService>(shard_.get(), executor_.get());
+  if (serve_data_plane_) {
+    DataPlaneOptions data_options;
+    data_options.bind_host = "127.0.0.1";
+    data_plane_ = std::make_unique<DataPlaneServer>(shard_.get(), executor_.get(), data_options);
+    if (absl::Status started = data_plane_->Start(); !started.ok()) return started;
+    service_->set_data_plane(data_plane_.get());
+  }
   host_ = std::make_unique<ServiceHost>(server);
   host_->AddService(service_.get(), v1::ParameterServer::service_full_name());
   if (absl::Status started = host_->Start(); !started.ok()) {
@@ -41,8 +48,10 @@ absl::Status InProcessShard::Start(int port) {
 
 void InProcessShard::Stop() {
   if (host_ == nullptr) return;
+  if (data_plane_ != nullptr) data_plane_->Shutdown();
   host_->Shutdown(absl::Seconds(2));
   host_.reset();
+  data_plane_.reset();
   service_.reset();
   executor_.reset();
   shard_.reset();

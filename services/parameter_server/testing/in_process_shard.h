@@ -11,6 +11,7 @@
 #include "common/service_host.h"
 #include "proto/coordinator.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "services/parameter_server/data_plane.h"
 #include "services/parameter_server/parameter_server_service.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/partition_executor.h"
@@ -20,7 +21,8 @@ namespace tributary::ps::testing {
 class InProcessShard {
  public:
   // checkpoint_dir: where Checkpoint() writes and a restart restores from ("" = none).
-  explicit InProcessShard(std::string checkpoint_dir = "");
+  // data_plane: also serve the TCP data plane (OpenDataPlane), as the shard binary does.
+  explicit InProcessShard(std::string checkpoint_dir = "", bool data_plane = true);
   ~InProcessShard();
 
   // Serves on 127.0.0.1:port (0: a free port, remembered for the next Start). A
@@ -40,10 +42,12 @@ class InProcessShard {
 
  private:
   const std::string checkpoint_dir_;
+  const bool serve_data_plane_;
   int port_ = 0;
   std::unique_ptr<ParameterShard> shard_;
   std::unique_ptr<PartitionExecutor> executor_;
   std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ServiceHost> host_;
 };
 

@@ -1,0 +1,266 @@
+#include "common/data_plane_wire.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace tributary::data_plane {
+namespace {
+
+void Put32(char* out, uint32_t value) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+void Put64(char* out, uint64_t value) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+uint32_t Get32(const char* in) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value |= uint32_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  return value;
+}
+uint64_t Get64(const char* in) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  return value;
+}
+
+timeval TimevalOf(absl::Duration timeout) {
+  timeval tv{};
+  if (timeout > absl::ZeroDuration()) {
+    tv = absl::ToTimeval(timeout);
+    if (tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;
+  }
+  return tv;
+}
+
+}  // namespace
+
+std::array<char, kFrameHeaderBytes> EncodeFrameHeader(FrameKind kind, uint64_t length) {
+  std::array<char, kFrameHeaderBytes> header;
+  Put32(header.data(), kind);
+  Put64(header.data() + 4, length);
+  return header;
+}
+
+std::array<char, kHelloBytes> EncodeHello(absl::string_view ticket) {
+  std::array<char, kHelloBytes> hello{};
+  std::memcpy(hello.data(), kMagic, 4);
+  Put32(hello.data() + 4, kVersion);
+  std::memcpy(hello.data() + 8, ticket.data(), std::min(ticket.size(), kTicketBytes));
+  return hello;
+}
+
+absl::StatusOr<std::string> ParseHello(const char (&hello)[kHelloBytes]) {
+  if (std::memcmp(hello, kMagic, 4) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data plane: the connection did not start with \"TRDP\" (first bytes 0x",
+        absl::Hex(static_cast<uint8_t>(hello[0]), absl::kZeroPad2),
+        absl::Hex(static_cast<uint8_t>(hello[1]), absl::kZeroPad2),
+        absl::Hex(static_cast<uint8_t>(hello[2]), absl::kZeroPad2),
+        absl::Hex(static_cast<uint8_t>(hello[3]), absl::kZeroPad2), ")"));
+  }
+  const uint32_t version = Get32(hello + 4);
+  if (version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("data plane: protocol version ", version,
+                                                   "; this shard speaks version ", kVersion));
+  }
+  return std::string(hello + 8, kTicketBytes);
+}
+
+absl::Status ReadFull(int fd, void* buffer, size_t n, absl::string_view what) {
+  char* at = static_cast<char*>(buffer);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::recv(fd, at + done, n - done, 0);
+    if (got > 0) {
+      done += static_cast<size_t>(got);
+      continue;
+    }
+    if (got == 0) {
+      if (done == 0) return absl::OutOfRangeError(absl::StrCat(what, ": the peer closed"));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": the peer closed after ", done, " of ", n, " bytes"));
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": nothing received in time"));
+    }
+    return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = pieces;
+    message.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return absl::UnavailableError(absl::StrCat(what, ": the peer stopped reading"));
+      }
+      return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+    }
+    size_t left = static_cast<size_t>(sent);
+    while (count > 0 && left >= pieces->iov_len) {
+      left -= pieces->iov_len;
+      ++pieces;
+      --count;
+    }
+    if (count > 0) {
+      pieces->iov_base = static_cast<char*>(pieces->iov_base) + left;
+      pieces->iov_len -= left;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what) {
+  char bytes[kFrameHeaderBytes];
+  if (absl::Status read = ReadFull(fd, bytes, sizeof(bytes), what); !read.ok()) return read;
+  FrameHeader header;
+  header.kind = Get32(bytes);
+  header.length = Get64(bytes + 4);
+  if (header.kind != kMessage && header.kind != kStatus) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unknown frame kind ", header.kind, " (1: message, 2: status)"));
+  }
+  const uint64_t limit = header.kind == kStatus ? 4 + kMaxStatusText : max_length;
+  if (header.length > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": a frame of ", header.length,
+                                                   " bytes; the limit is ", limit));
+  }
+  return header;
+}
+
+absl::Status WriteStatusFrame(int fd, const absl::Status& status) {
+  std::string payload(4, '\0');
+  Put32(payload.data(), static_cast<uint32_t>(status.code()));
+  absl::string_view text = status.message();
+  text = text.substr(0, kMaxStatusText);
+  payload.append(text.data(), text.size());
+  const auto header = EncodeFrameHeader(kStatus, payload.size());
+  iovec pieces[2] = {{const_cast<char*>(header.data()), header.size()},
+                     {payload.data(), payload.size()}};
+  return WriteAll(fd, pieces, 2, "data plane status");
+}
+
+absl::Status ParseStatusPayload(absl::string_view payload) {
+  if (payload.size() < 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data plane: a status frame of ", payload.size(), " bytes (at least 4)"));
+  }
+  const uint32_t code = Get32(payload.data());
+  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data plane: a status frame with unknown code ", code));
+  }
+  if (code == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(code), payload.substr(4));
+}
+
+absl::StatusOr<std::string> HostOf(absl::string_view address) {
+  absl::string_view rest = address;
+  if (absl::StartsWith(rest, "dns:///")) rest.remove_prefix(7);
+  if (absl::StartsWith(rest, "ipv4:")) rest.remove_prefix(5);
+  if (absl::StartsWith(rest, "ipv6:")) rest.remove_prefix(5);
+  const size_t colon = rest.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data plane: no host:port in the shard address \"", address, "\""));
+  }
+  absl::string_view host = rest.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::string(host);
+}
+
+absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration timeout) {
+  const std::string where = absl::StrCat(host, ":", port);
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("data plane: port ", port, " of ", host));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  if (int error = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); error != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane: cannot resolve ", host, ": ", ::gai_strerror(error)));
+  }
+  const absl::Time give_up = absl::Now() + timeout;
+  std::string last_error = "no address";
+  int connected = -1;
+  for (addrinfo* at = found; at != nullptr && connected < 0; at = at->ai_next) {
+    const int fd = ::socket(at->ai_family, at->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                            at->ai_protocol);
+    if (fd < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    int result = ::connect(fd, at->ai_addr, at->ai_addrlen);
+    if (result != 0 && errno == EINPROGRESS) {
+      pollfd waiting{fd, POLLOUT, 0};
+      const int64_t left_ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(give_up - absl::Now()));
+      int ready;
+      do {
+        ready = ::poll(&waiting, 1, static_cast<int>(std::min<int64_t>(left_ms, 1 << 30)));
+      } while (ready < 0 && errno == EINTR);
+      if (ready == 1) {
+        int error = 0;
+        socklen_t length = sizeof(error);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+        result = error == 0 ? 0 : -1;
+        errno = error;
+      } else {
+        result = -1;
+        errno = ready == 0 ? ETIMEDOUT : errno;
+      }
+    }
+    if (result != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    connected = fd;
+  }
+  ::freeaddrinfo(found);
+  if (connected < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane: cannot connect to ", where, ": ", last_error));
+  }
+  return connected;
+}
+
+void SetReceiveTimeout(int fd, absl::Duration timeout) {
+  const timeval tv = TimevalOf(timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+void SetSendTimeout(int fd, absl::Duration timeout) {
+  const timeval tv = TimevalOf(timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace tributary::data_plane

@@ -1,0 +1,86 @@
+// The PS data plane's framing, shared by the worker (worker/comm/ps_client) and the
+// shard (services/parameter_server/data_plane): PushPull's messages on a plain TCP
+// connection, for the bulk bytes that gRPC's HTTP/2 transport moves at about half of
+// what the socket can (docs/performance.md). Control stays on gRPC: a connection is
+// admitted by a ticket from the authenticated OpenDataPlane RPC.
+//
+//   client -> shard: hello = "TRDP", version (u32), ticket (32 bytes)
+//   shard -> client: a status frame (code 0: admitted; otherwise why not, then close)
+//   then frames both ways: kind (u32), length (u64), payload (length bytes)
+//     kMessage: a GradientPush (up) or PartitionValues (down) in protobuf wire format
+//     kStatus:  the stream's end (down): code (u32, gRPC/absl numbering) + text
+// Integers are little-endian. Every length is checked against a limit before any
+// byte of the payload is read.
+#ifndef TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
+#define TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
+
+#include <sys/uio.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace tributary::data_plane {
+
+inline constexpr char kMagic[4] = {'T', 'R', 'D', 'P'};
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kTicketBytes = 32;
+inline constexpr size_t kHelloBytes = 4 + 4 + kTicketBytes;
+inline constexpr size_t kFrameHeaderBytes = 12;
+// A status frame's text is cut to this many bytes.
+inline constexpr size_t kMaxStatusText = 4096;
+// Bytes a message adds to its data (field tags, lengths, the job id): the frame limit
+// is the partition's bytes plus this.
+inline constexpr uint64_t kMessageOverheadBytes = 1024;
+
+enum FrameKind : uint32_t { kMessage = 1, kStatus = 2 };
+
+struct FrameHeader {
+  uint32_t kind = 0;
+  uint64_t length = 0;
+};
+
+std::array<char, kFrameHeaderBytes> EncodeFrameHeader(FrameKind kind, uint64_t length);
+std::array<char, kHelloBytes> EncodeHello(absl::string_view ticket);
+
+// The ticket of a hello; INVALID_ARGUMENT for a wrong magic or version (both named).
+absl::StatusOr<std::string> ParseHello(const char (&hello)[kHelloBytes]);
+
+// Reads exactly n bytes (retrying EINTR). OUT_OF_RANGE when the peer closed before
+// the first byte (a clean end), UNAVAILABLE for a close part way or a socket error
+// (DEADLINE_EXCEEDED when a receive timeout ran out); `what` names the read.
+absl::Status ReadFull(int fd, void* buffer, size_t n, absl::string_view what);
+
+// Writes every byte of the pieces (sendmsg with MSG_NOSIGNAL: a closed peer is an
+// error, not SIGPIPE; partial writes and EINTR continued). UNAVAILABLE on failure.
+absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what);
+
+// Reads a frame header: INVALID_ARGUMENT for an unknown kind or a length above
+// max_length (both values named); ReadFull's errors otherwise.
+absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what);
+
+// A kStatus frame carrying `status` (OK included).
+absl::Status WriteStatusFrame(int fd, const absl::Status& status);
+// The status a kStatus payload carries; INVALID_ARGUMENT when it is malformed.
+absl::Status ParseStatusPayload(absl::string_view payload);
+
+// "host:port", "[v6]:port" or "dns:///host:port" -> host; INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::string> HostOf(absl::string_view address);
+
+// A connected TCP socket to host:port (TCP_NODELAY, close-on-exec), trying each
+// address the name resolves to within `timeout`. UNAVAILABLE naming host and port.
+absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration timeout);
+
+// SO_RCVTIMEO / SO_SNDTIMEO (zero: none).
+void SetReceiveTimeout(int fd, absl::Duration timeout);
+void SetSendTimeout(int fd, absl::Duration timeout);
+
+}  // namespace tributary::data_plane
+
+#endif  // TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_

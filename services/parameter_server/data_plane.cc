@@ -1,0 +1,509 @@
+#include "services/parameter_server/data_plane.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <glog/logging.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/data_plane_wire.h"
+#include "common/partition_codec.h"
+
+namespace tributary::ps {
+
+namespace dp = ::tributary::data_plane;
+
+// One admitted connection: a reader thread (hello, then pushes into two reused slots,
+// each handed to the partition's executor lane as on the gRPC stream) and a writer
+// thread (the values the shard delivers, then the stream's final status). All state
+// is under mu_; the shard calls the NodeSink methods with its own locks held, so they
+// only queue and return.
+class DataPlaneServer::Session final : public NodeSink {
+ public:
+  Session(DataPlaneServer* server, int fd) : server_(server), fd_(fd) {
+    for (Slot& slot : slots_) free_.push_back(&slot);
+  }
+  ~Session() override { ::close(fd_); }
+
+  void Start() {
+    reader_ = std::thread([this] { ReadLoop(); });
+  }
+
+  // Ends the stream with `status`: the writer sends it, the reader stops reading.
+  void Stop(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      EndLocked(status);
+    }
+    ::shutdown(fd_, SHUT_RD);
+  }
+
+  // Closes the socket both ways (a peer that does not read its last frames).
+  void Cut() { ::shutdown(fd_, SHUT_RDWR); }
+
+  bool Finished() {
+    absl::MutexLock lock(&mu_);
+    return reader_done_ && writer_done_ && tasks_ == 0;
+  }
+
+  // Waits for the threads and the executor tasks (after Stop or Finished).
+  void Join() {
+    if (reader_.joinable()) reader_.join();
+    if (writer_.joinable()) writer_.join();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* tasks) { return *tasks == 0; }, &tasks_));
+  }
+
+  // NodeSink -----------------------------------------------------------------------
+
+  void Deliver(std::shared_ptr<const v1::PartitionValues> values) override {
+    absl::MutexLock lock(&mu_);
+    if (ending()) return;
+    auto awaited = awaiting_.find(values->partition_id());
+    if (awaited != awaiting_.end() && values->step() > awaited->second) awaiting_.erase(awaited);
+    writes_.push_back(std::move(values));
+  }
+
+  void Retry(uint32_t partition_id) override {
+    Slot* push;
+    {
+      absl::MutexLock lock(&mu_);
+      auto held = held_.find(partition_id);
+      if (held == held_.end()) return;
+      push = held->second;
+      held_.erase(held);
+      if (ending()) {
+        free_.push_back(push);
+        return;
+      }
+      ++tasks_;
+    }
+    Schedule(push);
+  }
+
+  void End(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    EndLocked(status);
+  }
+
+ private:
+  static constexpr int kReadSlots = 4;  // Pushes being summed while the next arrive.
+
+  struct Slot {
+    ReceivedMessage received;  // received.bytes holds the frame's payload.
+    GradientPushView push;
+  };
+
+  bool ending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return end_status_.has_value(); }
+
+  void EndLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending()) return;
+    if (!status.ok() && !absl::IsFailedPrecondition(status)) {
+      LOG(WARNING) << Name() << " ends: " << status;
+    }
+    end_status_ = status;
+    writes_.clear();  // Queued values are dropped; the one being written is the writer's.
+  }
+
+  std::string Name() const { return absl::StrCat("data plane connection ", fd_); }
+
+  void ReadLoop() {
+    const std::optional<Binding> binding = Admit();
+    if (!binding.has_value()) {
+      absl::MutexLock lock(&mu_);
+      EndLocked(absl::UnauthenticatedError("not admitted"));
+      reader_done_ = true;
+      writer_done_ = true;
+      return;
+    }
+    writer_ = std::thread([this] { WriteLoop(); });
+    const uint64_t max_frame = server_->max_frame_bytes();
+    bool peer_closed = false;
+    while (true) {
+      Slot* slot;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &Session::SlotOrEnd));
+        if (ending()) break;
+        slot = free_.back();
+        free_.pop_back();
+      }
+      absl::Status status = ReadPush(*slot, max_frame, *binding);
+      bool schedule = false;
+      {
+        absl::MutexLock lock(&mu_);
+        if (!status.ok()) {
+          free_.push_back(slot);
+          if (absl::IsOutOfRange(status)) {
+            peer_closed = true;  // A clean end: finish once every push has its values.
+          } else {
+            EndLocked(status);
+          }
+        } else if (ending()) {
+          free_.push_back(slot);
+        } else {
+          ++tasks_;
+          schedule = true;
+        }
+      }
+      if (!schedule) break;
+      Schedule(slot);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (peer_closed) {
+        mu_.Await(absl::Condition(this, &Session::DrainedOrEnd));
+        EndLocked(absl::OkStatus());
+      }
+    }
+    if (!peer_closed) Discard();
+    absl::MutexLock lock(&mu_);
+    reader_done_ = true;
+  }
+
+  // The hello and its ticket; answers it with a status frame.
+  std::optional<Binding> Admit() {
+    dp::SetReceiveTimeout(fd_, server_->options_.hello_timeout);
+    char hello[dp::kHelloBytes];
+    absl::Status read = dp::ReadFull(fd_, hello, sizeof(hello), "data plane hello");
+    absl::StatusOr<Binding> binding = absl::UnavailableError("no hello");
+    if (!read.ok()) {
+      binding = read;
+    } else if (absl::StatusOr<std::string> ticket = dp::ParseHello(hello); !ticket.ok()) {
+      binding = ticket.status();
+    } else {
+      binding = server_->Redeem(*ticket);
+    }
+    if (!binding.ok()) {
+      ++server_->refused_;
+      LOG(WARNING) << Name() << " refused: " << binding.status();
+      if (read.ok()) dp::WriteStatusFrame(fd_, binding.status()).IgnoreError();
+      return std::nullopt;
+    }
+    if (!dp::WriteStatusFrame(fd_, absl::OkStatus()).ok()) return std::nullopt;
+    dp::SetReceiveTimeout(fd_, absl::ZeroDuration());
+    return *std::move(binding);
+  }
+
+  bool SlotOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ending() || !free_.empty();
+  }
+  bool DrainedOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ending() ||
+           (tasks_ == 0 && held_.empty() && awaiting_.empty() && writes_.empty() && !writing_);
+  }
+  bool WorkOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ending() || !writes_.empty();
+  }
+
+  // One frame into `slot`, decoded and checked against the connection's binding.
+  absl::Status ReadPush(Slot& slot, uint64_t max_frame, const Binding& binding) {
+    absl::StatusOr<dp::FrameHeader> header = dp::ReadFrameHeader(fd_, max_frame, "PushPull");
+    if (!header.ok()) return header.status();
+    if (header->kind != dp::kMessage) {
+      return absl::InvalidArgumentError("PushPull: a client sent a status frame");
+    }
+    std::vector<char>& bytes = slot.received.bytes;
+    bytes.resize(header->length);  // Capacity kept from push to push.
+    if (absl::Status read = dp::ReadFull(fd_, bytes.data(), bytes.size(), "PushPull");
+        !read.ok()) {
+      return absl::IsOutOfRange(read) ? absl::UnavailableError(read.message()) : read;
+    }
+    absl::Status decoded = DecodeGradientPush(absl::string_view(bytes.data(), bytes.size()),
+                                              &slot.received, &slot.push);
+    if (!decoded.ok()) return decoded;
+    const GradientPushView& push = slot.push;
+    if (push.job_id != binding.job_id || push.generation != binding.generation ||
+        push.node_rank != binding.node_rank) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "PushPull: this connection speaks for node ", binding.node_rank, " of generation ",
+          binding.generation, " of job ", binding.job_id, "; a push claimed node ",
+          push.node_rank, " of generation ", push.generation, " of job ", push.job_id));
+    }
+    return absl::OkStatus();
+  }
+
+  // After an error: reads what the peer still sends (so that closing does not reset
+  // the connection before it read our status), for a bounded time.
+  void Discard() {
+    dp::SetReceiveTimeout(fd_, absl::Seconds(2));
+    const absl::Time give_up = absl::Now() + absl::Seconds(5);
+    char scratch[1 << 16];
+    while (absl::Now() < give_up) {
+      const ssize_t got = ::recv(fd_, scratch, sizeof(scratch), 0);
+      if (got > 0 || (got < 0 && errno == EINTR)) continue;
+      break;
+    }
+  }
+
+  void WriteLoop() {
+    absl::Status final_status;
+    while (true) {
+      std::shared_ptr<const v1::PartitionValues> values;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &Session::WorkOrEnd));
+        if (ending()) {
+          final_status = *end_status_;
+          break;
+        }
+        values = std::move(writes_.front());
+        writes_.pop_front();
+        writing_ = true;
+      }
+      std::string head = PartitionValuesHead(*values);
+      const std::string& data = values->data();
+      auto frame = dp::EncodeFrameHeader(dp::kMessage, head.size() + data.size());
+      iovec pieces[3] = {{frame.data(), frame.size()},
+                         {head.data(), head.size()},
+                         {const_cast<char*>(data.data()), data.size()}};
+      absl::Status written = dp::WriteAll(fd_, pieces, data.empty() ? 2 : 3, "PushPull values");
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!written.ok()) EndLocked(written);
+    }
+    dp::WriteStatusFrame(fd_, final_status).IgnoreError();
+    ::shutdown(fd_, SHUT_WR);
+    // The reader ends when the peer closes; a peer that does not is cut off.
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&reader_done_), absl::Seconds(5))) {
+      ::shutdown(fd_, SHUT_RD);
+    }
+    writer_done_ = true;
+  }
+
+  void Schedule(Slot* push) {
+    server_->executor_->Submit(push->push.partition_id, [this, push] { RunPush(push); });
+  }
+
+  void RunPush(Slot* push) {
+    const GradientPushView& view = push->push;
+    const uint32_t partition = view.partition_id;
+    bool skip;
+    {
+      absl::MutexLock lock(&mu_);
+      skip = ending();
+      if (!skip) awaiting_[partition] = view.step;  // Before Push: ASYNC delivers inside.
+    }
+    absl::StatusOr<PushResult> result = PushResult::kDuplicate;
+    if (!skip) result = server_->shard_->Push(view, this);
+    absl::MutexLock lock(&mu_);
+    if (!skip && !result.ok()) {
+      awaiting_.erase(partition);
+      EndLocked(result.status());
+      free_.push_back(push);
+    } else if (!skip && *result == PushResult::kHeld) {
+      held_[partition] = push;  // Its slot stays taken until Retry().
+    } else {
+      free_.push_back(push);
+    }
+    --tasks_;
+  }
+
+  DataPlaneServer* const server_;
+  const int fd_;
+  std::thread reader_;
+  std::thread writer_;
+
+  absl::Mutex mu_;
+  Slot slots_[kReadSlots];
+  std::vector<Slot*> free_ ABSL_GUARDED_BY(mu_);
+  int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
+  absl::flat_hash_map<uint32_t, Slot*> held_ ABSL_GUARDED_BY(mu_);
+  // Partition -> step pushed here whose new values have not come yet.
+  absl::flat_hash_map<uint32_t, uint64_t> awaiting_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> end_status_ ABSL_GUARDED_BY(mu_);
+  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool writer_done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+DataPlaneServer::DataPlaneServer(ParameterShard* shard, PartitionExecutor* executor,
+                                 DataPlaneOptions options)
+    : shard_(shard), executor_(executor), options_(std::move(options)) {}
+
+DataPlaneServer::~DataPlaneServer() { Shutdown(); }
+
+uint64_t DataPlaneServer::max_frame_bytes() const {
+  return options_.max_partition_bytes + dp::kMessageOverheadBytes;
+}
+
+absl::Status DataPlaneServer::Start() {
+  const std::string where = absl::StrCat(options_.bind_host, ":", options_.port);
+  const bool v6 = options_.bind_host.find(':') != std::string::npos;
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("data plane: socket: ", std::strerror(errno)));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage address{};
+  socklen_t length;
+  if (v6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<uint16_t>(options_.port));
+    if (::inet_pton(AF_INET6, options_.bind_host.c_str(), &in6->sin6_addr) != 1) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("data plane: bad address ", where));
+    }
+    length = sizeof(sockaddr_in6);
+  } else {
+    auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons(static_cast<uint16_t>(options_.port));
+    if (::inet_pton(AF_INET, options_.bind_host.c_str(), &in4->sin_addr) != 1) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("data plane: bad address ", where));
+    }
+    length = sizeof(sockaddr_in);
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd, 128) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", where, ": ", error));
+  }
+  port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                   : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  listener_ = fd;
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return absl::OkStatus();
+}
+
+void DataPlaneServer::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listener_ >= 0) ::close(listener_);
+  listener_ = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& session : sessions_) {
+      session->Stop(absl::UnavailableError("the PS shard is shutting down"));
+    }
+  }
+  // Each peer gets its status if it reads it within 2 seconds; the rest are cut.
+  const absl::Time give_up = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < give_up) {
+    bool all_finished = true;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& session : sessions_) all_finished = all_finished && session->Finished();
+    }
+    if (all_finished) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& session : sessions_) session->Cut();
+  }
+  Sweep(/*all=*/true);
+}
+
+void DataPlaneServer::AcceptLoop() {
+  while (!stopping_.load()) {
+    pollfd waiting{listener_, POLLIN, 0};
+    const int ready = ::poll(&waiting, 1, 200);
+    Sweep(/*all=*/false);
+    if (ready <= 0) continue;
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // A peer that stops reading its values for this long is disconnected.
+    dp::SetSendTimeout(fd, absl::Seconds(60));
+    absl::MutexLock lock(&mu_);
+    if (sessions_.size() >= static_cast<size_t>(options_.max_connections)) {
+      ++refused_;
+      LOG(WARNING) << "data plane: " << sessions_.size()
+                   << " connections open (the limit); one more closed";
+      ::close(fd);
+      continue;
+    }
+    sessions_.push_back(std::make_unique<Session>(this, fd));
+    sessions_.back()->Start();
+  }
+}
+
+void DataPlaneServer::Sweep(bool all) {
+  std::vector<std::unique_ptr<Session>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (all || (*it)->Finished()) {
+        done.push_back(std::move(*it));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& session : done) {
+    session->Join();
+    shard_->Detach(session.get());  // After this no sink call reaches it.
+  }
+}
+
+absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::string& job_id,
+                                                                 uint64_t generation,
+                                                                 uint32_t node_rank) {
+  std::string ticket(dp::kTicketBytes, '\0');
+  size_t filled = 0;
+  while (filled < ticket.size()) {
+    const ssize_t got = ::getrandom(ticket.data() + filled, ticket.size() - filled, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("data plane: getrandom: ", std::strerror(errno)));
+    }
+    filled += static_cast<size_t>(got);
+  }
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(tickets_, [now](const auto& entry) { return entry.second.expires <= now; });
+  if (tickets_.size() >= options_.max_tickets) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "OpenDataPlane: ", tickets_.size(), " tickets outstanding (the limit); try again in ",
+        absl::FormatDuration(options_.ticket_lifetime)));
+  }
+  tickets_[ticket] = Binding{job_id, generation, node_rank, now + options_.ticket_lifetime};
+  v1::OpenDataPlaneResponse response;
+  response.set_port(static_cast<uint32_t>(port_));
+  response.set_ticket(std::move(ticket));
+  response.set_max_frame_bytes(max_frame_bytes());
+  response.set_expires_in_seconds(
+      static_cast<uint32_t>(absl::ToInt64Seconds(options_.ticket_lifetime)));
+  return response;
+}
+
+absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::string& ticket) {
+  absl::MutexLock lock(&mu_);
+  auto found = tickets_.find(ticket);
+  if (found == tickets_.end() || found->second.expires <= absl::Now()) {
+    if (found != tickets_.end()) tickets_.erase(found);
+    return absl::UnauthenticatedError(
+        "data plane: unknown, used or expired ticket (ask OpenDataPlane for a new one)");
+  }
+  Binding binding = std::move(found->second);
+  tickets_.erase(found);
+  return binding;
+}
+
+size_t DataPlaneServer::connections() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace tributary::ps

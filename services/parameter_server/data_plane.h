@@ -1,0 +1,103 @@
+// The shard's TCP data plane: PushPull's messages on plain TCP connections
+// (common/data_plane_wire.h), beside the gRPC PushPull stream, which keeps working
+// for every client. gRPC's HTTP/2 transport moves a shard's bulk bytes at about half
+// of what a loopback socket does on a small machine (frames, flow control, hand-offs
+// between its threads); here each connection has one thread reading pushes straight
+// into a reused buffer and one writing values straight from the shard's buffer.
+//
+// Admission: a connection must present, within the hello timeout, a ticket the
+// OpenDataPlane RPC issued (32 random bytes, single use, 30 s): every check of a
+// caller (roles, node credentials) stays with gRPC. The ticket binds the connection
+// to its (job, generation, node); a push claiming another ends it. Messages are
+// validated by the shard exactly as on the gRPC stream, and each frame's length is
+// checked against the partition limit before anything is read. Bytes travel
+// unencrypted: a shard serving TLS runs no data plane (parameter_server_main).
+#ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_
+#define TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/parameter_server.pb.h"
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/partition_executor.h"
+
+namespace tributary::ps {
+
+struct DataPlaneOptions {
+  std::string bind_host = "0.0.0.0";
+  int port = 0;                         // 0: a free port (see DataPlaneServer::port()).
+  uint64_t max_partition_bytes = 4 << 20;  // Frames above this plus overhead are refused.
+  int max_connections = 1024;           // Open connections; more are closed at once.
+  size_t max_tickets = 4096;            // Outstanding tickets.
+  absl::Duration ticket_lifetime = absl::Seconds(30);
+  absl::Duration hello_timeout = absl::Seconds(10);
+};
+
+class DataPlaneServer {
+ public:
+  // shard and executor are not owned and must outlive the server.
+  DataPlaneServer(ParameterShard* shard, PartitionExecutor* executor, DataPlaneOptions options);
+  ~DataPlaneServer();
+  DataPlaneServer(const DataPlaneServer&) = delete;
+  DataPlaneServer& operator=(const DataPlaneServer&) = delete;
+
+  // Binds and starts accepting. UNAVAILABLE naming the address when it cannot bind.
+  absl::Status Start();
+  // Ends every connection (UNAVAILABLE: the shard is shutting down) and stops
+  // accepting; idempotent.
+  void Shutdown();
+
+  int port() const { return port_; }
+  uint64_t max_frame_bytes() const;
+
+  // A ticket for one connection speaking for (job, generation, node).
+  // RESOURCE_EXHAUSTED when max_tickets are outstanding.
+  absl::StatusOr<v1::OpenDataPlaneResponse> Issue(const std::string& job_id, uint64_t generation,
+                                                  uint32_t node_rank);
+
+  // Connections open now, and ever refused (bad hello or ticket, over the limit).
+  size_t connections() const;
+  uint64_t refused() const { return refused_; }
+
+  class Session;
+
+ private:
+  struct Binding {
+    std::string job_id;
+    uint64_t generation = 0;
+    uint32_t node_rank = 0;
+    absl::Time expires;
+  };
+
+  void AcceptLoop();
+  // Joins and frees sessions whose threads are done (all of them with `all`).
+  void Sweep(bool all);
+  // The binding of `ticket`, removing it; UNAUTHENTICATED when unknown or expired.
+  absl::StatusOr<Binding> Redeem(const std::string& ticket);
+
+  ParameterShard* const shard_;
+  PartitionExecutor* const executor_;
+  const DataPlaneOptions options_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread acceptor_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> refused_{0};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Binding> tickets_ ABSL_GUARDED_BY(mu_);
+  std::list<std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tributary::ps
+
+#endif  // TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_

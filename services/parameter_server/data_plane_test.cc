@@ -1,0 +1,337 @@
+// The shard's TCP data plane from the outside, over real loopback sockets: a ticket
+// admits one connection for one node, pushes on it train exactly as on gRPC
+// PushPull, and every bad input (no or a used or expired ticket, a wrong hello, a
+// frame of 2^64-1 bytes, garbage, a push for another node or a stale generation, a
+// peer that never speaks, too many connections or tickets) ends that connection with
+// a status naming the value while the shard keeps serving others.
+#include "services/parameter_server/data_plane.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/data_plane_wire.h"
+#include "common/partition_codec.h"
+#include "services/parameter_server/shard_test_util.h"
+
+namespace tributary::ps {
+namespace {
+
+namespace dp = ::tributary::data_plane;
+using ::testing::HasSubstr;
+using testing::InitialValues;
+using testing::MakeHeader;
+using testing::MakePush;
+using testing::MakeSpec;
+using testing::Sgd;
+
+constexpr int64_t kElements = 192;  // Three partitions of 64 floats (partition_bytes 256).
+
+struct Fixture {
+  explicit Fixture(DataPlaneOptions options = {}, uint32_t nodes = 1)
+      : header(MakeHeader(MakeSpec(v1::SYNC, Sgd(0.5f), nodes), kElements, 1, 0)),
+        shard(ShardOptions{}, nullptr),
+        executor(2) {
+    for (int64_t i = 0; i < kElements; ++i) initial.push_back(0.01f * static_cast<float>(i));
+    auto installed = shard.Init(header, InitialValues(header, initial));
+    EXPECT_TRUE(installed.ok()) << installed.status();
+    options.bind_host = "127.0.0.1";
+    options.max_partition_bytes = 256;
+    server = std::make_unique<DataPlaneServer>(&shard, &executor, options);
+    EXPECT_TRUE(server->Start().ok());
+  }
+
+  std::string Ticket(uint32_t node = 0, uint64_t generation = 0) {
+    absl::StatusOr<v1::OpenDataPlaneResponse> issued = server->Issue("job-1", generation, node);
+    EXPECT_TRUE(issued.ok()) << issued.status();
+    return issued.ok() ? issued->ticket() : std::string();
+  }
+
+  int Connect() {
+    absl::StatusOr<int> fd = dp::Connect("127.0.0.1", server->port(), absl::Seconds(5));
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    dp::SetReceiveTimeout(*fd, absl::Seconds(20));
+    return *fd;
+  }
+
+  v1::InitHeader header;
+  std::vector<float> initial;
+  ParameterShard shard;
+  PartitionExecutor executor;
+  std::unique_ptr<DataPlaneServer> server;
+};
+
+void Send(int fd, absl::string_view bytes) {
+  iovec piece = {const_cast<char*>(bytes.data()), bytes.size()};
+  ASSERT_TRUE(dp::WriteAll(fd, &piece, 1, "test").ok());
+}
+
+// A frame as the client writes it.
+std::string Frame(const std::string& payload) {
+  auto header = dp::EncodeFrameHeader(dp::kMessage, payload.size());
+  return std::string(header.data(), header.size()) + payload;
+}
+
+std::string PushBytes(const v1::GradientPush& push) {
+  PushHeader header;
+  header.job_id = push.job_id();
+  header.generation = push.generation();
+  header.step = push.step();
+  header.node_rank = push.node_rank();
+  header.partition_id = push.partition_id();
+  header.dtype = push.dtype();
+  header.sample_count = push.sample_count();
+  header.steps = push.steps();
+  return GradientPushHead(header, push.data().size()) + push.data();
+}
+
+// The next frame: a message (its payload) or a status (returned as that status).
+struct Received {
+  bool is_status = false;
+  absl::Status status;
+  std::string payload;
+};
+Received Read(int fd) {
+  Received received;
+  absl::StatusOr<dp::FrameHeader> header = dp::ReadFrameHeader(fd, 1 << 20, "test");
+  if (!header.ok()) {
+    received.is_status = true;
+    received.status = absl::UnavailableError(absl::StrCat("no frame: ", header.status().message()));
+    return received;
+  }
+  received.payload.resize(header->length);
+  EXPECT_TRUE(dp::ReadFull(fd, received.payload.data(), received.payload.size(), "test").ok());
+  if (header->kind == dp::kStatus) {
+    received.is_status = true;
+    received.status = dp::ParseStatusPayload(received.payload);
+  }
+  return received;
+}
+
+// Connects with a hello carrying `ticket`; the shard's answer.
+absl::Status Hello(int fd, const std::string& ticket) {
+  auto hello = dp::EncodeHello(ticket);
+  Send(fd, absl::string_view(hello.data(), hello.size()));
+  Received answer = Read(fd);
+  EXPECT_TRUE(answer.is_status);
+  return answer.status;
+}
+
+// The status that ends the connection, skipping any values before it.
+absl::Status EndOf(int fd) {
+  for (int i = 0; i < 100; ++i) {
+    Received received = Read(fd);
+    if (received.is_status) return received.status;
+  }
+  return absl::InternalError("no end");
+}
+
+TEST(DataPlaneTest, PushesTrainExactlyAsTheShardDoes) {
+  Fixture f;
+  const int fd = f.Connect();
+  ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+  std::vector<float> grad(kElements);
+  for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.5f - 0.003f * static_cast<float>(i);
+  for (uint32_t p = 0; p < 3; ++p) {
+    Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, p, grad, 2))));
+  }
+  std::vector<float> got(kElements, -1.0f);
+  for (int i = 0; i < 3; ++i) {
+    Received received = Read(fd);
+    ASSERT_FALSE(received.is_status) << received.status;
+    ReceivedMessage message;
+    PartitionValuesView values;
+    ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
+    EXPECT_EQ(values.step, 1u);
+    const v1::Partition& partition = f.header.plan().partitions(values.partition_id);
+    CopyFloatsInto(values.data, got.data() + partition.offset());
+  }
+  for (int64_t i = 0; i < kElements; ++i) {
+    // SGD, rate 0.5, the gradient sum over 2 samples.
+    EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / 2.0f)) << i;
+  }
+  // A clean close: the shard answers with OK once every push has its values.
+  ::shutdown(fd, SHUT_WR);
+  EXPECT_TRUE(EndOf(fd).ok());
+  ::close(fd);
+}
+
+TEST(DataPlaneTest, ATicketAdmitsOneConnectionOnly) {
+  Fixture f;
+  const std::string ticket = f.Ticket();
+  const int first = f.Connect();
+  ASSERT_TRUE(Hello(first, ticket).ok());
+  const int second = f.Connect();
+  absl::Status refused = Hello(second, ticket);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("unknown, used or expired ticket"));
+  ::close(first);
+  ::close(second);
+  EXPECT_GE(f.server->refused(), 1u);
+}
+
+TEST(DataPlaneTest, UnknownAndExpiredTicketsAreRefused) {
+  DataPlaneOptions options;
+  options.ticket_lifetime = absl::Milliseconds(50);
+  Fixture f(options);
+  const int unknown = f.Connect();
+  EXPECT_EQ(Hello(unknown, std::string(32, 'x')).code(), absl::StatusCode::kUnauthenticated);
+  ::close(unknown);
+  const std::string ticket = f.Ticket();
+  absl::SleepFor(absl::Milliseconds(120));
+  const int late = f.Connect();
+  EXPECT_EQ(Hello(late, ticket).code(), absl::StatusCode::kUnauthenticated);
+  ::close(late);
+}
+
+TEST(DataPlaneTest, AWrongHelloIsNamed) {
+  Fixture f;
+  const int fd = f.Connect();
+  std::string hello(dp::kHelloBytes, '\0');
+  hello.replace(0, 4, "GET ");
+  Send(fd, hello);
+  Received answer = Read(fd);
+  ASSERT_TRUE(answer.is_status);
+  EXPECT_EQ(answer.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(answer.status.message(), HasSubstr("did not start with \"TRDP\" (first bytes 0x47455420)"));
+  ::close(fd);
+
+  const int versioned = f.Connect();
+  auto good = dp::EncodeHello(f.Ticket());
+  std::string bumped(good.data(), good.size());
+  bumped[4] = 9;
+  Send(versioned, bumped);
+  answer = Read(versioned);
+  EXPECT_THAT(answer.status.message(), HasSubstr("protocol version 9"));
+  ::close(versioned);
+}
+
+TEST(DataPlaneTest, AFrameAboveTheLimitIsRefusedBeforeReading) {
+  Fixture f;
+  const int fd = f.Connect();
+  ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+  auto header = dp::EncodeFrameHeader(dp::kMessage, ~uint64_t{0});
+  Send(fd, absl::string_view(header.data(), header.size()));
+  absl::Status ended = EndOf(fd);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kInvalidArgument) << ended;
+  EXPECT_THAT(ended.message(), HasSubstr("a frame of 18446744073709551615 bytes; the limit is "
+                                         "1280"));
+  ::close(fd);
+
+  const int kinded = f.Connect();
+  ASSERT_TRUE(Hello(kinded, f.Ticket()).ok());
+  auto odd = dp::EncodeFrameHeader(static_cast<dp::FrameKind>(7), 4);
+  Send(kinded, absl::string_view(odd.data(), odd.size()));
+  EXPECT_THAT(EndOf(kinded).message(), HasSubstr("unknown frame kind 7"));
+  ::close(kinded);
+}
+
+TEST(DataPlaneTest, APushForAnotherNodeOrAStaleGenerationEndsTheConnection) {
+  Fixture f(DataPlaneOptions{}, /*nodes=*/2);
+  std::vector<float> grad(kElements, 0.25f);
+  const int fd = f.Connect();
+  ASSERT_TRUE(Hello(fd, f.Ticket(/*node=*/0)).ok());
+  Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, /*node=*/1, 0, grad, 1))));
+  absl::Status ended = EndOf(fd);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kPermissionDenied) << ended;
+  EXPECT_THAT(ended.message(), HasSubstr("speaks for node 0 of generation 0 of job job-1; a "
+                                         "push claimed node 1 of generation 0 of job job-1"));
+  ::close(fd);
+
+  // The shard's own validation, as on gRPC: a generation the shard is past.
+  ASSERT_TRUE(f.shard.BeginGeneration([] {
+    v1::BeginGenerationRequest request;
+    request.set_job_id("job-1");
+    request.set_generation(1);
+    request.set_num_nodes(2);
+    return request;
+  }()).ok());
+  const int stale = f.Connect();
+  ASSERT_TRUE(Hello(stale, f.Ticket(0, /*generation=*/0)).ok());
+  Send(stale, Frame(PushBytes(MakePush(f.header, 0, 0, 0, 0, grad, 1))));
+  ended = EndOf(stale);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kFailedPrecondition) << ended;
+  ::close(stale);
+}
+
+TEST(DataPlaneTest, GarbageEndsOnlyItsOwnConnection) {
+  Fixture f;
+  std::mt19937 random(7);
+  for (int round = 0; round < 20; ++round) {
+    const int fd = f.Connect();
+    if (round % 2 == 0) ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+    std::string garbage(1 + random() % 300, '\0');
+    for (char& c : garbage) c = static_cast<char>(random());
+    // A plausible frame header half of the time, so the payload is decoded.
+    if (round % 4 == 0) garbage = Frame(garbage);
+    Send(fd, garbage);
+    ::shutdown(fd, SHUT_WR);
+    Received received = Read(fd);
+    EXPECT_TRUE(received.is_status);
+    ::close(fd);
+  }
+  // Still serving.
+  const int fd = f.Connect();
+  ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+  std::vector<float> grad(kElements, 0.5f);
+  Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, 0, grad, 1))));
+  Received values = Read(fd);
+  EXPECT_FALSE(values.is_status) << values.status;
+  ::close(fd);
+}
+
+TEST(DataPlaneTest, SilentPeersAndTooManyConnectionsAreClosed) {
+  DataPlaneOptions options;
+  options.hello_timeout = absl::Milliseconds(200);
+  options.max_connections = 1;
+  Fixture f(options);
+  const int silent = f.Connect();
+  const absl::Time start = absl::Now();
+  char byte;
+  // Closed without a word once the hello timeout passed (no hello: no status).
+  EXPECT_LE(::recv(silent, &byte, 1, 0), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  ::close(silent);
+
+  // Wait until the shard forgot the silent connection, then fill the one place.
+  for (int i = 0; i < 100 && f.server->connections() > 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  const int first = f.Connect();
+  ASSERT_TRUE(Hello(first, f.Ticket()).ok());
+  const int second = f.Connect();
+  EXPECT_LE(::recv(second, &byte, 1, 0), 0);  // Closed at once.
+  ::close(second);
+  ::close(first);
+}
+
+TEST(DataPlaneTest, TicketsAreBounded) {
+  DataPlaneOptions options;
+  options.max_tickets = 2;
+  Fixture f(options);
+  EXPECT_TRUE(f.server->Issue("job-1", 1, 0).ok());
+  EXPECT_TRUE(f.server->Issue("job-1", 1, 0).ok());
+  absl::StatusOr<v1::OpenDataPlaneResponse> third = f.server->Issue("job-1", 1, 0);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(), HasSubstr("2 tickets outstanding"));
+}
+
+TEST(DataPlaneTest, ShutdownEndsOpenConnections) {
+  Fixture f;
+  const int fd = f.Connect();
+  ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+  f.server->Shutdown();
+  Received received = Read(fd);
+  ASSERT_TRUE(received.is_status);
+  EXPECT_EQ(received.status.code(), absl::StatusCode::kUnavailable) << received.status;
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace tributary::ps
