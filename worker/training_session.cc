@@ -68,6 +68,11 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   // buffers on through the node's sum; the PS keeps node 0's (DDP's rank 0).
   if (assignment.local_rank() == 0) replicas[0]->set_buffer_source(true);
   session->replicas_ = std::make_unique<engine::ReplicaGroup>(std::move(replicas));
+  session->updates_into_parameters_ = true;
+  for (int i = 0; i < session->replicas_->size(); ++i) {
+    session->updates_into_parameters_ &=
+        session->replicas_->replica(i).DoneWithParametersWhenReady();
+  }
   session->scratch_.resize(assignment.replicas());
   {
     absl::MutexLock lock(&session->mu_);
@@ -332,9 +337,12 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     if (!leader() || !update_.sync) continue;
     if (!local_sgd_) {
       // The update comes back into the parameters (ApplyPartition waits for it there):
-      // nothing reads or writes this partition's values before, since backward is
-      // past it and the next forward waits at the gate.
-      ps_->ExpectUpdateInto(partition.id(), step, params_.data() + partition.offset());
+      // nothing reads or writes this partition's values before, since every replica
+      // is done with them (Replica::DoneWithParametersWhenReady) and the next forward
+      // waits at the gate.
+      if (updates_into_parameters_) {
+        ps_->ExpectUpdateInto(partition.id(), step, params_.data() + partition.offset());
+      }
       absl::Status pushed =
           ps_->Push(step, partition.id(), grad, update_.node_samples, /*steps=*/1);
       if (!pushed.ok()) return pushed;

@@ -200,6 +200,9 @@ class TrainingSession {
   uint64_t round_start_ = 0;
   uint64_t round_samples_ = 0;
   std::unique_ptr<engine::ReplicaGroup> replicas_;
+  // Every replica is done with a partition's parameters once it reported its
+  // gradients: its update may be received straight into params_.
+  bool updates_into_parameters_ = false;
   std::unique_ptr<RendezvousClient> rendezvous_;
   std::unique_ptr<IntraNodeReducer> reducer_;
   std::unique_ptr<PsConnection> ps_;

@@ -25,7 +25,9 @@ TEST(ChaosTest, KillsAndAJoinLeaveTheParametersOfACleanRun) {
   ClusterShape shape;
   std::unique_ptr<cli::LocalCluster> cluster = StartCluster("chaos", shape);
   ASSERT_NE(cluster, nullptr);
-  const uint64_t kSteps = 3000;
+  // Long enough that the job still runs at the last event: workers train on while the
+  // coordinator restarts, at over 1,000 steps/s on the TCP data plane.
+  const uint64_t kSteps = 12000;
   v1::JobSpec spec = SyntheticJob(32, kSteps);
   spec.set_nodes_min(1);
   spec.set_nodes_max(2);

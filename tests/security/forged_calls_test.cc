@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <memory>
@@ -20,6 +21,8 @@
 #include "cli/parameters.h"
 #include "common/child_process.h"
 #include "common/cluster_auth.h"
+#include "common/data_plane_wire.h"
+#include "common/partition_codec.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
@@ -81,6 +84,45 @@ grpc::Status ForgedPush(const std::string& address, const Caller& caller, const 
   while (stream->Read(&values)) {
   }
   return stream->Finish();
+}
+
+// The same push on the data plane, admitted by `ticket`: how the connection ended
+// (the admission's refusal, or the status that ended the stream).
+absl::Status DataPlanePush(const std::string& host, uint32_t port, const std::string& ticket,
+                           const v1::Job& job, uint32_t node_rank, uint32_t partition_elements) {
+  absl::StatusOr<int> fd = data_plane::Connect(host, static_cast<int>(port), absl::Seconds(10));
+  if (!fd.ok()) return fd.status();
+  data_plane::SetReceiveTimeout(*fd, absl::Seconds(30));
+  PushHeader header;
+  header.job_id = job.job_id();
+  header.generation = job.generation();
+  header.step = job.step();
+  header.node_rank = node_rank;
+  header.dtype = v1::FLOAT32;
+  header.sample_count = 64;
+  const std::string data(partition_elements * sizeof(float), '\x7f');
+  const std::string head = GradientPushHead(header, data.size());
+  auto hello = data_plane::EncodeHello(ticket);
+  auto frame = data_plane::EncodeFrameHeader(data_plane::kMessage, head.size() + data.size());
+  iovec pieces[4] = {{hello.data(), hello.size()},
+                     {frame.data(), frame.size()},
+                     {const_cast<char*>(head.data()), head.size()},
+                     {const_cast<char*>(data.data()), data.size()}};
+  absl::Status written = data_plane::WriteAll(*fd, pieces, 4, "forged push");
+  absl::Status ended = absl::UnavailableError("no status");
+  // The admission's answer, then (when admitted) whatever ends the stream.
+  for (int frames = 0; written.ok() && frames < 100; ++frames) {
+    absl::StatusOr<data_plane::FrameHeader> next =
+        data_plane::ReadFrameHeader(*fd, 64 << 20, "forged push");
+    if (!next.ok()) break;
+    std::string payload(next->length, '\0');
+    if (!data_plane::ReadFull(*fd, payload.data(), payload.size(), "forged push").ok()) break;
+    if (next->kind != data_plane::kStatus) continue;
+    ended = data_plane::ParseStatusPayload(payload);
+    if (!ended.ok()) break;  // Refused at admission or later.
+  }
+  ::close(*fd);
+  return ended;
 }
 
 TEST(ForgedCallsTest, EveryForgedCallIsRefusedAndChangesNothing) {
@@ -254,6 +296,32 @@ TEST(ForgedCallsTest, EveryForgedCallIsRefusedAndChangesNothing) {
                    StatusCode::PERMISSION_DENIED, as_worker.name);
     EXPECT_REFUSED(ps->RestoreJob(ContextOf(as_operator).get(), restore, &restored),
                    StatusCode::PERMISSION_DENIED, as_operator.name);
+    // The data plane: tickets only for a node's own credential, and a connection speaks
+    // only for the node its ticket names.
+    v1::OpenDataPlaneRequest open;
+    open.set_job_id(job_id);
+    open.set_generation(paused->generation());
+    open.set_node_rank(0);
+    v1::OpenDataPlaneResponse ticket;
+    EXPECT_REFUSED(ps->OpenDataPlane(ContextOf(stranger).get(), open, &ticket),
+                   StatusCode::UNAUTHENTICATED, stranger.name);
+    EXPECT_REFUSED(ps->OpenDataPlane(ContextOf(as_operator).get(), open, &ticket),
+                   StatusCode::PERMISSION_DENIED, as_operator.name);
+    EXPECT_REFUSED(ps->OpenDataPlane(ContextOf(as_worker).get(), open, &ticket),
+                   StatusCode::PERMISSION_DENIED, as_worker.name);
+    const Caller node1{"node 1", as_worker.auth_header, wrong_node};
+    EXPECT_REFUSED(ps->OpenDataPlane(ContextOf(node1).get(), open, &ticket),
+                   StatusCode::PERMISSION_DENIED, "node 1's credential asking for node 0");
+    open.set_node_rank(1);
+    ASSERT_TRUE(ps->OpenDataPlane(ContextOf(node1).get(), open, &ticket).ok());
+    absl::StatusOr<std::string> host = data_plane::HostOf(shard);
+    ASSERT_TRUE(host.ok());
+    // A made-up ticket: UNAUTHENTICATED. Node 1's ticket pushing as node 0: refused.
+    EXPECT_EQ(DataPlanePush(*host, ticket.port(), std::string(32, 'x'), *paused, 0, elements).code(),
+              absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(DataPlanePush(*host, ticket.port(), ticket.ticket(), *paused, 0, elements).code(),
+              absl::StatusCode::kPermissionDenied);
+
     v1::CheckpointResponse checkpoint;
     EXPECT_REFUSED(ps->Checkpoint(ContextOf(stranger).get(), v1::CheckpointRequest(), &checkpoint),
                    StatusCode::UNAUTHENTICATED, stranger.name);

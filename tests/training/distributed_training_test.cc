@@ -92,7 +92,9 @@ TEST(DistributedTrainingTest, SyncOnTwoNodesEqualsOneReplica) {
 
 // The same job on two fresh clusters of the same layout (2 nodes x 2 replicas, 2
 // shards) ends with the same parameters bit for bit: with AVX2 the engine's buffers
-// must be aligned for that (worker/engine/aligned.h).
+// must be aligned for that (worker/engine/aligned.h). The first run's workers use the
+// PS's TCP data plane (updates received straight into the parameters), the second's
+// gRPC PushPull: the transport changes no bit either.
 TEST(DistributedTrainingTest, TheSameJobOnTheSameLayoutGivesTheSameBits) {
   ClusterShape shape;
   shape.ps_shards = 2;
@@ -100,6 +102,7 @@ TEST(DistributedTrainingTest, TheSameJobOnTheSameLayoutGivesTheSameBits) {
   const v1::JobSpec spec = FashionMlp(/*batch=*/64, /*steps=*/40, /*replicas=*/2, /*nodes=*/2);
   std::vector<std::vector<float>> runs;
   for (int run = 0; run < 2; ++run) {
+    shape.worker_args = {run == 0 ? "--ps_transport=tcp" : "--ps_transport=grpc"};
     auto cluster = StartCluster(absl::StrCat("same_bits_", run), shape);
     const v1::Job job = RunToCompletion(*cluster, spec);
     ASSERT_EQ(job.step(), 40u);

@@ -125,7 +125,8 @@ TEST(LocalSgdTest, RoundsSurviveAKilledWorkerAndNoneCountsTwice) {
   shape.ps_shards = 2;
   shape.workers = 3;  // Three nodes; the job needs two.
   auto cluster = StartCluster("local_sgd_failure", shape);
-  v1::JobSpec spec = SyntheticJob(/*batch=*/48, /*steps=*/1200);
+  // Long enough to outlast the 3 s the coordinator takes to notice the kill.
+  v1::JobSpec spec = SyntheticJob(/*batch=*/48, /*steps=*/6000);
   spec.set_nodes_min(2);
   spec.set_nodes_max(3);
   spec.set_eval_interval_steps(300);
@@ -148,16 +149,16 @@ TEST(LocalSgdTest, RoundsSurviveAKilledWorkerAndNoneCountsTwice) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), v1::COMPLETED) << job->state_reason();
   EXPECT_GT(job->generation(), generation_before);
-  EXPECT_EQ(job->step(), 1200u);
+  EXPECT_EQ(job->step(), 6000u);
   EXPECT_GT(job->result().test_accuracy(), 0.5);  // 4 well separated classes.
-  // 300 rounds of 4 steps, each applied once: a round applied twice, or a partial
+  // 1500 rounds of 4 steps, each applied once: a round applied twice, or a partial
   // round kept after the failure, would leave a version off.
   absl::StatusOr<std::vector<v1::ShardStatus>> shards = ShardStatuses(*cluster);
   ASSERT_TRUE(shards.ok()) << shards.status();
   for (const v1::ShardStatus& shard : *shards) {
     for (const v1::PartitionStatus& partition : shard.partitions()) {
-      EXPECT_EQ(partition.version(), 300u) << "partition " << partition.partition_id();
-      EXPECT_EQ(partition.step(), 1200u) << "partition " << partition.partition_id();
+      EXPECT_EQ(partition.version(), 1500u) << "partition " << partition.partition_id();
+      EXPECT_EQ(partition.step(), 6000u) << "partition " << partition.partition_id();
     }
   }
 }

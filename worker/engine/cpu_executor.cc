@@ -334,12 +334,13 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           sums.noalias() = dy.colwise().sum();
           db = sums;
         }
-        ready(l.bias, l.bias.offset);
-        ready(l.weight, l.weight.offset);
         if (need_input_grad) {
           MatrixMap<S> dx(grad_in_.data(), n, in_size);
           Product(*runner_, dx, dy, w, false);
         }
+        // Ready once the weights are no longer read (Replica::DoneWithParametersWhenReady).
+        ready(l.bias, l.bias.offset);
+        ready(l.weight, l.weight.offset);
         break;
       }
       case LayerKind::kConv2d: {
@@ -382,7 +383,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           }
         }
         db = sums;
-        ready(l.bias, l.bias.offset);
+        ready(l.bias, l.bias.offset);  // After the last read of the weights, as above.
         ready(l.weight, l.weight.offset);
         break;
       }

@@ -20,6 +20,9 @@ class CpuReplica : public Replica {
 
   const ModelDef& model() const override { return executor_.model(); }
   std::string device() const override { return "cpu"; }
+  // The executor reports a layer's gradients after its input gradient, the last use
+  // of its weights (cpu_executor.cc).
+  bool DoneWithParametersWhenReady() const override { return true; }
   absl::Status SetParameters(const float* host, int64_t offset, int64_t length) override;
   absl::StatusOr<LossStats> ForwardBackward(const Batch& batch, const DropoutKey& key,
                                             const GradientReadyFn& on_ready) override;

@@ -90,6 +90,11 @@ class Replica {
   virtual const ModelDef& model() const = 0;
   // "cpu" or "cuda:N".
   virtual std::string device() const = 0;
+  // Whether ForwardBackward reads no parameter in [o, num_parameters) once it reported
+  // offset o ready, so that the worker may receive that range's update into the shared
+  // parameters while the pass goes on (PsConnection::ExpectUpdateInto). False unless
+  // the engine guarantees it.
+  virtual bool DoneWithParametersWhenReady() const { return false; }
 
   // Makes [offset, offset + length) of the host parameter buffer `host` current on
   // this replica before the next ForwardBackward/Evaluate. CPU replicas that read a
