@@ -433,9 +433,13 @@ class DefaultValuesTest(unittest.TestCase):
             container = only_container(workload(self.items, role))
             ports = ports_by_name(container)
             flags = container_flags(container)
-            self.assertEqual(set(ports), {"grpc", "http"}, role)
+            # The shards also serve their TCP data plane (ps.dataPort).
+            self.assertEqual(set(ports), {"grpc", "http"} | ({"data"} if role == "ps" else set()),
+                             role)
             self.assertEqual(ports["grpc"], listen_port(container), role)
             self.assertEqual(ports["http"], int(flag_value(flags, "http_port")), role)
+            if role == "ps":
+                self.assertEqual(ports["data"], int(flag_value(flags, "data_port")))
             # The chart's defaults are the binaries' own defaults.
             self.assertEqual(ports["grpc"], default_port(binary_of(role), "listen"), role)
             self.assertEqual(ports["http"], default_port(binary_of(role), "http_port"), role)
@@ -768,6 +772,12 @@ class OtherValuesTest(unittest.TestCase):
                 self.assertTrue(flag_value(flags, flag).startswith(mounts["tls"] + "/"), flag)
             volume = [v for v in pod_spec(workload(items, role))["volumes"] if v["name"] == "tls"]
             self.assertEqual(volume[0]["secret"]["secretName"], "tributary-tls")
+        # With TLS the shards run no (unencrypted) data plane: none asked for, none opened.
+        ps = only_container(workload(items, "ps"))
+        self.assertEqual(flag_value(container_flags(ps), "data_port"), "-1")
+        self.assertNotIn("data", ports_by_name(ps))
+        service = one(items, "Service", "tributary-ps")
+        self.assertNotIn("data", [p["name"] for p in service["spec"]["ports"]])
 
     def test_certificate_roles_give_each_component_its_own_certificate(self):
         items = TOOLS.render(sets=["tls.enabled=true", "tls.secretName=tributary-tls",

@@ -330,6 +330,7 @@ TEST(ApiJsonTest, ServicesAndMethodsAreTheContract) {
       {"ParameterServer/BeginGeneration", "BeginGenerationRequest -> BeginGenerationResponse"},
       {"ParameterServer/EndJob", "EndJobRequest -> EndJobResponse"},
       {"ParameterServer/RestoreJob", "RestoreJobRequest -> RestoreJobResponse"},
+      {"ParameterServer/OpenDataPlane", "OpenDataPlaneRequest -> OpenDataPlaneResponse"},
       {"Worker/GetStatus", "GetWorkerStatusRequest -> WorkerStatus"},
       {"Worker/Drain", "DrainRequest -> DrainResponse"},
   };

@@ -54,8 +54,8 @@ ABSL_FLAG(std::vector<std::string>, transports, std::vector<std::string>({"tcp",
           "TCP data plane, what workers use by default) and/or grpc (the gRPC PushPull "
           "stream). Comma separated. Default: tcp,grpc.");
 ABSL_FLAG(int, repeats, 3,
-          "Repetitions of the memcpy, summation and raw TCP measurements (the best is "
-          "reported). Default: 3.");
+          "Repetitions of every measurement: memcpy, summation, and per configuration raw "
+          "TCP and each transport in turn; the best of each is reported. Default: 3.");
 
 namespace tributary::bench {
 namespace {
@@ -152,27 +152,34 @@ int Run() {
       config.shards = shard_count;
       absl::StatusOr<std::vector<size_t>> stream_bytes = StreamBytes(config);
       if (!stream_bytes.ok()) return Fail(stream_bytes.status());
+      // Raw TCP and each transport take turns, `repeats` rounds, and each reports its
+      // best round: both sides get the same treatment and the same moments of a noisy
+      // machine.
       double tcp_gbps = 0;
+      std::vector<PsResult> best(transports.size());
       for (int r = 0; r < repeats; ++r) {
         tcp_gbps = std::max(tcp_gbps,
                             RawTcpGBps(*stream_bytes, static_cast<size_t>(config.partition_bytes),
                                        std::max(1, config.steps / 2)));
+        for (size_t t = 0; t < transports.size(); ++t) {
+          config.transport = transports[t];
+          absl::StatusOr<PsResult> ps = MeasurePs(config);
+          if (!ps.ok()) {
+            return Fail(absl::Status(
+                ps.status().code(),
+                absl::StrCat(worker_count, " workers x ", shard_count, " shards (",
+                             worker::PsTransportName(transports[t]), "): ", ps.status().message())));
+          }
+          if (ps->gbps > best[t].gbps) best[t] = *ps;
+        }
       }
-      for (worker::PsTransport transport : transports) {
-        config.transport = transport;
+      for (size_t t = 0; t < transports.size(); ++t) {
         Row row;
         row.workers = worker_count;
         row.shards = shard_count;
-        row.transport = worker::PsTransportName(transport);
+        row.transport = worker::PsTransportName(transports[t]);
         row.tcp_gbps = tcp_gbps;
-        absl::StatusOr<PsResult> ps = MeasurePs(config);
-        if (!ps.ok()) {
-          return Fail(absl::Status(
-              ps.status().code(), absl::StrCat(worker_count, " workers x ", shard_count,
-                                               " shards (", row.transport,
-                                               "): ", ps.status().message())));
-        }
-        row.ps = *ps;
+        row.ps = best[t];
         std::printf("%7d %6d %9s  %10.3f  %13.3f  %8.3f  %9.3f  %10.3f  %9.3f\n", row.workers,
                     row.shards, row.transport.c_str(), row.ps.gbps, row.tcp_gbps,
                     row.ps.gbps / row.tcp_gbps, row.ps.gbps / memcpy_gbps, row.ps.step_seconds,

@@ -1,6 +1,7 @@
 #include "services/parameter_server/data_plane.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -345,40 +346,44 @@ uint64_t DataPlaneServer::max_frame_bytes() const {
 
 absl::Status DataPlaneServer::Start() {
   const std::string where = absl::StrCat(options_.bind_host, ":", options_.port);
-  const bool v6 = options_.bind_host.find(':') != std::string::npos;
-  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("data plane: socket: ", std::strerror(errno)));
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_storage address{};
-  socklen_t length;
-  if (v6) {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(static_cast<uint16_t>(options_.port));
-    if (::inet_pton(AF_INET6, options_.bind_host.c_str(), &in6->sin6_addr) != 1) {
-      ::close(fd);
-      return absl::InvalidArgumentError(absl::StrCat("data plane: bad address ", where));
-    }
-    length = sizeof(sockaddr_in6);
-  } else {
-    auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
-    in4->sin_family = AF_INET;
-    in4->sin_port = htons(static_cast<uint16_t>(options_.port));
-    if (::inet_pton(AF_INET, options_.bind_host.c_str(), &in4->sin_addr) != 1) {
-      ::close(fd);
-      return absl::InvalidArgumentError(absl::StrCat("data plane: bad address ", where));
-    }
-    length = sizeof(sockaddr_in);
+  // An address or a host name (resolved as the gRPC listener resolves --listen).
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(options_.port);
+  if (int error = ::getaddrinfo(options_.bind_host.c_str(), service.c_str(), &hints, &found);
+      error != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane: cannot resolve ", where, ": ", ::gai_strerror(error)));
   }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd, 128) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const std::string error = std::strerror(errno);
-    ::close(fd);
-    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", where, ": ", error));
+  std::string last_error = "no address";
+  int fd = -1;
+  for (addrinfo* at = found; at != nullptr && fd < 0; at = at->ai_next) {
+    fd = ::socket(at->ai_family, at->ai_socktype | SOCK_CLOEXEC, at->ai_protocol);
+    if (fd < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, at->ai_addr, at->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
   }
-  port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
-                   : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  ::freeaddrinfo(found);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane: cannot listen on ", where, ": ", last_error));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   listener_ = fd;
   acceptor_ = std::thread([this] { AcceptLoop(); });
   return absl::OkStatus();

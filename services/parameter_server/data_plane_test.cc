@@ -333,5 +333,20 @@ TEST(DataPlaneTest, ShutdownEndsOpenConnections) {
   ::close(fd);
 }
 
+TEST(DataPlaneTest, BindsWhereTheListenAddressSays) {
+  ParameterShard shard(ShardOptions{}, nullptr);
+  PartitionExecutor executor(1);
+  DataPlaneOptions options;
+  options.bind_host = "localhost";  // A host name, as --listen may give.
+  DataPlaneServer named(&shard, &executor, options);
+  ASSERT_TRUE(named.Start().ok());
+  EXPECT_GT(named.port(), 0);
+  options.bind_host = "no-such-host.invalid";
+  DataPlaneServer unknown(&shard, &executor, options);
+  absl::Status refused = unknown.Start();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), HasSubstr("no-such-host.invalid:0"));
+}
+
 }  // namespace
 }  // namespace tributary::ps

@@ -172,10 +172,7 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "--listen=" << absl::GetFlag(FLAGS_listen) << ": " << listen_host.status();
       return 2;
     }
-    data_options.bind_host = *listen_host == "localhost" ? "127.0.0.1" : *listen_host;
-    if (data_options.bind_host == "[::]" || data_options.bind_host.empty()) {
-      data_options.bind_host = "0.0.0.0";
-    }
+    data_options.bind_host = *listen_host;
     data_options.port = data_port;
     data_options.max_partition_bytes = static_cast<uint64_t>(max_partition_bytes);
     data_plane = std::make_unique<tributary::ps::DataPlaneServer>(&shard, &executor, data_options);
