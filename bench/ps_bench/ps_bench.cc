@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/flags/parse.h"
 #include "bench/common/ps_measurements.h"
 #include "services/parameter_server/malloc_tuning.h"
@@ -39,6 +40,9 @@ ABSL_FLAG(std::string, wire_dtype, "FLOAT32",
 ABSL_FLAG(int, malloc_arena_max, 1,
           "glibc malloc arenas, as the shard's flag of that name (0: glibc default). "
           "Default: 1.");
+ABSL_FLAG(std::string, transport, "tcp",
+          "How the nodes push and pull: tcp (the shard's TCP data plane, the workers' "
+          "default) or grpc (the gRPC PushPull stream). Default: tcp.");
 ABSL_FLAG(bool, ps_only, false,
           "Measure only the PS (for profiling); ratios are then omitted. Default: false.");
 ABSL_FLAG(int, repeats, 3,
@@ -66,6 +70,13 @@ int main(int argc, char** argv) {
   config.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
   config.nodes = absl::GetFlag(FLAGS_nodes);
   config.shards = 1;
+  absl::StatusOr<tributary::worker::PsTransport> transport =
+      tributary::worker::ParsePsTransport(absl::GetFlag(FLAGS_transport));
+  if (!transport.ok() || *transport == tributary::worker::PsTransport::kAuto) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--transport=", absl::GetFlag(FLAGS_transport), ": expected tcp or grpc")));
+  }
+  config.transport = *transport;
   config.steps = absl::GetFlag(FLAGS_steps);
   config.warmup_steps = std::max(0, absl::GetFlag(FLAGS_warmup_steps));
   config.summation_threads = absl::GetFlag(FLAGS_summation_threads);
@@ -120,18 +131,22 @@ int main(int argc, char** argv) {
   absl::StatusOr<bench::PsResult> ps = bench::MeasurePs(config);
   if (!ps.ok()) return Fail(ps.status());
   std::printf(
-      "PS:      %7.2f GB/s pushed + pulled (%.3f s per step, mean aggregation wait %.3f s)\n",
-      ps->gbps, ps->step_seconds, ps->aggregation_wait_seconds);
+      "PS:      %7.2f GB/s pushed + pulled over %s (%.3f s per step, mean aggregation wait "
+      "%.3f s)\n",
+      ps->gbps, absl::GetFlag(FLAGS_transport).c_str(), ps->step_seconds,
+      ps->aggregation_wait_seconds);
   std::printf("ratios:  PS/raw TCP %.3f, PS/memcpy %.3f, sum/memcpy %.3f\n", ps->gbps / tcp_gbps,
               ps->gbps / memcpy_gbps, sum_gbps / memcpy_gbps);
   std::printf(
       "{\"ps_GBps\": %.4f, \"raw_tcp_GBps\": %.4f, \"memcpy_GBps\": %.4f, \"sum_GBps\": %.4f, "
       "\"ratio_vs_raw_tcp\": %.4f, \"ratio_vs_memcpy\": %.4f, \"step_seconds\": %.4f, "
       "\"model_bytes\": %lld, \"partition_bytes\": %lld, \"nodes\": %d, \"steps\": %d, "
-      "\"summation_threads\": %d, \"wire_dtype\": \"%s\", \"cpu_cores\": %u}\n",
+      "\"summation_threads\": %d, \"wire_dtype\": \"%s\", \"transport\": \"%s\", "
+      "\"cpu_cores\": %u}\n",
       ps->gbps, tcp_gbps, memcpy_gbps, sum_gbps, ps->gbps / tcp_gbps, ps->gbps / memcpy_gbps,
       ps->step_seconds, static_cast<long long>(model_bytes),
       static_cast<long long>(config.partition_bytes), config.nodes, config.steps,
-      config.summation_threads, dtype.c_str(), std::thread::hardware_concurrency());
+      config.summation_threads, dtype.c_str(), absl::GetFlag(FLAGS_transport).c_str(),
+      std::thread::hardware_concurrency());
   return 0;
 }
