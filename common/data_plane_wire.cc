@@ -103,6 +103,36 @@ absl::Status ReadFull(int fd, void* buffer, size_t n, absl::string_view what) {
   return absl::OkStatus();
 }
 
+absl::Status ReadFullBefore(int fd, void* buffer, size_t n, absl::Time deadline,
+                            absl::string_view what) {
+  char* at = static_cast<char*>(buffer);
+  size_t done = 0;
+  while (done < n) {
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": ", done, " of ", n, " bytes in time"));
+    }
+    pollfd waiting{fd, POLLIN, 0};
+    const int ready = ::poll(&waiting, 1, static_cast<int>(std::min<int64_t>(left_ms, 1 << 30)));
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+    }
+    if (ready <= 0) continue;
+    const ssize_t got = ::recv(fd, at + done, n - done, MSG_DONTWAIT);
+    if (got > 0) {
+      done += static_cast<size_t>(got);
+    } else if (got == 0) {
+      if (done == 0) return absl::OutOfRangeError(absl::StrCat(what, ": the peer closed"));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": the peer closed after ", done, " of ", n, " bytes"));
+    } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what) {
   while (count > 0) {
     msghdr message{};

@@ -57,6 +57,11 @@ absl::StatusOr<std::string> ParseHello(const char (&hello)[kHelloBytes]);
 // (DEADLINE_EXCEEDED when a receive timeout ran out); `what` names the read.
 absl::Status ReadFull(int fd, void* buffer, size_t n, absl::string_view what);
 
+// ReadFull with one deadline for all of it (a peer that trickles bytes does not
+// extend it): DEADLINE_EXCEEDED when it passes.
+absl::Status ReadFullBefore(int fd, void* buffer, size_t n, absl::Time deadline,
+                            absl::string_view what);
+
 // Writes every byte of the pieces (sendmsg with MSG_NOSIGNAL: a closed peer is an
 // error, not SIGPIPE; partial writes and EINTR continued). UNAVAILABLE on failure.
 absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what);

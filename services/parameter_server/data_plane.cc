@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -178,9 +179,12 @@ class DataPlaneServer::Session final : public NodeSink {
 
   // The hello and its ticket; answers it with a status frame.
   std::optional<Binding> Admit() {
-    dp::SetReceiveTimeout(fd_, server_->options_.hello_timeout);
+    // One deadline for the whole hello: trickling bytes does not extend it.
     char hello[dp::kHelloBytes];
-    absl::Status read = dp::ReadFull(fd_, hello, sizeof(hello), "data plane hello");
+    absl::Status read =
+        dp::ReadFullBefore(fd_, hello, sizeof(hello),
+                           absl::Now() + server_->options_.hello_timeout, "data plane hello");
+    --server_->unadmitted_;
     absl::StatusOr<Binding> binding = absl::UnavailableError("no hello");
     if (!read.ok()) {
       binding = read;
@@ -196,7 +200,6 @@ class DataPlaneServer::Session final : public NodeSink {
       return std::nullopt;
     }
     if (!dp::WriteStatusFrame(fd_, absl::OkStatus()).ok()) return std::nullopt;
-    dp::SetReceiveTimeout(fd_, absl::ZeroDuration());
     return *std::move(binding);
   }
 
@@ -382,6 +385,13 @@ absl::Status DataPlaneServer::Start() {
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  // Each connection holds a descriptor: leave most of the process's to gRPC and files.
+  max_connections_ = options_.max_connections;
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    max_connections_ = static_cast<int>(
+        std::min<uint64_t>(max_connections_, std::max<uint64_t>(16, files.rlim_cur / 4)));
+  }
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   listener_ = fd;
@@ -425,19 +435,31 @@ void DataPlaneServer::AcceptLoop() {
     Sweep(/*all=*/false);
     if (ready <= 0) continue;
     const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors or memory: the pending connection stays in the backlog, so
+      // back off instead of spinning on it.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        LOG_EVERY_N(WARNING, 100) << "data plane: accept: " << std::strerror(errno);
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+      continue;
+    }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     // A peer that stops reading its values for this long is disconnected.
     dp::SetSendTimeout(fd, absl::Seconds(60));
     absl::MutexLock lock(&mu_);
-    if (sessions_.size() >= static_cast<size_t>(options_.max_connections)) {
+    if (sessions_.size() >= static_cast<size_t>(max_connections_) ||
+        unadmitted_.load() >= options_.max_unadmitted) {
       ++refused_;
-      LOG(WARNING) << "data plane: " << sessions_.size()
-                   << " connections open (the limit); one more closed";
+      LOG_EVERY_N(WARNING, 100) << "data plane: " << sessions_.size() << " connections open, "
+                                << unadmitted_.load() << " of them not admitted yet (limits "
+                                << max_connections_ << ", " << options_.max_unadmitted
+                                << "); one more closed";
       ::close(fd);
       continue;
     }
+    ++unadmitted_;
     sessions_.push_back(std::make_unique<Session>(this, fd));
     sessions_.back()->Start();
   }
@@ -478,6 +500,17 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   absl::erase_if(tickets_, [now](const auto& entry) { return entry.second.expires <= now; });
+  // A node asking again and again holds at most kTicketsPerNode: its oldest goes.
+  constexpr size_t kTicketsPerNode = 16;
+  size_t held = 0;
+  auto oldest = tickets_.end();
+  for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
+    const Binding& b = it->second;
+    if (b.job_id != job_id || b.generation != generation || b.node_rank != node_rank) continue;
+    ++held;
+    if (oldest == tickets_.end() || b.expires < oldest->second.expires) oldest = it;
+  }
+  if (held >= kTicketsPerNode) tickets_.erase(oldest);
   if (tickets_.size() >= options_.max_tickets) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "OpenDataPlane: ", tickets_.size(), " tickets outstanding (the limit); try again in ",

@@ -36,7 +36,9 @@ struct DataPlaneOptions {
   std::string bind_host = "0.0.0.0";
   int port = 0;                         // 0: a free port (see DataPlaneServer::port()).
   uint64_t max_partition_bytes = 4 << 20;  // Frames above this plus overhead are refused.
-  int max_connections = 1024;           // Open connections; more are closed at once.
+  // Open connections (at most a quarter of RLIMIT_NOFILE); more are closed at once.
+  int max_connections = 1024;
+  int max_unadmitted = 64;              // Connections still owing their hello.
   size_t max_tickets = 4096;            // Outstanding tickets.
   absl::Duration ticket_lifetime = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -92,6 +94,8 @@ class DataPlaneServer {
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_{0};
+  std::atomic<int> unadmitted_{0};
+  int max_connections_ = 0;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Binding> tickets_ ABSL_GUARDED_BY(mu_);

@@ -266,7 +266,9 @@ TEST(DataPlaneTest, GarbageEndsOnlyItsOwnConnection) {
   std::mt19937 random(7);
   for (int round = 0; round < 20; ++round) {
     const int fd = f.Connect();
-    if (round % 2 == 0) ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+    if (round % 2 == 0) {
+      ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+    }
     std::string garbage(1 + random() % 300, '\0');
     for (char& c : garbage) c = static_cast<char>(random());
     // A plausible frame header half of the time, so the payload is decoded.
@@ -310,6 +312,29 @@ TEST(DataPlaneTest, SilentPeersAndTooManyConnectionsAreClosed) {
   ::close(first);
 }
 
+// The hello has one deadline: a peer trickling a byte at a time is cut off at it, and
+// peers that owe their hello are few (a stranger cannot hold every connection).
+TEST(DataPlaneTest, TricklingPeersAndUnadmittedConnectionsAreBounded) {
+  DataPlaneOptions options;
+  options.hello_timeout = absl::Milliseconds(300);
+  options.max_unadmitted = 1;
+  Fixture f(options);
+  const int trickle = f.Connect();
+  const int second = f.Connect();
+  char byte;
+  EXPECT_LE(::recv(second, &byte, 1, 0), 0);  // The one unadmitted place is taken.
+  ::close(second);
+  const absl::Time start = absl::Now();
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    closed = ::send(trickle, "T", 1, MSG_NOSIGNAL) < 0;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));  // Not 100 x 50 ms.
+  ::close(trickle);
+}
+
 TEST(DataPlaneTest, TicketsAreBounded) {
   DataPlaneOptions options;
   options.max_tickets = 2;
@@ -320,6 +345,18 @@ TEST(DataPlaneTest, TicketsAreBounded) {
   ASSERT_FALSE(third.ok());
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(third.status().message(), HasSubstr("2 tickets outstanding"));
+
+  // One node asking again and again keeps only its 16 newest.
+  DataPlaneOptions many;
+  Fixture g(many);
+  std::vector<std::string> tickets;
+  for (int i = 0; i < 20; ++i) tickets.push_back(g.Ticket());
+  const int old = g.Connect();
+  EXPECT_EQ(Hello(old, tickets[0]).code(), absl::StatusCode::kUnauthenticated);
+  ::close(old);
+  const int fresh = g.Connect();
+  EXPECT_TRUE(Hello(fresh, tickets.back()).ok());
+  ::close(fresh);
 }
 
 TEST(DataPlaneTest, ShutdownEndsOpenConnections) {

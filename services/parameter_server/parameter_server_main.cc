@@ -17,6 +17,7 @@
 #include "common/usable_cores.h"
 #include "services/parameter_server/coordinator_registration.h"
 #include "services/parameter_server/malloc_tuning.h"
+#include "absl/strings/match.h"
 #include "common/data_plane_wire.h"
 #include "common/tls.h"
 #include "services/parameter_server/data_plane.h"
@@ -162,12 +163,18 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--data_port must be -1 (none), 0 (a free port) or a port, got " << data_port;
     return 2;
   }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
   if (data_port >= 0 && tributary::TlsFilesFromFlags().enabled()) {
     LOG(INFO) << "TLS: no TCP data plane (--data_port ignored); PushPull stays on gRPC";
+  } else if (data_port >= 0 && absl::StartsWith(listen, "unix:")) {
+    LOG(INFO) << "--listen=" << listen << " is a Unix socket: no TCP data plane; PushPull "
+              << "stays on gRPC";
   } else if (data_port >= 0) {
     tributary::ps::DataPlaneOptions data_options;
+    // ":PORT" listens on every address, as gRPC does.
     absl::StatusOr<std::string> listen_host =
-        tributary::data_plane::HostOf(absl::GetFlag(FLAGS_listen));
+        absl::StartsWith(listen, ":") ? absl::StatusOr<std::string>("0.0.0.0")
+                                      : tributary::data_plane::HostOf(listen);
     if (!listen_host.ok()) {
       LOG(ERROR) << "--listen=" << absl::GetFlag(FLAGS_listen) << ": " << listen_host.status();
       return 2;

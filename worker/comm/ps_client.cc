@@ -48,6 +48,10 @@ struct PsClient::Lane {
   // may shut it down under fd_mu while a push is written under write_mu.
   absl::Mutex fd_mu;
   int fd = -1;
+  // While the lane connects to the data plane: the OpenDataPlane call and the socket
+  // waiting for admission, for Close() to cancel (under fd_mu).
+  grpc::ClientContext* opening = nullptr;
+  int connecting_fd = -1;
   bool warned_fallback = false;  // Reader thread only.
   std::thread reader;
 };
@@ -325,16 +329,23 @@ std::string PsClient::LaneName(const Lane& lane) const {
                       streams_per_shard_, ")");
 }
 
-absl::StatusOr<int> PsClient::ConnectData(const Lane& lane, bool* shard_unreachable) {
-  *shard_unreachable = false;
+absl::StatusOr<int> PsClient::ConnectData(Lane& lane, DataPlaneTrouble* trouble) {
+  *trouble = DataPlaneTrouble::kDataPort;
   const Shard& shard = *lane.shard;
   if (shard.stub == nullptr) {
+    *trouble = DataPlaneTrouble::kRefused;
     return absl::InvalidArgumentError(absl::StrCat(ShardName(shard), ": no channel"));
   }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kConnectTimeout));
   if (!identity_.node_credential.empty()) {
     context.AddMetadata(kNodeCredentialMetadata, identity_.node_credential);
+  }
+  {
+    // Close() cancels the call rather than wait for its deadline.
+    absl::MutexLock lock(&lane.fd_mu);
+    if (closed_.load()) return absl::CancelledError("PS client closed");
+    lane.opening = &context;
   }
   v1::OpenDataPlaneRequest request;
   request.set_job_id(identity_.job_id);
@@ -343,21 +354,48 @@ absl::StatusOr<int> PsClient::ConnectData(const Lane& lane, bool* shard_unreacha
   v1::OpenDataPlaneResponse response;
   absl::Status opened = FromGrpcStatus(shard.stub->OpenDataPlane(&context, request, &response),
                                        absl::StrCat("OpenDataPlane on ", LaneName(lane)));
-  if (!opened.ok()) {
-    *shard_unreachable = absl::IsUnavailable(opened);
-    return opened;
+  {
+    absl::MutexLock lock(&lane.fd_mu);
+    lane.opening = nullptr;
   }
+  if (!opened.ok()) {
+    switch (opened.code()) {
+      case absl::StatusCode::kUnavailable:
+      case absl::StatusCode::kDeadlineExceeded:
+      case absl::StatusCode::kCancelled:
+        *trouble = DataPlaneTrouble::kShardUnreachable;
+        return absl::UnavailableError(opened.message());
+      case absl::StatusCode::kFailedPrecondition:
+      case absl::StatusCode::kUnimplemented:
+        *trouble = DataPlaneTrouble::kNone;
+        return opened;
+      case absl::StatusCode::kResourceExhausted:  // Too many tickets now: later.
+        return absl::UnavailableError(opened.message());
+      default:  // A refusal of the caller: gRPC's PushPull would refuse it too.
+        *trouble = DataPlaneTrouble::kRefused;
+        return opened;
+    }
+  }
+  // From here on every failure is the data port's (or the network's): UNAVAILABLE.
   absl::StatusOr<std::string> host = data_plane::HostOf(shard.address);
-  if (!host.ok()) return host.status();
+  if (!host.ok()) return absl::UnavailableError(host.status().message());
   if (response.port() == 0 || response.port() > 65535 ||
       response.ticket().size() != data_plane::kTicketBytes) {
-    return absl::InvalidArgumentError(
+    return absl::UnavailableError(
         absl::StrCat("OpenDataPlane on ", LaneName(lane), ": port ", response.port(),
                      " and a ticket of ", response.ticket().size(), " bytes (expected 32)"));
   }
   absl::StatusOr<int> fd =
       data_plane::Connect(*host, static_cast<int>(response.port()), kConnectTimeout);
-  if (!fd.ok()) return fd.status();
+  if (!fd.ok()) return absl::UnavailableError(fd.status().message());
+  {
+    absl::MutexLock lock(&lane.fd_mu);
+    if (closed_.load()) {
+      ::close(*fd);
+      return absl::CancelledError("PS client closed");
+    }
+    lane.connecting_fd = *fd;  // Close() shuts it down while it waits for admission.
+  }
   // The hello, and the shard's answer to it (a status frame).
   auto hello = data_plane::EncodeHello(response.ticket());
   iovec piece = {hello.data(), hello.size()};
@@ -369,42 +407,43 @@ absl::StatusOr<int> PsClient::ConnectData(const Lane& lane, bool* shard_unreacha
     if (!header.ok()) {
       admitted = header.status();
     } else if (header->kind != data_plane::kStatus) {
-      admitted = absl::InvalidArgumentError("data plane: the shard answered the hello with a message");
+      admitted = absl::InvalidArgumentError("the shard answered the hello with a message");
     } else {
       std::string payload(header->length, '\0');
       admitted = data_plane::ReadFull(*fd, payload.data(), payload.size(), "data plane admission");
       if (admitted.ok()) admitted = data_plane::ParseStatusPayload(payload);
     }
   }
+  {
+    absl::MutexLock lock(&lane.fd_mu);
+    lane.connecting_fd = -1;
+  }
   if (!admitted.ok()) {
     ::close(*fd);
-    // A ticket refused (expired on a slow path) is asked for again.
-    const absl::StatusCode code = absl::IsUnauthenticated(admitted)
-                                      ? absl::StatusCode::kUnavailable
-                                      : admitted.code();
-    return absl::Status(code, absl::StrCat("data plane of ", LaneName(lane), " at ", *host, ":",
-                                           response.port(), ": ", admitted.message()));
+    // Closed unanswered (the shard's connection limit, a restart), an expired ticket,
+    // a timeout: all worth another ticket later (or gRPC, in auto).
+    return absl::UnavailableError(absl::StrCat("data plane of ", LaneName(lane), " at ", *host,
+                                               ":", response.port(), ": ", admitted.message()));
   }
   data_plane::SetReceiveTimeout(*fd, absl::ZeroDuration());
   // A shard that stops reading fails a push after this long instead of holding it.
   data_plane::SetSendTimeout(*fd, retry_budget_);
+  *trouble = DataPlaneTrouble::kNone;
   return *fd;
 }
 
 absl::Status PsClient::ConnectLane(Lane& lane) {
   absl::StatusOr<int> fd = absl::FailedPreconditionError("gRPC transport asked for");
   if (transport_ != PsTransport::kGrpc) {
-    bool shard_unreachable;
-    fd = ConnectData(lane, &shard_unreachable);
+    DataPlaneTrouble trouble;
+    fd = ConnectData(lane, &trouble);
     if (!fd.ok()) {
-      // auto: a shard without a data plane, or whose data port cannot be reached or
-      // refuses us while its gRPC port answers, is spoken to over gRPC; a shard that
-      // does not answer at all is retried later.
-      const bool no_data_plane = absl::IsFailedPrecondition(fd.status()) ||
-                                 absl::IsUnimplemented(fd.status()) ||
-                                 absl::IsUnavailable(fd.status()) ||
-                                 absl::IsDeadlineExceeded(fd.status());
-      if (transport_ == PsTransport::kTcp || shard_unreachable || !no_data_plane) {
+      // The shard not answering is retried later, a refusal of the caller returned;
+      // `tcp` returns the rest too (UNAVAILABLE: retried), while `auto` speaks gRPC to a
+      // shard that runs no data plane or whose data port fails it.
+      if (trouble == DataPlaneTrouble::kShardUnreachable ||
+          trouble == DataPlaneTrouble::kRefused || transport_ == PsTransport::kTcp ||
+          closed_.load()) {
         return fd.status();
       }
       if (!lane.warned_fallback) {
@@ -552,13 +591,13 @@ void PsClient::ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) {
 }
 
 void PsClient::DropExpectationsLocked() {
-  for (size_t p = 0; p < partitions_.size(); ++p) {
-    PartitionState& state = partitions_[p];
-    state.expect_dst = nullptr;
-    if (state.receiving_direct && lane_of_[p] != nullptr) {
+  for (PartitionState& state : partitions_) {
+    state.expect_dst = nullptr;  // An update already received there stays (received_at).
+    if (state.receiving_direct && state.receiving_lane != nullptr) {
       // Cut off (the session is over): nothing may write the destination after this.
-      absl::MutexLock fd_lock(&lane_of_[p]->fd_mu);
-      if (lane_of_[p]->fd >= 0) ::shutdown(lane_of_[p]->fd, SHUT_RDWR);
+      // The lane the update arrives on, which need not be the partition's own.
+      absl::MutexLock fd_lock(&state.receiving_lane->fd_mu);
+      if (state.receiving_lane->fd >= 0) ::shutdown(state.receiving_lane->fd, SHUT_RDWR);
     }
   }
   mu_.Await(absl::Condition(
@@ -571,7 +610,9 @@ void PsClient::DropExpectationsLocked() {
       &partitions_));
 }
 
-float* PsClient::DirectTargetLocked(const PartitionValuesView& head, uint64_t data_bytes) {
+float* PsClient::DirectTargetLocked(Lane& lane, const PartitionValuesView& head,
+                                    uint64_t data_bytes) {
+  if (!failure_.ok()) return nullptr;  // The session is over: nothing more lands there.
   if (head.partition_id >= static_cast<uint32_t>(plan_.partitions_size())) return nullptr;
   PartitionState& state = partitions_[head.partition_id];
   const v1::Partition& partition = plan_.partitions(head.partition_id);
@@ -581,6 +622,7 @@ float* PsClient::DirectTargetLocked(const PartitionValuesView& head, uint64_t da
     return nullptr;
   }
   state.receiving_direct = true;
+  state.receiving_lane = &lane;
   return state.expect_dst;
 }
 
@@ -605,7 +647,7 @@ absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Dura
     DropExpectationsLocked();
     return failure_;
   }
-  float* const received_into = state.received_direct ? state.expect_dst : nullptr;
+  float* const received_into = state.received_direct ? state.received_at : nullptr;
   state.expect_dst = nullptr;
   state.received_direct = false;
   if (received_into != nullptr) {  // Received straight into the expected destination.
@@ -699,7 +741,7 @@ PsClient::ReadEnd PsClient::ReadTcp(Lane& lane, ReceivedMessage& received,
         ParseValuesHead(absl::string_view(prefix, prefix_size), header->length, &head,
                         &data_offset)) {
       absl::MutexLock lock(&mu_);
-      target = DirectTargetLocked(head, header->length - data_offset);
+      target = DirectTargetLocked(lane, head, header->length - data_offset);
     }
     if (target != nullptr) {
       char* into = reinterpret_cast<char*>(target);
@@ -710,6 +752,7 @@ PsClient::ReadEnd PsClient::ReadTcp(Lane& lane, ReceivedMessage& received,
       absl::MutexLock lock(&mu_);
       PartitionState& state = partitions_[head.partition_id];
       state.receiving_direct = false;
+      state.receiving_lane = nullptr;
       if (!read.ok()) {
         end.status = absl::UnavailableError(read.message());
         return end;
@@ -723,6 +766,7 @@ PsClient::ReadEnd PsClient::ReadTcp(Lane& lane, ReceivedMessage& received,
       state.values.data.Clear();
       state.has_values = true;
       state.received_direct = true;
+      state.received_at = target;
       state.awaiting = false;
       ++direct_updates_;
       continue;
@@ -842,9 +886,12 @@ void PsClient::Close() {
   closed_ = true;
   for (auto& lane : lanes_) {
     {
-      // First the socket (this also ends a push blocked on it, which holds write_mu).
+      // First the socket (this also ends a push blocked on it, which holds write_mu),
+      // and a connection being made.
       absl::MutexLock lock(&lane->fd_mu);
       if (lane->fd >= 0) ::shutdown(lane->fd, SHUT_RDWR);
+      if (lane->opening != nullptr) lane->opening->TryCancel();
+      if (lane->connecting_fd >= 0) ::shutdown(lane->connecting_fd, SHUT_RDWR);
     }
     {
       absl::MutexLock lock(&lane->write_mu);

@@ -154,7 +154,9 @@ class PsClient : public PsConnection {
     float* expect_dst = nullptr;
     uint64_t expect_step = 0;
     bool receiving_direct = false;
+    Lane* receiving_lane = nullptr;  // Where it is being received from.
     bool received_direct = false;
+    float* received_at = nullptr;  // Where it was received.
   };
 
   // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
@@ -167,8 +169,14 @@ class PsClient : public PsConnection {
   // Connects the lane: the TCP data plane or a gRPC stream, as transport_ says.
   absl::Status ConnectLane(Lane& lane);
   // OpenDataPlane on the lane's shard, then the TCP connection and its hello: the
-  // connected socket. shard_unreachable: OpenDataPlane itself found no shard.
-  absl::StatusOr<int> ConnectData(const Lane& lane, bool* shard_unreachable);
+  // connected socket. `trouble` says whose the failure is.
+  enum class DataPlaneTrouble {
+    kNone,              // None, or the shard runs no data plane (FAILED_PRECONDITION).
+    kShardUnreachable,  // OpenDataPlane itself got no answer: retry later.
+    kRefused,           // The shard refused the caller (credentials, job id).
+    kDataPort,          // The data port, its admission or the tickets failed it.
+  };
+  absl::StatusOr<int> ConnectData(Lane& lane, DataPlaneTrouble* trouble);
   void ReadLoop(Lane* lane);
   struct ReadEnd {
     absl::Status status;     // How the stream ended (OK: the shard finished it).
@@ -190,7 +198,7 @@ class PsClient : public PsConnection {
   void DropExpectationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The partition's expected destination for an update with these fields, marked as
   // being received into; null when the update is not the awaited one or does not fit.
-  float* DirectTargetLocked(const PartitionValuesView& head, uint64_t data_bytes)
+  float* DirectTargetLocked(Lane& lane, const PartitionValuesView& head, uint64_t data_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string ShardName(const Shard& shard) const;
   std::string LaneName(const Lane& lane) const;
