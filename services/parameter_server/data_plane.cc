@@ -125,9 +125,9 @@ class DataPlaneServer::Session final : public NodeSink {
 
   void ReadLoop() {
     const std::optional<Binding> binding = Admit();
-    if (!binding.has_value()) {
+    if (!binding.has_value()) {  // Admit logged why.
       absl::MutexLock lock(&mu_);
-      EndLocked(absl::UnauthenticatedError("not admitted"));
+      end_status_ = absl::UnauthenticatedError("not admitted");
       reader_done_ = true;
       writer_done_ = true;
       return;
