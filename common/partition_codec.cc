@@ -348,20 +348,27 @@ absl::Status DecodePartitionValues(const grpc::ByteBuffer& buffer, ReceivedMessa
   return DecodeValuesPieces(received->pieces, values);
 }
 
-absl::Status DecodeGradientPush(absl::string_view bytes, ReceivedMessage* received,
-                                GradientPushView* push) {
+namespace {
+
+// `received` as one contiguous message.
+const std::vector<absl::string_view>& OnePiece(absl::string_view bytes,
+                                               ReceivedMessage* received) {
   received->slices.clear();
   received->pieces.clear();
   if (!bytes.empty()) received->pieces.push_back(bytes);
-  return DecodePushPieces(received->pieces, push);
+  return received->pieces;
+}
+
+}  // namespace
+
+absl::Status DecodeGradientPush(absl::string_view bytes, ReceivedMessage* received,
+                                GradientPushView* push) {
+  return DecodePushPieces(OnePiece(bytes, received), push);
 }
 
 absl::Status DecodePartitionValues(absl::string_view bytes, ReceivedMessage* received,
                                    PartitionValuesView* values) {
-  received->slices.clear();
-  received->pieces.clear();
-  if (!bytes.empty()) received->pieces.push_back(bytes);
-  return DecodeValuesPieces(received->pieces, values);
+  return DecodeValuesPieces(OnePiece(bytes, received), values);
 }
 
 bool ParseValuesHead(absl::string_view prefix, uint64_t message_size, PartitionValuesView* values,
