@@ -194,12 +194,13 @@ class DataPlaneServer::Session final : public NodeSink {
       binding = server_->Redeem(*ticket);
     }
     if (!binding.ok()) {
-      ++server_->refused_;
+      server_->Refused();
       LOG(WARNING) << Name() << " refused: " << binding.status();
       if (read.ok()) dp::WriteStatusFrame(fd_, binding.status()).IgnoreError();
       return std::nullopt;
     }
     if (!dp::WriteStatusFrame(fd_, absl::OkStatus()).ok()) return std::nullopt;
+    server_->admitted_->Increment();
     return *std::move(binding);
   }
 
@@ -339,7 +340,30 @@ class DataPlaneServer::Session final : public NodeSink {
 
 DataPlaneServer::DataPlaneServer(ParameterShard* shard, PartitionExecutor* executor,
                                  DataPlaneOptions options)
-    : shard_(shard), executor_(executor), options_(std::move(options)) {}
+    : shard_(shard),
+      executor_(executor),
+      options_(std::move(options)),
+      registry_(options_.registry != nullptr ? options_.registry
+                                             : std::make_shared<prometheus::Registry>()) {
+  connections_gauge_ = &prometheus::BuildGauge()
+                            .Name("tributary_ps_data_plane_connections")
+                            .Help("Open TCP data-plane connections (admitted or owing their "
+                                  "hello).")
+                            .Register(*registry_)
+                            .Add({});
+  tickets_gauge_ = &prometheus::BuildGauge()
+                        .Name("tributary_ps_data_plane_tickets")
+                        .Help("OpenDataPlane tickets issued and not yet used or expired.")
+                        .Register(*registry_)
+                        .Add({});
+  auto& taken = prometheus::BuildCounter()
+                    .Name("tributary_ps_data_plane_connections_total")
+                    .Help("Data-plane connections by result: admitted (a valid ticket), "
+                          "refused (no or a bad hello or ticket, over a limit).")
+                    .Register(*registry_);
+  admitted_ = &taken.Add({{"result", "admitted"}});
+  refused_counter_ = &taken.Add({{"result", "refused"}});
+}
 
 DataPlaneServer::~DataPlaneServer() { Shutdown(); }
 
@@ -451,7 +475,7 @@ void DataPlaneServer::AcceptLoop() {
     absl::MutexLock lock(&mu_);
     if (sessions_.size() >= static_cast<size_t>(max_connections_) ||
         unadmitted_.load() >= options_.max_unadmitted) {
-      ++refused_;
+      Refused();
       LOG_EVERY_N(WARNING, 100) << "data plane: " << sessions_.size() << " connections open, "
                                 << unadmitted_.load() << " of them not admitted yet (limits "
                                 << max_connections_ << ", " << options_.max_unadmitted
@@ -461,6 +485,7 @@ void DataPlaneServer::AcceptLoop() {
     }
     ++unadmitted_;
     sessions_.push_back(std::make_unique<Session>(this, fd));
+    connections_gauge_->Set(static_cast<double>(sessions_.size()));
     sessions_.back()->Start();
   }
 }
@@ -481,6 +506,10 @@ void DataPlaneServer::Sweep(bool all) {
   for (auto& session : done) {
     session->Join();
     shard_->Detach(session.get());  // After this no sink call reaches it.
+  }
+  if (!done.empty()) {
+    absl::MutexLock lock(&mu_);
+    connections_gauge_->Set(static_cast<double>(sessions_.size()));
   }
 }
 
@@ -517,6 +546,7 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
         absl::FormatDuration(options_.ticket_lifetime)));
   }
   tickets_[ticket] = Binding{job_id, generation, node_rank, now + options_.ticket_lifetime};
+  tickets_gauge_->Set(static_cast<double>(tickets_.size()));
   v1::OpenDataPlaneResponse response;
   response.set_port(static_cast<uint32_t>(port_));
   response.set_ticket(std::move(ticket));
@@ -531,12 +561,19 @@ absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::stri
   auto found = tickets_.find(ticket);
   if (found == tickets_.end() || found->second.expires <= absl::Now()) {
     if (found != tickets_.end()) tickets_.erase(found);
+    tickets_gauge_->Set(static_cast<double>(tickets_.size()));
     return absl::UnauthenticatedError(
         "data plane: unknown, used or expired ticket (ask OpenDataPlane for a new one)");
   }
   Binding binding = std::move(found->second);
   tickets_.erase(found);
+  tickets_gauge_->Set(static_cast<double>(tickets_.size()));
   return binding;
+}
+
+void DataPlaneServer::Refused() {
+  ++refused_;
+  refused_counter_->Increment();
 }
 
 size_t DataPlaneServer::connections() const {

@@ -22,6 +22,10 @@
 #include <string>
 #include <thread>
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -42,6 +46,8 @@ struct DataPlaneOptions {
   size_t max_tickets = 4096;            // Outstanding tickets.
   absl::Duration ticket_lifetime = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
+  // Where its metrics go (the shard's /metrics); null: kept to itself.
+  std::shared_ptr<prometheus::Registry> registry;
 };
 
 class DataPlaneServer {
@@ -81,6 +87,8 @@ class DataPlaneServer {
   };
 
   void AcceptLoop();
+  // Counts a connection refused (admission or a limit).
+  void Refused();
   // Joins and frees sessions whose threads are done (all of them with `all`).
   void Sweep(bool all);
   // The binding of `ticket`, removing it; UNAUTHENTICATED when unknown or expired.
@@ -96,6 +104,14 @@ class DataPlaneServer {
   std::atomic<uint64_t> refused_{0};
   std::atomic<int> unadmitted_{0};
   int max_connections_ = 0;
+
+  // tributary_ps_data_plane_*: open connections, outstanding tickets, connections by
+  // how they were taken.
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Gauge* connections_gauge_ = nullptr;
+  prometheus::Gauge* tickets_gauge_ = nullptr;
+  prometheus::Counter* admitted_ = nullptr;
+  prometheus::Counter* refused_counter_ = nullptr;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Binding> tickets_ ABSL_GUARDED_BY(mu_);

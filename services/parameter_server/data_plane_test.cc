@@ -8,9 +8,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -163,8 +165,29 @@ TEST(DataPlaneTest, PushesTrainExactlyAsTheShardDoes) {
   ::close(fd);
 }
 
+// A metric's value in `registry` (the series with `label`=`value`, or the only one).
+double MetricValue(prometheus::Registry& registry, const std::string& name,
+                   const std::string& label = "", const std::string& value = "") {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      bool match = label.empty();
+      for (const prometheus::ClientMetric::Label& l : metric.label) {
+        match = match || (l.name == label && l.value == value);
+      }
+      if (!match) continue;
+      return family.type == prometheus::MetricType::Counter ? metric.counter.value
+                                                            : metric.gauge.value;
+    }
+  }
+  return -1;
+}
+
 TEST(DataPlaneTest, ATicketAdmitsOneConnectionOnly) {
-  Fixture f;
+  DataPlaneOptions options;
+  auto registry = std::make_shared<prometheus::Registry>();
+  options.registry = registry;
+  Fixture f(options);
   const std::string ticket = f.Ticket();
   const int first = f.Connect();
   ASSERT_TRUE(Hello(first, ticket).ok());
@@ -172,9 +195,20 @@ TEST(DataPlaneTest, ATicketAdmitsOneConnectionOnly) {
   absl::Status refused = Hello(second, ticket);
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("unknown, used or expired ticket"));
+  EXPECT_GE(f.server->refused(), 1u);
+  // On the shard's /metrics: one admitted, one refused, no ticket left.
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
+                        "admitted"),
+            1);
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
+                        "refused"),
+            1);
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_tickets"), 0);
+  EXPECT_GE(MetricValue(*registry, "tributary_ps_data_plane_connections"), 1);
+  f.Ticket();
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_tickets"), 1);
   ::close(first);
   ::close(second);
-  EXPECT_GE(f.server->refused(), 1u);
 }
 
 TEST(DataPlaneTest, UnknownAndExpiredTicketsAreRefused) {

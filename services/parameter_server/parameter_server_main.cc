@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
     data_options.bind_host = *listen_host;
     data_options.port = data_port;
     data_options.max_partition_bytes = static_cast<uint64_t>(max_partition_bytes);
+    data_options.registry = host.registry();
     data_plane = std::make_unique<tributary::ps::DataPlaneServer>(&shard, &executor, data_options);
     if (absl::Status started = data_plane->Start(); !started.ok()) {
       LOG(ERROR) << "--data_port=" << data_port << ": " << started;

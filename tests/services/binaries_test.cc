@@ -313,7 +313,8 @@ TEST(BinariesTest, ParameterServerServesAndDrainsOnSigterm) {
             {absl::StrCat("--drain_seconds=", kDrainSeconds), "--summation_threads=1"});
   ASSERT_TRUE(shard.ok()) << shard.status();
   ExpectServes(*shard, "tributary.v1.ParameterServer", "proto/parameter_server.proto",
-               {"tributary_ps_pushes_total", "tributary_ps_generation"});
+               {"tributary_ps_pushes_total", "tributary_ps_generation",
+                "tributary_ps_data_plane_connections", "tributary_ps_data_plane_tickets"});
 
   {
     auto stub = v1::ParameterServer::NewStub(shard->channel);
