@@ -263,5 +263,32 @@ TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
   EXPECT_EQ(params, expected);
 }
 
+// An update received straight into its destination counts even when the session is
+// interrupted before WaitUpdated asks for it (as any update that arrived does).
+TEST(PsClientTransportTest, AnUpdateReceivedIntoItsDestinationSurvivesAnInterrupt) {
+  const Job job = TrainingJob();
+  InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kTcp);
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(client->Open().ok());
+  std::vector<float> params = job.initial;
+  std::vector<float> grad(kElements, 0.5f);
+  const v1::Partition& partition = job.plan.partitions(0);
+  client->ExpectUpdateInto(partition.id(), 0, params.data() + partition.offset());
+  ASSERT_TRUE(client->Push(0, partition.id(), grad.data() + partition.offset(), 1, 1).ok());
+  for (int i = 0; i < 1000 && client->direct_updates() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(client->direct_updates(), 1u);
+  client->Interrupt("a new generation");
+  absl::Status updated = client->WaitUpdated(partition.id(), 0, absl::Seconds(10),
+                                             params.data() + partition.offset());
+  EXPECT_TRUE(updated.ok()) << updated;
+  // SGD at rate 0.1 over one sample.
+  EXPECT_EQ(params[partition.offset()], job.initial[partition.offset()] - 0.1f * 0.5f);
+  client->Close();
+}
+
 }  // namespace
 }  // namespace tributary::worker
