@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "common/data_plane_wire.h"
 #include "common/partition_codec.h"
+#include "services/parameter_server/push_book.h"
 
 namespace tributary::ps {
 
@@ -36,7 +37,7 @@ namespace dp = ::tributary::data_plane;
 class DataPlaneServer::Session final : public NodeSink {
  public:
   Session(DataPlaneServer* server, int fd) : server_(server), fd_(fd) {
-    for (Slot& slot : slots_) free_.push_back(&slot);
+    for (Slot& slot : slots_) book_.Free(&slot);
   }
   ~Session() override { ::close(fd_); }
 
@@ -75,8 +76,7 @@ class DataPlaneServer::Session final : public NodeSink {
   void Deliver(std::shared_ptr<const v1::PartitionValues> values) override {
     absl::MutexLock lock(&mu_);
     if (ending()) return;
-    auto awaited = awaiting_.find(values->partition_id());
-    if (awaited != awaiting_.end() && values->step() > awaited->second) awaiting_.erase(awaited);
+    book_.Delivered(values->partition_id(), values->step());
     writes_.push_back(std::move(values));
   }
 
@@ -84,14 +84,8 @@ class DataPlaneServer::Session final : public NodeSink {
     Slot* push;
     {
       absl::MutexLock lock(&mu_);
-      auto held = held_.find(partition_id);
-      if (held == held_.end()) return;
-      push = held->second;
-      held_.erase(held);
-      if (ending()) {
-        free_.push_back(push);
-        return;
-      }
+      push = book_.TakeHeld(partition_id, ending());
+      if (push == nullptr) return;
       ++tasks_;
     }
     Schedule(push);
@@ -141,22 +135,21 @@ class DataPlaneServer::Session final : public NodeSink {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(this, &Session::SlotOrEnd));
         if (ending()) break;
-        slot = free_.back();
-        free_.pop_back();
+        slot = book_.TakeFree();
       }
       absl::Status status = ReadPush(*slot, max_frame, *binding);
       bool schedule = false;
       {
         absl::MutexLock lock(&mu_);
         if (!status.ok()) {
-          free_.push_back(slot);
+          book_.Free(slot);
           if (absl::IsOutOfRange(status)) {
             peer_closed = true;  // A clean end: finish once every push has its values.
           } else {
             EndLocked(status);
           }
         } else if (ending()) {
-          free_.push_back(slot);
+          book_.Free(slot);
         } else {
           ++tasks_;
           schedule = true;
@@ -205,11 +198,11 @@ class DataPlaneServer::Session final : public NodeSink {
   }
 
   bool SlotOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ending() || !free_.empty();
+    return ending() || book_.HasFree();
   }
   bool DrainedOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ending() ||
-           (tasks_ == 0 && held_.empty() && awaiting_.empty() && writes_.empty() && !writing_);
+           (tasks_ == 0 && book_.Answered() && writes_.empty() && !writing_);
   }
   bool WorkOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ending() || !writes_.empty();
@@ -302,19 +295,13 @@ class DataPlaneServer::Session final : public NodeSink {
     {
       absl::MutexLock lock(&mu_);
       skip = ending();
-      if (!skip) awaiting_[partition] = view.step;  // Before Push: ASYNC delivers inside.
+      if (!skip) book_.Started(partition, view.step);
     }
     absl::StatusOr<PushResult> result = PushResult::kDuplicate;
     if (!skip) result = server_->shard_->Push(view, this);
     absl::MutexLock lock(&mu_);
-    if (!skip && !result.ok()) {
-      awaiting_.erase(partition);
-      EndLocked(result.status());
-      free_.push_back(push);
-    } else if (!skip && *result == PushResult::kHeld) {
-      held_[partition] = push;  // Its slot stays taken until Retry().
-    } else {
-      free_.push_back(push);
+    if (absl::Status refused = book_.Settle(push, partition, !skip, result); !refused.ok()) {
+      EndLocked(refused);
     }
     --tasks_;
   }
@@ -326,11 +313,8 @@ class DataPlaneServer::Session final : public NodeSink {
 
   absl::Mutex mu_;
   Slot slots_[kReadSlots];
-  std::vector<Slot*> free_ ABSL_GUARDED_BY(mu_);
+  PushBook<Slot> book_ ABSL_GUARDED_BY(mu_);
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
-  absl::flat_hash_map<uint32_t, Slot*> held_ ABSL_GUARDED_BY(mu_);
-  // Partition -> step pushed here whose new values have not come yet.
-  absl::flat_hash_map<uint32_t, uint64_t> awaiting_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> end_status_ ABSL_GUARDED_BY(mu_);

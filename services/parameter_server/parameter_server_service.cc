@@ -16,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/partition_codec.h"
+#include "services/parameter_server/push_book.h"
 
 namespace tributary::ps {
 namespace {
@@ -44,7 +45,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
         node_credential_(auth == nullptr
                              ? std::string()
                              : MetadataValue(context->client_metadata(), kNodeCredentialMetadata)) {
-    for (Slot& slot : slots_) free_.push_back(&slot);
+    for (Slot& slot : slots_) book_.Free(&slot);
     Actions actions;
     {
       absl::MutexLock lock(&mu_);
@@ -65,15 +66,15 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
         read_closed_ = true;  // The client half-closed, or the call is gone.
         if (context_->IsCancelled())
           EndLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-        free_.push_back(slot);
+        book_.Free(slot);
       } else if (ending()) {
-        free_.push_back(slot);
+        book_.Free(slot);
       } else if (absl::Status decoded = slot->Decode(); !decoded.ok()) {
         EndLocked(ToGrpcStatus(decoded));
-        free_.push_back(slot);
+        book_.Free(slot);
       } else if (absl::Status bound = BindLocked(slot->push); !bound.ok()) {
         EndLocked(ToGrpcStatus(bound));
-        free_.push_back(slot);
+        book_.Free(slot);
       } else {
         push = slot;
         ++tasks_;
@@ -125,8 +126,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     {
       absl::MutexLock lock(&mu_);
       if (ending() || done_) return;
-      auto awaited = awaiting_.find(values->partition_id());
-      if (awaited != awaiting_.end() && values->step() > awaited->second) awaiting_.erase(awaited);
+      book_.Delivered(values->partition_id(), values->step());
       writes_.push_back(EncodePartitionValues(std::move(values)));
       PlanLocked(actions);
     }
@@ -137,14 +137,9 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     Slot* push;
     {
       absl::MutexLock lock(&mu_);
-      auto held = held_.find(partition_id);
-      if (held == held_.end() || done_) return;
-      push = held->second;
-      held_.erase(held);
-      if (ending()) {
-        free_.push_back(push);
-        return;
-      }
+      if (done_) return;
+      push = book_.TakeHeld(partition_id, ending());
+      if (push == nullptr) return;
       ++tasks_;
     }
     Schedule(push);
@@ -220,15 +215,14 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
       writing_ = true;
       actions.write = &writes_.front();
     }
-    if (!reading_ && !read_closed_ && !end_status_.has_value() && !free_.empty()) {
+    if (!reading_ && !read_closed_ && !end_status_.has_value() && book_.HasFree()) {
       reading_ = true;
-      reading_slot_ = free_.back();
-      free_.pop_back();
+      reading_slot_ = book_.TakeFree();
       actions.read = reading_slot_;
     }
     // A half-closed stream stays open until every push it made has its values.
     const bool drained =
-        read_closed_ && tasks_ == 0 && held_.empty() && awaiting_.empty() && writes_.empty();
+        read_closed_ && tasks_ == 0 && book_.Answered() && writes_.empty();
     if (!writing_ && (end_status_.has_value() || drained)) {
       finish_called_ = true;
       actions.finish = end_status_.value_or(grpc::Status::OK);
@@ -252,8 +246,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     {
       absl::MutexLock lock(&mu_);
       skip = ending();
-      // Set before pushing: in ASYNC the values are delivered from inside Push().
-      if (!skip) awaiting_[partition] = view.step;
+      if (!skip) book_.Started(partition, view.step);
     }
     absl::StatusOr<PushResult> result = PushResult::kDuplicate;
     if (!skip) result = shard_->Push(view, this);
@@ -261,14 +254,8 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     bool destroy;
     {
       absl::MutexLock lock(&mu_);
-      if (!skip && !result.ok()) {
-        awaiting_.erase(partition);
-        EndLocked(ToGrpcStatus(result.status()));
-        free_.push_back(push);
-      } else if (!skip && *result == PushResult::kHeld) {
-        held_[partition] = push;  // Its slot stays taken until Retry().
-      } else {
-        free_.push_back(push);
+      if (absl::Status refused = book_.Settle(push, partition, !skip, result); !refused.ok()) {
+        EndLocked(ToGrpcStatus(refused));
       }
       --tasks_;
       PlanLocked(actions);
@@ -317,14 +304,11 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   absl::Mutex mu_;
   std::optional<BoundNode> bound_ ABSL_GUARDED_BY(mu_);
   Slot slots_[kReadSlots];
-  std::vector<Slot*> free_ ABSL_GUARDED_BY(mu_);
+  PushBook<Slot> book_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   Slot* reading_slot_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
-  absl::flat_hash_map<uint32_t, Slot*> held_ ABSL_GUARDED_BY(mu_);
-  // Partition -> step pushed on this stream whose new values have not come yet.
-  absl::flat_hash_map<uint32_t, uint64_t> awaiting_ ABSL_GUARDED_BY(mu_);
   // Encoded values (each holds its PartitionValues until gRPC has sent it).
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
