@@ -165,6 +165,12 @@ constexpr std::pair<const char*, const char*> kFlagOfField[] = {
     {"model.torchscript", "model_file"},
     {"dataset.format", "dataset"},
     {"dataset.directory", "data_dir"},
+    {"dataset.train_path", "train_npy"},
+    {"dataset.train_path", "train_csv"},
+    {"dataset.test_path", "test_npy"},
+    {"dataset.test_path", "test_csv"},
+    {"dataset.train_labels_path", "train_labels_npy"},
+    {"dataset.test_labels_path", "test_labels_npy"},
     {"dataset.label_column", "label_column"},
     {"dataset.synthetic_train_samples", "synthetic_train"},
     {"dataset.synthetic_test_samples", "synthetic_test"},
@@ -214,16 +220,22 @@ absl::Status FlagError(const absl::Status& status,
   const absl::string_view message = status.message();
   size_t best = 0;
   const char* flag = nullptr;
+  // The longest field the message starts with, set by a flag that applies; of the flags
+  // that share a field (dataset.train_path: --train_npy, --train_csv), the one given.
   for (const auto& [field, name] : kFlagOfField) {
     const absl::string_view prefix(field);
-    if (prefix.size() > best && absl::StartsWith(message, prefix) &&
+    const bool longer = prefix.size() > best;
+    const bool given_instead =
+        prefix.size() == best && flag != nullptr && FlagGiven(name) && !FlagGiven(flag);
+    if ((longer || given_instead) && absl::StartsWith(message, prefix) &&
         (message.size() == prefix.size() || message[prefix.size()] == ':' ||
-         message[prefix.size()] == '[' || message[prefix.size()] == '.')) {
+         message[prefix.size()] == '[' || message[prefix.size()] == '.') &&
+        flag_applies(name)) {
       best = prefix.size();
       flag = name;
     }
   }
-  if (flag == nullptr || !flag_applies(flag)) return status;
+  if (flag == nullptr) return status;
   const size_t colon = message.find(':');
   return absl::Status(status.code(),
                       absl::StrCat("--", flag, ": ", message.substr(0, colon),

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/secure_random.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -98,13 +99,24 @@ absl::Status LocateBinaries(const std::string& argv0, const std::string& bin_dir
 }
 
 absl::StatusOr<int> LockRunDirectory(const std::string& run_dir, absl::Duration wait) {
-  if (absl::Status made = MakeDirectories(run_dir); !made.ok()) return made;
+  // Every refusal names the flag: the directory is the user's choice.
+  struct stat info;
+  if (absl::Status made = MakeDirectories(run_dir); !made.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--run_dir=", run_dir, ": cannot make it a directory (", made.message(), ")"));
+  }
+  if (stat(run_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--run_dir=", run_dir, ": cannot make it a directory (a file of that name "
+                     "is in the way)"));
+  }
   const std::string path = run_dir + "/tributary-local.lock";
   // Not close-on-exec: the cluster's processes hold the lock too, so a run whose
   // launcher died still owns its directory until its last process is gone.
   const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
   if (fd < 0) {
-    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--run_dir=", run_dir, ": cannot open ", path, ": ", std::strerror(errno)));
   }
   const absl::Time give_up = absl::Now() + wait;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -112,8 +124,8 @@ absl::StatusOr<int> LockRunDirectory(const std::string& run_dir, absl::Duration 
     if (error == EINTR) continue;
     if (error != EWOULDBLOCK) {
       close(fd);
-      return absl::InternalError(
-          absl::StrCat("cannot lock ", path, ": ", std::strerror(error)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--run_dir=", run_dir, ": cannot lock ", path, ": ", std::strerror(error)));
     }
     if (absl::Now() >= give_up) {
       char holder[32] = {};
@@ -146,28 +158,34 @@ std::string LocalCluster::cluster_token_file() const {
   return absl::StrCat(options_.run_dir, "/cluster.token");
 }
 
+std::string LocalCluster::control_token_file() const {
+  return absl::StrCat(options_.run_dir, "/control.token");
+}
+
 ChannelOptions LocalCluster::channel_options() const {
   return ChannelOptionsFor(auth_.get(), Role::kOperator);
 }
 
 namespace {
 
-// A new random cluster secret (32 bytes from /dev/urandom, hex) in `path`, mode 0600.
-absl::StatusOr<std::shared_ptr<const ClusterAuth>> WriteClusterSecret(const std::string& path) {
-  std::ifstream random("/dev/urandom", std::ios::binary);
-  char bytes[32];
-  if (!random.read(bytes, sizeof(bytes))) {
-    return absl::InternalError("cannot read /dev/urandom for the cluster secret");
+// A new random secret (32 random bytes, as 64 hex digits) in `path`, mode 0600, made
+// for this run alone (an old file of that name is replaced).
+absl::StatusOr<std::string> WriteSecretFile(const std::string& path) {
+  absl::StatusOr<std::string> bytes = SecureRandomBytes(32);
+  if (!bytes.ok()) {
+    return absl::InternalError(absl::StrCat("no secret for ", path, ": ", bytes.status().message()));
   }
-  const std::string secret = absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
+  const std::string secret = absl::BytesToHexString(*bytes);
   std::remove(path.c_str());
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
   const bool written =
       write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
   close(fd);
   if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return ClusterAuth::FromSecret(secret);
+  return secret;
 }
 
 }  // namespace
@@ -187,6 +205,9 @@ std::vector<ChildProcess*> LocalCluster::processes() {
 absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
     const std::string& name, std::vector<std::string> argv, std::unique_ptr<ChildProcess>& slot,
     const Endpoint* same_ports) {
+  if (options_.start_cancelled && options_.start_cancelled()) {
+    return absl::CancelledError(absl::StrCat("interrupted before ", name, " started"));
+  }
   argv_[name] = argv;
   const std::string port_file = PortFile(name);
   std::remove(port_file.c_str());
@@ -212,6 +233,9 @@ absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
   const absl::Time give_up = absl::Now() + options_.start_timeout;
   std::shared_ptr<grpc::Channel> channel;
   while (true) {
+    if (options_.start_cancelled && options_.start_cancelled()) {
+      return absl::CancelledError(absl::StrCat("interrupted while ", name, " was starting"));
+    }
     if (!slot->Running()) {
       return absl::UnavailableError(absl::StrCat("could not start ", Died(*slot)));
     }
@@ -234,14 +258,21 @@ absl::StatusOr<LocalCluster::Endpoint> LocalCluster::StartAndWait(
 
 absl::Status LocalCluster::Start() {
   if (absl::Status made = MakeDirectories(options_.run_dir); !made.ok()) return made;
-  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
-      WriteClusterSecret(cluster_token_file());
+  absl::StatusOr<std::string> secret = WriteSecretFile(cluster_token_file());
+  if (!secret.ok()) return secret.status();
+  absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth = ClusterAuth::FromSecret(*secret);
   if (!auth.ok()) return auth.status();
   auth_ = *std::move(auth);
+  // The user's control calls (SubmitJob, UploadModel, Pause/Resume/StopJob) need this
+  // run's own token: another local process cannot steer the run.
+  absl::StatusOr<std::string> control = WriteSecretFile(control_token_file());
+  if (!control.ok()) return control.status();
+  control_token_ = *std::move(control);
   const std::string token_flag = "--cluster_token_file=" + cluster_token_file();
   std::vector<std::string> coordinator = {
       options_.coordinator_binary,
       token_flag,
+      "--control_token_file=" + control_token_file(),
       absl::StrCat("--ps_shards=", options_.ps_shards),
       absl::StrCat("--state_dir=", options_.run_dir, "/coordinator-state"),
       "--drain_seconds=0.2",
@@ -252,8 +283,10 @@ absl::Status LocalCluster::Start() {
   if (!endpoint.ok()) return endpoint.status();
   coordinator_address_ = absl::StrCat("127.0.0.1:", endpoint->grpc_port);
   coordinator_http_port_ = endpoint->http_port;
+  ChannelOptions coordinator_options = channel_options();
+  coordinator_options.bearer_token = control_token_;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(coordinator_address_, channel_options());
+      MakeChannel(coordinator_address_, coordinator_options);
   if (!channel.ok()) return channel.status();
   coordinator_channel_ = *std::move(channel);
 
@@ -321,7 +354,7 @@ void LocalCluster::KillWorker(int index) {
   }
 }
 
-absl::Status LocalCluster::KillAndRestart(const std::string& which) {
+absl::Status LocalCluster::KillAndRestart(const std::string& which, bool gracefully) {
   std::unique_ptr<ChildProcess>* slot = nullptr;
   int worker = -1;
   if (which == "coordinator") {
@@ -342,7 +375,12 @@ absl::Status LocalCluster::KillAndRestart(const std::string& which) {
     return absl::NotFoundError(absl::StrCat("no process '", which, "' to restart"));
   }
   if (worker >= 0) killed_[worker] = true;
-  (*slot)->KillGroup();
+  if (gracefully) {
+    (*slot)->Signal(SIGTERM);
+    (*slot)->Finish(options_.stop_grace);
+  } else {
+    (*slot)->KillGroup();
+  }
   const Endpoint ports = endpoints_[which];
   absl::StatusOr<Endpoint> started = StartAndWait(which, argv_[which], *slot, &ports);
   if (worker >= 0) killed_[worker] = false;

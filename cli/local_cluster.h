@@ -7,6 +7,7 @@
 
 #include <grpcpp/channel.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,9 @@ struct LocalClusterOptions {
   std::vector<std::string> worker_args;
 
   absl::Duration start_timeout = absl::Seconds(60);
+  // Polled while Start waits for each process: true stops the start (CANCELLED), e.g.
+  // Ctrl-C. Unset: never.
+  std::function<bool()> start_cancelled;
   absl::Duration stop_grace = absl::Seconds(10);
 };
 
@@ -65,7 +69,8 @@ class LocalCluster {
 
   // Starts the coordinator, then the shards, then the workers, each once the one
   // before is SERVING (health check on its port file's port). An error names the
-  // process and shows its last log lines.
+  // process and shows its last log lines; CANCELLED when start_cancelled said so (what
+  // started is stopped by Stop(), as after any error).
   absl::Status Start();
 
   // Workers first (they finish their step and deregister), then shards, then the
@@ -80,23 +85,28 @@ class LocalCluster {
   // not count it as a failure.
   void KillWorker(int index);
 
-  // For chaos tests: SIGKILL the process, then start it again with the same flags on
-  // the same gRPC and HTTP ports (its peers find it where it was), and wait until it
-  // serves. `which`: "coordinator", "ps-K" or "worker-K".
-  absl::Status KillAndRestart(const std::string& which);
+  // For chaos tests: SIGKILL the process (`gracefully`: SIGTERM, and wait for it to
+  // leave as it does on its own, a worker deregistering), then start it again with the
+  // same flags on the same gRPC and HTTP ports (its peers find it where it was), and
+  // wait until it serves. `which`: "coordinator", "ps-K" or "worker-K".
+  absl::Status KillAndRestart(const std::string& which, bool gracefully = false);
 
   std::string coordinator_address() const { return coordinator_address_; }
   std::string dashboard_url() const;
   int dashboard_port() const { return coordinator_http_port_; }
   std::vector<std::string> shard_addresses() const { return shard_addresses_; }
   std::vector<std::string> worker_addresses() const { return worker_addresses_; }
-  // A channel to the coordinator with the operator's cluster credential.
+  // A channel to the coordinator with the operator's cluster credential and this run's
+  // control token.
   std::shared_ptr<grpc::Channel> coordinator_channel() const { return coordinator_channel_; }
   // Channel options carrying the operator's cluster credential, for calls to the
   // shards and workers (Pull, GetShardStatus, Drain).
   ChannelOptions channel_options() const;
   // The cluster secret every process was given (run_dir/cluster.token, mode 0600).
   std::string cluster_token_file() const;
+  // The coordinator's control token, new for every run (run_dir/control.token, mode
+  // 0600): SubmitJob, UploadModel and the job control calls need it.
+  std::string control_token_file() const;
   const LocalClusterOptions& options() const { return options_; }
   // Every child, coordinator first, then shards, then workers.
   std::vector<ChildProcess*> processes();
@@ -122,6 +132,7 @@ class LocalCluster {
   std::vector<std::string> worker_addresses_;
   std::shared_ptr<grpc::Channel> coordinator_channel_;
   std::shared_ptr<const ClusterAuth> auth_;
+  std::string control_token_;
   // Each process's flags (before the port flags) and ports, by name, for restarts.
   std::map<std::string, std::vector<std::string>> argv_;
   std::map<std::string, Endpoint> endpoints_;

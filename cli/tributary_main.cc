@@ -71,7 +71,9 @@ ABSL_FLAG(std::string, out, "",
 // The reason `tributary local` gives the job it stops on Ctrl-C: a later run in the
 // same --run_dir recognizes it and resumes the job.
 constexpr char kInterruptedReason[] = "tributary local interrupted";
-ABSL_FLAG(int, ps_shards, 2, "local: parameter server shards to start. Default: 2.");
+ABSL_FLAG(int, ps_shards, 2,
+          "local: parameter server shards to start (processes on this machine), in [1, 4 x "
+          "usable cores]. Default: 2.");
 ABSL_DECLARE_FLAG(uint32_t, replicas);  // cli/job_flags.cc
 ABSL_FLAG(int, workers, 2, "local: worker processes to start. Default: 2.");
 ABSL_FLAG(bool, oversubscribe, false,
@@ -435,6 +437,8 @@ std::string SummaryJson(const Summary& summary) {
 
 // Periodic checkpoints of `tributary local` when --checkpoint_interval is not given.
 constexpr uint64_t kLocalCheckpointInterval = 500;
+// `tributary local --ps_shards`: at most this many shard processes per usable core.
+constexpr int kLocalShardsPerCore = 4;
 
 // What a run does about the job an earlier run in its directory left: follow it (the
 // coordinator restored it unfinished), or submit `spec` (which may resume it).
@@ -578,6 +582,8 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
     return Fail(found);
   }
   options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
+  // Ctrl-C while the cluster starts stops the start (each process is waited for).
+  options.start_cancelled = [&shutdown] { return shutdown.requested(); };
   options.workers = absl::GetFlag(FLAGS_workers);
   options.nodes = absl::GetFlag(FLAGS_nodes);
   options.devices = absl::GetFlag(FLAGS_devices);
@@ -615,6 +621,13 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--ps_shards=", options.ps_shards, " --workers=", options.workers, ": both must be >= 1")));
   }
+  // Every shard is a process of its own with its threads, on this one machine.
+  const int most_shards = std::min<int>(kMaxPsShards, kLocalShardsPerCore * cores);
+  if (options.ps_shards > most_shards) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--ps_shards=", options.ps_shards, ": at most ", most_shards, " on this machine (",
+        kLocalShardsPerCore, " per usable core, ", cores, " cores)")));
+  }
   const int nodes = options.nodes > 0 ? std::min(options.nodes, options.workers) : options.workers;
   // The job needs every node this cluster starts, unless the flags say otherwise.
   if (!FlagGiven("nodes_min") && spec->nodes_min() <= 1) {
@@ -639,11 +652,18 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   LocalCluster cluster(options);
   if (absl::Status started = cluster.Start(); !started.ok()) {
     cluster.Stop();
+    if (absl::IsCancelled(started)) {
+      std::cout << "interrupted: " << started.message() << "; the cluster is stopped"
+                << std::endl;
+      return 130;
+    }
     return Fail(started);
   }
   std::cout << "dashboard: " << cluster.dashboard_url() << "\n"
             << "coordinator: " << cluster.coordinator_address() << " (grpcurl -plaintext "
-            << cluster.coordinator_address() << " list)" << std::endl;
+            << cluster.coordinator_address() << " list; control calls need -H "
+            << "\"authorization: Bearer $(cat " << cluster.control_token_file() << ")\")"
+            << std::endl;
 
   auto stub = v1::Coordinator::NewStub(cluster.coordinator_channel());
   if (model_file != nullptr) {

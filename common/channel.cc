@@ -4,6 +4,7 @@
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,33 +12,38 @@
 namespace tributary {
 namespace {
 
-// Adds the cluster credential to every call's initial metadata.
+// Adds the credentials (metadata key and value pairs) to every call's initial metadata.
+using Credentials = std::vector<std::pair<std::string, std::string>>;
+
 class AuthInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit AuthInterceptor(const std::string* header) : header_(header) {}
+  explicit AuthInterceptor(const Credentials* credentials) : credentials_(credentials) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(kClusterAuthMetadata, *header_);
+      for (const auto& [key, value] : *credentials_) {
+        methods->GetSendInitialMetadata()->emplace(key, value);
+      }
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* header_;
+  const Credentials* credentials_;
 };
 
 class AuthInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit AuthInterceptorFactory(std::string header) : header_(std::move(header)) {}
+  explicit AuthInterceptorFactory(Credentials credentials)
+      : credentials_(std::move(credentials)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new AuthInterceptor(&header_);
+    return new AuthInterceptor(&credentials_);
   }
 
  private:
-  const std::string header_;  // Lives as long as the channel that owns the factory.
+  const Credentials credentials_;  // Lives as long as the channel that owns the factory.
 };
 
 }  // namespace
@@ -81,9 +87,14 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  if (options.auth_header.empty()) return grpc::CreateCustomChannel(address, *credentials, args);
+  Credentials sent;
+  if (!options.auth_header.empty()) sent.emplace_back(kClusterAuthMetadata, options.auth_header);
+  if (!options.bearer_token.empty()) {
+    sent.emplace_back("authorization", "Bearer " + options.bearer_token);
+  }
+  if (sent.empty()) return grpc::CreateCustomChannel(address, *credentials, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(options.auth_header));
+  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(std::move(sent)));
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, *credentials, args,
                                                                 std::move(interceptors));
 }

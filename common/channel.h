@@ -24,6 +24,9 @@ struct ChannelOptions {
   int keepalive_timeout_ms = 10000;
   // Sent as x-tributary-auth on every call when not empty (ClusterAuth::HeaderFor).
   std::string auth_header;
+  // Sent as "authorization: Bearer <token>" on every call when not empty (the
+  // coordinator's control token; for channels to the coordinator only).
+  std::string bearer_token;
   // A TCP connection of this channel's own, not shared with other channels of the
   // process to the same address (gRPC shares by default): for benchmarks and tests
   // whose clients stand in for separate machines.

@@ -17,17 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "common/issued_credentials.h"
 #include "common/server_flags.h"
 
 namespace tributary {
-namespace {
-
-bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
-}  // namespace
-
 const char* RoleName(Role role) {
   switch (role) {
     case Role::kCoordinator:
@@ -159,43 +152,6 @@ absl::StatusOr<Role> ClusterAuth::Check(const Metadata& metadata, const grpc::Au
   }
   return absl::UnauthenticatedError(absl::StrCat(
       rpc, ": the cluster credential is not valid (another cluster's secret, or forged)"));
-}
-
-std::string ClusterAuth::WorkerCredential(absl::string_view worker_id) const {
-  return Mac(absl::StrCat("tributary-worker:", worker_id));
-}
-
-absl::Status ClusterAuth::CheckWorker(const Metadata& metadata, absl::string_view worker_id,
-                                      absl::string_view rpc) const {
-  const std::string presented = MetadataValue(metadata, kWorkerCredentialMetadata);
-  if (ConstantTimeEqual(presented, WorkerCredential(worker_id))) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      rpc, ": the caller is not worker '", worker_id, "' (", presented.empty() ? "no" : "a wrong",
-      " '", kWorkerCredentialMetadata, "' credential; RegisterWorker gives it)"));
-}
-
-std::string ClusterAuth::NodeCredential(absl::string_view job_id, uint64_t generation,
-                                        uint32_t node_rank) const {
-  return Mac(absl::StrCat("tributary-node:", job_id, "/", generation, "/", node_rank));
-}
-
-absl::Status ClusterAuth::CheckNodeCredential(absl::string_view presented, absl::string_view job_id,
-                                              uint64_t generation, uint32_t node_rank,
-                                              absl::string_view rpc) const {
-  if (ConstantTimeEqual(presented, NodeCredential(job_id, generation, node_rank))) {
-    return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      rpc, ": the caller is not node ", node_rank, " of generation ", generation, " of job ",
-      job_id, " (", presented.empty() ? "no" : "a wrong", " '", kNodeCredentialMetadata,
-      "' credential; the coordinator gives it with the assignment)"));
-}
-
-absl::Status ClusterAuth::CheckNode(const Metadata& metadata, absl::string_view job_id,
-                                    uint64_t generation, uint32_t node_rank,
-                                    absl::string_view rpc) const {
-  return CheckNodeCredential(MetadataValue(metadata, kNodeCredentialMetadata), job_id, generation,
-                             node_rank, rpc);
 }
 
 std::string MetadataValue(const Metadata& metadata, absl::string_view key) {

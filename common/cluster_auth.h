@@ -5,10 +5,9 @@
 // "x-tributary-auth: <role> <hex HMAC-SHA256(secret, "tributary-role:" + role)>"; each
 // RPC accepts a fixed set of roles (docs/security.md has the table): a caller without
 // the secret is UNAUTHENTICATED, a role the RPC does not accept is PERMISSION_DENIED.
-// Gradient pushes are further bound to the assignment: the coordinator gives the worker
-// it made node `r` of generation `g` of job `j` the node credential
-// HMAC(secret, "tributary-node:" j "/" g "/" r), which the worker sends as
-// "x-tributary-node" and the shard checks against what each push claims.
+// A worker's own calls and its node's pushes are further bound by credentials that the
+// coordinator issues and nobody derives from the secret (issued_credentials.h):
+// "x-tributary-worker" and "x-tributary-node".
 //
 // What it protects against: anyone who can reach a port but does not hold the secret,
 // and components calling outside their role (a stale worker of an ended generation, a
@@ -90,25 +89,6 @@ class ClusterAuth {
   // otherwise), and the header's role must be it (PERMISSION_DENIED naming both).
   absl::StatusOr<Role> Check(const Metadata& metadata, const grpc::AuthContext* peer,
                              RoleSet allowed, absl::string_view rpc) const;
-
-  // The credential of one worker registration (RegisterWorkerResponse.worker_id).
-  std::string WorkerCredential(absl::string_view worker_id) const;
-  // PERMISSION_DENIED naming `rpc` and the worker id unless x-tributary-worker is the
-  // credential of `worker_id`.
-  absl::Status CheckWorker(const Metadata& metadata, absl::string_view worker_id,
-                           absl::string_view rpc) const;
-
-  // The node credential of (job, generation, node rank).
-  std::string NodeCredential(absl::string_view job_id, uint64_t generation,
-                             uint32_t node_rank) const;
-  // PERMISSION_DENIED naming `rpc` and the claimed node unless x-tributary-node is the
-  // credential of exactly that (job, generation, node rank).
-  absl::Status CheckNode(const Metadata& metadata, absl::string_view job_id, uint64_t generation,
-                         uint32_t node_rank, absl::string_view rpc) const;
-  // The same, for a credential already read from the metadata (streams read it once).
-  absl::Status CheckNodeCredential(absl::string_view presented, absl::string_view job_id,
-                                   uint64_t generation, uint32_t node_rank,
-                                   absl::string_view rpc) const;
 
  private:
   ClusterAuth(std::string secret, bool certificate_roles)

@@ -52,39 +52,6 @@ TEST(ClusterAuthTest, MissingForgedAndForeignCredentialsAreUnauthenticated) {
   }
 }
 
-TEST(ClusterAuthTest, NodeCredentialsBindJobGenerationAndRank) {
-  auto auth = Auth();
-  const std::string credential = auth->NodeCredential("job-1", 3, 1);
-  EXPECT_TRUE(auth->CheckNodeCredential(credential, "job-1", 3, 1, "PushPull").ok());
-  for (auto [job, generation, rank] : {std::tuple<std::string, uint64_t, uint32_t>{"job-2", 3, 1},
-                                       {"job-1", 4, 1},
-                                       {"job-1", 3, 0}}) {
-    absl::Status refused = auth->CheckNodeCredential(credential, job, generation, rank, "PushPull");
-    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
-    EXPECT_NE(refused.message().find("PushPull: the caller is not node"), std::string::npos);
-  }
-  std::vector<std::pair<std::string, std::string>> none;
-  EXPECT_EQ(auth->CheckNode(MetadataOf(none), "job-1", 3, 1, "PushPull").code(),
-            absl::StatusCode::kPermissionDenied);
-  // Another secret makes other credentials.
-  EXPECT_NE(Auth("another-cluster-secret")->NodeCredential("job-1", 3, 1), credential);
-}
-
-TEST(ClusterAuthTest, WorkerCredentialsBindTheWorkerId) {
-  auto auth = Auth();
-  std::vector<std::pair<std::string, std::string>> storage = {
-      {kWorkerCredentialMetadata, auth->WorkerCredential("w1-abc")}};
-  EXPECT_TRUE(auth->CheckWorker(MetadataOf(storage), "w1-abc", "Heartbeat").ok());
-  absl::Status other = auth->CheckWorker(MetadataOf(storage), "w2-abc", "Heartbeat");
-  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(other.message().find("Heartbeat: the caller is not worker 'w2-abc'"),
-            std::string::npos);
-  std::vector<std::pair<std::string, std::string>> none;
-  EXPECT_EQ(auth->CheckWorker(MetadataOf(none), "w1-abc", "Deregister").code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(auth->WorkerCredential("w1-abc"), auth->NodeCredential("w1-abc", 0, 0));
-}
-
 TEST(ClusterAuthTest, SecretsAreBoundedAndFileErrorsNameThePathNotTheContents) {
   EXPECT_EQ(ClusterAuth::FromSecret(std::string(15, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);

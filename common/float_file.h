@@ -27,6 +27,11 @@ class CachedFloatFile {
  public:
   absl::StatusOr<std::shared_ptr<const std::vector<float>>> Read(const std::string& path,
                                                                  uint64_t max_bytes);
+  // Forgets the file read last.
+  void Clear() {
+    key_.clear();
+    values_.reset();
+  }
 
  private:
   std::string key_;  // path, device, inode, size and mtime of values_'s file.

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/optimizer.h"
 #include "common/sha256.h"
 
@@ -381,6 +383,24 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Bad("name", spec.name().size(), "must be <= 128 chars");
+  // Workers and shards confine every path a job names to their roots and refuse '..';
+  // said here, at submission, rather than by each of them once the job starts.
+  for (const auto& [field, path] : {std::pair<const char*, const std::string*>{
+                                        "dataset.directory", &spec.dataset().directory()},
+                                    {"dataset.train_path", &spec.dataset().train_path()},
+                                    {"dataset.test_path", &spec.dataset().test_path()},
+                                    {"dataset.train_labels_path", &spec.dataset().train_labels_path()},
+                                    {"dataset.test_labels_path", &spec.dataset().test_labels_path()},
+                                    {"checkpoint_dir", &spec.checkpoint_dir()},
+                                    {"init_from", &spec.init_from()}}) {
+    for (absl::string_view part : absl::StrSplit(*path, '/')) {
+      if (part == "..") {
+        return Bad(field, "'" + path->substr(0, 256) + "'",
+                   "'..' is not allowed in a path (workers and shards refuse it: name the "
+                   "directory itself)");
+      }
+    }
+  }
   if (absl::Status model = ValidateModel(spec.model()); !model.ok()) return model;
   if (absl::Status dataset = ValidateDataset(spec.dataset()); !dataset.ok()) return dataset;
   if (spec.global_batch_size() == 0 || spec.global_batch_size() > kMaxGlobalBatch) {

@@ -25,6 +25,11 @@ inline constexpr uint64_t kMaxGlobalBatch = 65536;
 inline constexpr uint32_t kMaxJobEpochs = 1000000;
 inline constexpr uint64_t kMaxJobSteps = uint64_t{1} << 40;
 inline constexpr uint32_t kMaxJobNodes = 65536;
+// Largest TorchScript model file: what the CLI reads and uploads, and the default of the
+// coordinator's --max_model_bytes (256 MiB).
+inline constexpr int64_t kMaxModelFileBytes = int64_t{256} << 20;
+// PS shards a cluster may have (coordinator --ps_shards; a plan's num_shards).
+inline constexpr uint32_t kMaxPsShards = 1024;
 inline constexpr uint32_t kMaxStaleness = 1000000;
 inline constexpr uint32_t kDefaultSyncEvery = 8;
 inline constexpr uint32_t kMaxSyncEvery = 1000000;

@@ -42,7 +42,8 @@ class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
 
 }  // namespace
 
-RpcMetricsInterceptorFactory::RpcMetricsInterceptorFactory(prometheus::Registry& registry)
+RpcMetricsInterceptorFactory::RpcMetricsInterceptorFactory(
+    prometheus::Registry& registry, std::shared_ptr<const KnownMethods> methods)
     : calls_(prometheus::BuildCounter()
                  .Name("tributary_rpc_total")
                  .Help("RPCs answered by this server, by method and status code.")
@@ -50,11 +51,13 @@ RpcMetricsInterceptorFactory::RpcMetricsInterceptorFactory(prometheus::Registry&
       durations_(prometheus::BuildHistogram()
                      .Name("tributary_rpc_duration_seconds")
                      .Help("Time from the start of an RPC to its status, by method.")
-                     .Register(registry)) {}
+                     .Register(registry)),
+      methods_(std::move(methods)) {}
 
 grpc::experimental::Interceptor* RpcMetricsInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  return new RpcMetricsInterceptor(info->method(), calls_, durations_);
+  const bool known = methods_ == nullptr || methods_->count(info->method()) > 0;
+  return new RpcMetricsInterceptor(known ? info->method() : "unknown", calls_, durations_);
 }
 
 const char* StatusCodeName(int code) {

@@ -2,6 +2,8 @@
 // Installed by ServiceHost on every server, so each service exports
 //   tributary_rpc_total{method="/tributary.v1.Coordinator/Heartbeat",code="OK"}
 //   tributary_rpc_duration_seconds{method=...} (histogram)
+// A method no service of the server has is counted as method="unknown" (its name is
+// a stranger's to choose: one series each would grow without bound).
 #ifndef TRIBUTARY_COMMON_RPC_METRICS_H_
 #define TRIBUTARY_COMMON_RPC_METRICS_H_
 
@@ -13,12 +15,16 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/rpc_answers.h"
+
 namespace tributary {
 
 class RpcMetricsInterceptorFactory
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit RpcMetricsInterceptorFactory(prometheus::Registry& registry);
+  // `methods`: the server's methods (null: every name is counted as it comes).
+  RpcMetricsInterceptorFactory(prometheus::Registry& registry,
+                               std::shared_ptr<const KnownMethods> methods = nullptr);
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
@@ -26,6 +32,7 @@ class RpcMetricsInterceptorFactory
  private:
   prometheus::Family<prometheus::Counter>& calls_;
   prometheus::Family<prometheus::Histogram>& durations_;
+  const std::shared_ptr<const KnownMethods> methods_;
 };
 
 // Name of a gRPC status code as grpcurl prints it ("OK", "INVALID_ARGUMENT", ...).

@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/rpc_answers.h"
 #include "common/rpc_metrics.h"
 #include "common/server_flags.h"
 #include "grpc/health/v1/health.pb.h"
@@ -93,8 +94,13 @@ absl::Status ServiceHost::Start() {
   // gRPC binds with SO_REUSEPORT by default: a second server on a busy port would then
   // silently share its traffic instead of failing to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::vector<std::string> names;
+  for (const auto& [service, name] : services_) names.push_back(name);
+  std::shared_ptr<const KnownMethods> methods = KnownMethodsOf(names);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(*registry_));
+  // First the answers (a status is amended before it is counted), then the counts.
+  interceptors.push_back(std::make_unique<RpcAnswersInterceptorFactory>(methods));
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(*registry_, methods));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (const auto& [service, name] : services_) builder.RegisterService(service);
 

@@ -55,6 +55,31 @@ absl::Status CheckKeyMatchesCertificate(const TlsFiles& files, const std::string
   return absl::OkStatus();
 }
 
+namespace {
+
+// The PEM file of `flag`: INVALID_ARGUMENT naming the flag and the path when it cannot
+// be read or holds no PEM certificate (a CA bundle that is not PEM would otherwise
+// surface later as a server that cannot listen, or a connection that fails).
+absl::StatusOr<std::string> ReadCertificates(const char* flag, const std::string& path) {
+  absl::StatusOr<std::string> pem = ReadFileToString(path);
+  if (!pem.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", path, ": ",
+                                                   pem.status().message()));
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())), BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> first(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), X509_free);
+  if (first == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": no PEM certificate in the file (expected one or more "
+                               "'-----BEGIN CERTIFICATE-----' blocks)"));
+  }
+  return pem;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files) {
   if (!files.enabled()) return grpc::InsecureServerCredentials();
@@ -72,7 +97,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   }
   grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (!files.ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadFileToString(files.ca);
+    absl::StatusOr<std::string> ca = ReadCertificates("tls_ca", files.ca);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
     options.client_certificate_request =
@@ -87,7 +112,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   if (!files.enabled()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
   if (!files.ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadFileToString(files.ca);
+    absl::StatusOr<std::string> ca = ReadCertificates("tls_ca", files.ca);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
   }

@@ -105,6 +105,7 @@ void WorkerRuntime::SendHeartbeat() {
     absl::MutexLock lock(&mu_);
     request.set_worker_id(worker_id_);
     request.set_generation(current_.generation());
+    request.set_job_id(current_.job_id());
     request.set_phase(progress_.phase);
     request.set_step(progress_.step);
     request.set_epoch(progress_.epoch);
@@ -138,7 +139,7 @@ void WorkerRuntime::SendHeartbeat() {
   }
   absl::StatusOr<v1::HeartbeatResponse> answer = link_->Heartbeat(request);
   if (!answer.ok() && !absl::IsNotFound(answer.status()) &&
-      !absl::IsInvalidArgument(answer.status())) {
+      !absl::IsPermissionDenied(answer.status()) && !absl::IsInvalidArgument(answer.status())) {
     // Not delivered: the reports go with the next heartbeat (if still this generation).
     absl::MutexLock lock(&mu_);
     if (current_.generation() == request.generation()) {
@@ -149,8 +150,10 @@ void WorkerRuntime::SendHeartbeat() {
       ThinReports(evaluation_reports_, kMaxEvaluationReports);
     }
   }
-  if (absl::IsNotFound(answer.status())) {
-    // The coordinator forgot us (it restarted, or we were silent too long).
+  // The coordinator forgot us (it restarted, or we were silent too long), or does not
+  // take our worker credential any more: a restarted coordinator issues credentials
+  // under a new key of its own.
+  if (absl::IsNotFound(answer.status()) || absl::IsPermissionDenied(answer.status())) {
     LOG(WARNING) << "coordinator does not know " << request.worker_id()
                  << "; registering again: " << answer.status().message();
     if (absl::Status registered = Register(); !registered.ok()) {
@@ -195,6 +198,12 @@ void WorkerRuntime::SendHeartbeat() {
       pause_at_.reset();
       break;
     case v1::ACTION_STOP:
+      // The answer names the job of the generation this heartbeat reported: by now the
+      // worker may have left it for the next job's assignment, which it must not stop.
+      if (request.generation() != current_.generation() ||
+          pending_.generation() > current_.generation()) {
+        break;
+      }
       if (!job_stopped_ && current_.generation() > 0) {
         LOG(INFO) << "job ended: " << response.message();
       }
@@ -229,6 +238,35 @@ void WorkerRuntime::SetPhase(v1::WorkerPhase phase, const std::string& error) {
   absl::MutexLock lock(&mu_);
   progress_.phase = phase;
   progress_.error = error;
+}
+
+void WorkerRuntime::ForgetJob() {
+  std::string job_id;
+  {
+    absl::MutexLock lock(&mu_);
+    job_id = current_.job_id();
+    current_ = v1::Assignment();
+    pending_ = v1::Assignment();
+    progress_ = Progress();
+    step_reports_.clear();
+    evaluation_reports_.clear();
+    reduce_backend_ = "none";
+    replica_devices_.clear();
+    replica_batches_.clear();
+    replica_seconds_.clear();
+    job_stopped_ = false;
+    paused_ = false;
+    pause_at_.reset();
+  }
+  // Only this thread (Run's) touches the job's inputs.
+  datasets_.reset();
+  datasets_key_.clear();
+  model_file_.reset();
+  model_sha256_.clear();
+  initial_parameters_.Clear();
+  metrics_.StartJob("");
+  metrics_.generation.Set(0);
+  LOG(INFO) << "job " << job_id << " is over: idle until the next assignment";
 }
 
 std::string WorkerRuntime::Interruption() {
@@ -512,6 +550,11 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
 void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   {
     absl::MutexLock lock(&mu_);
+    if (progress_.job_id != assignment.job_id()) {
+      // A new job: nothing the worker reported of the last one carries over.
+      progress_ = Progress();
+      progress_.job_id = assignment.job_id();
+    }
     current_ = assignment;
     // What is still held belongs to the generation before: its steps may run again.
     step_reports_.clear();
@@ -644,19 +687,29 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
     v1::Assignment next;
     {
       absl::MutexLock lock(&mu_);
+      auto job_over = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return job_stopped_ && current_.generation() > 0 &&
+               pending_.generation() <= current_.generation();
+      };
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return pending_.generation() > current_.generation() || shutdown.requested() ||
-               (options_.exit_after_job && job_stopped_ && current_.generation() > 0);
+               job_over();
       };
       // Woken by a heartbeat's answer, or by the shutdown watcher (it takes mu_).
       mu_.Await(absl::Condition(&ready));
-      if (options_.exit_after_job && job_stopped_ && current_.generation() > 0) {
+      if (job_over() && options_.exit_after_job) {
         LOG(INFO) << "the job is over; leaving (--exit_after_job)";
         shutdown.Request("job finished");
         break;
       }
-      if (pending_.generation() <= current_.generation()) continue;
-      next = pending_;
+      if (!job_over()) {
+        if (pending_.generation() <= current_.generation()) continue;
+        next = pending_;
+      }
+    }
+    if (next.generation() == 0) {
+      if (!shutdown.requested()) ForgetJob();
+      continue;
     }
     RunGeneration(next);
   }
@@ -686,6 +739,8 @@ v1::WorkerStatus WorkerRuntime::GetStatus() {
   status.set_node_name(options_.node_name);
   status.set_phase(draining_ ? v1::WORKER_DRAINING : progress_.phase);
   *status.mutable_assignment() = current_;
+  // The node credential is this worker's secret, not something to show.
+  status.mutable_assignment()->clear_node_credential();
   status.set_step(progress_.step);
   status.set_epoch(progress_.epoch);
   status.set_loss(progress_.loss);

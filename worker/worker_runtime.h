@@ -99,7 +99,11 @@ class WorkerRuntime : public WorkerHandler {
   v1::WorkerPhase Drain(const std::string& reason) override;
 
  private:
+  // What this worker reports of the job it trains; it starts afresh with every job
+  // (RunGeneration) and is gone when the job ends (ForgetJob), so that nothing of one
+  // job (its error, step, loss, accuracy) is ever reported for the next.
   struct Progress {
+    std::string job_id;  // The job all of this belongs to; empty when idle.
     v1::WorkerPhase phase = v1::WORKER_IDLE;
     uint64_t generation = 0;
     uint64_t step = 0;  // Steps completed.
@@ -157,6 +161,9 @@ class WorkerRuntime : public WorkerHandler {
   // Interrupts the running session when there is a reason to.
   void InterruptSessionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetPhase(v1::WorkerPhase phase, const std::string& error = "");
+  // The job of the last assignment is over (ACTION_STOP): its progress, error,
+  // reports and caches go, and the worker is idle until its next assignment.
+  void ForgetJob();
   // Reports `phase` holding at `step` until the pause is lifted (or the boundary
   // becomes known, for WORKER_PAUSING), the job stops, a new generation or shutdown.
   void HoldAt(v1::WorkerPhase phase, uint64_t step);
@@ -192,13 +199,11 @@ class WorkerRuntime : public WorkerHandler {
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_thread_;
 
-  // Datasets stay loaded across generations of the same job.
+  // The job's inputs, kept across its generations and dropped when it ends (ForgetJob).
   std::string datasets_key_;
   std::unique_ptr<engine::Datasets> datasets_;
-  // The last model file fetched, kept across generations and jobs of the same file.
   std::string model_sha256_;
   std::shared_ptr<const std::string> model_file_;
-  // The last init_from file read.
   CachedFloatFile initial_parameters_;
 
   WorkerMetrics metrics_;

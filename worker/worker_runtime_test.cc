@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
 #include "common/job_spec.h"
@@ -154,6 +155,27 @@ TEST_F(WorkerRuntimeTest, GivesUpOnACoordinatorThatNeverAnswers) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(),
               HasSubstr("the coordinator at fake:1 did not answer within 300ms; last: refused"));
+}
+
+// A restarted coordinator issues worker credentials under a new key: it refuses the old
+// one (PERMISSION_DENIED, before it could say it does not know the id), and the worker
+// registers again.
+TEST_F(WorkerRuntimeTest, AWorkerWhoseCredentialIsRefusedRegistersAgain) {
+  Script = [](FakeCoordinatorLink& link) {
+    link.OnHeartbeat([](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+      if (beat.worker_id() == "w1") {
+        return absl::PermissionDeniedError(
+            "Heartbeat: the caller is not worker 'w1' (a wrong 'x-tributary-worker' credential)");
+      }
+      v1::HeartbeatResponse wait;
+      wait.set_action(v1::ACTION_WAIT);
+      return wait;
+    });
+  };
+  Start();
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [](const v1::HeartbeatRequest& beat) { return beat.worker_id() == "w2"; }, kWait));
+  EXPECT_EQ(link_->registrations(), 2);
 }
 
 TEST_F(WorkerRuntimeTest, AForgottenWorkerRegistersAgain) {
@@ -338,6 +360,85 @@ TEST_F(WorkerRuntimeTest, HeartbeatsCarryEachStepAndEvaluationOnceAndThisGenerat
   EXPECT_EQ(last.bytes_pushed(), 0u) << "generation 2 pushed nothing; not the worker's total";
   EXPECT_GT(last.bytes_pulled(), 0u) << "it pulled the parameters";
   EXPECT_GT(runtime_->GetStatus().bytes_pushed(), 0u) << "GetStatus keeps the lifetime total";
+}
+
+// A worker outlives its jobs: when a job ends (ACTION_STOP) the worker goes back to
+// idle, and nothing it reported of that job (its step, loss, accuracy, error) is ever
+// reported for the next. Issue 23: a worker whose job failed its model check went on
+// reporting that failure, which failed every later job; a new job's first report
+// carried the last job's step 600 and accuracy 1.0.
+TEST_F(WorkerRuntimeTest, NothingOfAJobIsReportedForTheNext) {
+  ps::testing::InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  const v1::Assignment trained = SmallJob(shard);  // job-end, generation 1, 4 steps.
+  v1::Assignment broken = BrokenAssignment(2);
+  broken.set_job_id("job-2");
+  v1::Assignment again = SmallJob(shard);
+  again.set_job_id("job-3");
+  again.set_generation(3);
+  ps::ParameterShard* ps = &shard.shard();
+  Script = [trained, broken, again, ps](FakeCoordinatorLink& link) {
+    // The next job is given once the one before was stopped (and, as the coordinator
+    // does, ended on the shard).
+    auto stopped = std::make_shared<std::set<uint64_t>>();
+    link.OnHeartbeat([=](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+      v1::HeartbeatResponse response;
+      response.set_action(v1::ACTION_WAIT);
+      if (beat.generation() == 0 && stopped->size() < 3) {
+        response.set_action(v1::ACTION_RENDEZVOUS);
+        const v1::Assignment* next[] = {&trained, &broken, &again};
+        *response.mutable_assignment() = *next[stopped->size()];
+      } else if (beat.phase() == v1::WORKER_FINISHED || beat.phase() == v1::WORKER_FAILED) {
+        response.set_action(v1::ACTION_STOP);
+        response.set_message("the job is over");
+        if (stopped->insert(beat.generation()).second && beat.generation() == 1) {
+          v1::EndJobRequest end;
+          end.set_job_id("job-end");
+          EXPECT_TRUE(ps->EndJob(end).ok());
+        }
+      } else if (beat.generation() > 0) {
+        response.set_action(v1::ACTION_CONTINUE);
+      }
+      return response;
+    });
+  };
+  Start();
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [](const v1::HeartbeatRequest& beat) {
+        return beat.generation() == 3 && beat.phase() == v1::WORKER_FINISHED;
+      },
+      kWait));
+  shutdown_.Request("test over");
+  thread_.join();
+
+  bool idle_between = false;
+  bool failed_seen = false;
+  for (const v1::HeartbeatRequest& beat : link_->heartbeats()) {
+    if (beat.generation() == 1) {
+      EXPECT_EQ(beat.job_id(), "job-end");
+    } else if (beat.generation() == 2) {
+      EXPECT_EQ(beat.job_id(), "job-2");
+      EXPECT_EQ(beat.step(), 0u) << "job-end's step";
+      EXPECT_EQ(beat.loss(), 0.0f) << "job-end's loss";
+      EXPECT_LT(beat.test_accuracy(), 0.0f) << "job-end's accuracy";
+      failed_seen = failed_seen || beat.phase() == v1::WORKER_FAILED;
+    } else if (beat.generation() == 3) {
+      EXPECT_EQ(beat.job_id(), "job-3");
+      EXPECT_NE(beat.phase(), v1::WORKER_FAILED) << "job-2's failure: " << beat.error();
+      EXPECT_EQ(beat.error().find("/nonexistent"), std::string::npos) << beat.error();
+      if (beat.phase() != v1::WORKER_FINISHED) {
+        EXPECT_LT(beat.test_accuracy(), 0.0f) << "job-end's accuracy before job-3 evaluated";
+      }
+    } else {
+      EXPECT_TRUE(beat.job_id().empty());
+      EXPECT_TRUE(beat.error().empty()) << "an ended job's error: " << beat.error();
+      EXPECT_NE(beat.phase(), v1::WORKER_FAILED);
+      idle_between = idle_between || (failed_seen && beat.phase() == v1::WORKER_IDLE);
+    }
+  }
+  EXPECT_TRUE(failed_seen) << "job-2 failed on this worker";
+  EXPECT_TRUE(idle_between) << "the worker went back to idle once job-2 was over";
+  EXPECT_TRUE(runtime_->GetStatus().assignment().node_credential().empty());
 }
 
 }  // namespace

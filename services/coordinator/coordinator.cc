@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/issued_credentials.h"
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/random_hex.h"
@@ -147,6 +148,13 @@ void Coordinator::CompleteJobLocked(v1::Job& job) {
 
 // ---------------------------------------------------------------------------------
 // Generations
+
+std::string Coordinator::JobOfGenerationLocked(uint64_t number) const {
+  if (number == 0) return "";
+  if (generation_.number == number) return generation_.job_id;
+  auto ended = ended_.find(number);
+  return ended == ended_.end() ? "" : ended->second.first;
+}
 
 void Coordinator::DeactivateGenerationLocked(const std::string& reason) {
   if (!generation_.active) return;
@@ -449,12 +457,20 @@ void Coordinator::FormGenerationIfDue() {
   // 3. Every shard learns the generation before any worker does. A shard holding no
   // job yet refuses: the workers' InitPartitions installs it at this generation.
   std::vector<uint32_t> installing;
+  std::vector<std::string> credential_digests;  // What the shards check each node against.
+  if (options_.node_credential) {
+    for (uint32_t rank = 0; rank < num_nodes; ++rank) {
+      credential_digests.push_back(
+          CredentialDigest(options_.node_credential(job_id, generation, rank)));
+    }
+  }
   for (const v1::ShardInfo& shard : shards) {
     v1::BeginGenerationRequest request;
     request.set_job_id(job_id);
     request.set_generation(generation);
     request.set_num_nodes(num_nodes);
     request.set_resume_step(resume_step);
+    for (const std::string& digest : credential_digests) request.add_node_credential_sha256(digest);
     absl::StatusOr<v1::BeginGenerationResponse> begun =
         shard_client_->BeginGeneration(shard, request);
     if (begun.ok()) continue;
@@ -654,6 +670,16 @@ void Coordinator::Tick() {
                                      " of submission (pending_timeout_seconds)",
                                      waiting.empty() ? std::string() : ": " + waiting));
       }
+    }
+    // A worker whose endpoint registered again and that has not sent a heartbeat since
+    // (three intervals): the process a restart replaced.
+    for (const std::string& id : workers_.Replaced(now, 3 * options_.heartbeat_interval)) {
+      const WorkerRecord& worker = *workers_.Find(id);
+      const std::string reason = absl::StrCat(
+          DescribeWorker(id, worker.registration),
+          " sent no heartbeat since another registration came from its endpoint (restarted)");
+      LOG(INFO) << reason << "; removing it";
+      RemoveWorkerLocked(id, reason, "worker_left", false);
     }
     for (const std::string& id : workers_.Silent(now, options_.heartbeat_timeout)) {
       const WorkerRecord& worker = *workers_.Find(id);

@@ -76,12 +76,13 @@ struct CoordinatorOptions {
   // NOT_FOUND. SubmitJob checks a torchscript job's file with it. Unset: no model
   // files are stored, and torchscript jobs are refused.
   std::function<absl::StatusOr<uint64_t>(const std::string& sha256)> model_size;
-  // The node credential of (job, generation, node rank) put in each assignment
-  // (ClusterAuth::NodeCredential). Unset: assignments carry none.
+  // The node credential of (job, generation, node rank) put in each assignment, whose
+  // SHA-256 every shard gets with BeginGeneration (CredentialIssuer::Node). Unset:
+  // assignments carry none.
   std::function<std::string(const std::string& job_id, uint64_t generation, uint32_t node_rank)>
       node_credential;
   // The credential of a worker registration, returned by RegisterWorker
-  // (ClusterAuth::WorkerCredential). Unset: none.
+  // (CredentialIssuer::Worker). Unset: none.
   std::function<std::string(const std::string& worker_id)> worker_credential;
 };
 
@@ -166,6 +167,9 @@ class Coordinator : public CoordinatorHandler {
 
  private:
   bool InGenerationLocked(const std::string& worker_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The job that generation `number` belonged to: the running or an ended one (of the
+  // last kEndedGenerationsKept); "" when unknown.
+  std::string JobOfGenerationLocked(uint64_t number) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The running generation's workers as progress and the result see them.
   std::vector<ReportView> ReportViewsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

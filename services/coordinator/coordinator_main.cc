@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "common/clock.h"
+#include "common/job_spec.h"
 #include "common/process.h"
 #include "common/serve.h"
 #include "common/service_host.h"
@@ -35,7 +36,7 @@ ABSL_FLAG(int, http_port, 8080,
 // --- Cluster ---
 ABSL_FLAG(int, ps_shards, 1,
           "Parameter-server shards a job needs (shard indices 0..N-1) before its first "
-          "generation forms. Count, >= 1. Default: 1.");
+          "generation forms. Count, in [1, 1024]. Default: 1.");
 
 // --- Membership and failure detection ---
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
@@ -94,11 +95,17 @@ ABSL_FLAG(int, history_worker_points, 500,
           "64 workers per job have one). Count, 2..800. Default: 500.");
 
 // --- Model files ---
-ABSL_FLAG(int64_t, max_model_bytes, int64_t{256} << 20,
+ABSL_FLAG(int64_t, max_model_bytes, tributary::kMaxModelFileBytes,
           "Largest TorchScript file UploadModel accepts. Bytes. Default: 268435456 (256 MiB).");
 ABSL_FLAG(int64_t, max_stored_model_bytes, int64_t{4} << 30,
           "Model files kept in all (under --state_dir/models, or in memory without a state "
           "dir); an upload beyond it is refused. Bytes. Default: 4294967296 (4 GiB).");
+ABSL_FLAG(absl::Duration, upload_timeout, absl::Minutes(10),
+          "Longest an UploadModel stream may stay open; past it the upload is cancelled and "
+          "what it sent freed. Duration. Default: 10m.");
+ABSL_FLAG(absl::Duration, upload_idle_timeout, absl::Seconds(30),
+          "Longest an UploadModel stream may go without a message (an upload slot is not "
+          "held by a silent client). Duration. Default: 30s.");
 
 // --- Security ---
 ABSL_FLAG(std::string, control_token_file, "",
@@ -110,8 +117,17 @@ namespace {
 
 // Flag values that cannot work, named; empty when all are fine.
 std::string BadFlags() {
-  if (absl::GetFlag(FLAGS_ps_shards) < 1) {
-    return absl::StrCat("--ps_shards must be >= 1, got ", absl::GetFlag(FLAGS_ps_shards));
+  if (absl::GetFlag(FLAGS_ps_shards) < 1 ||
+      absl::GetFlag(FLAGS_ps_shards) > static_cast<int>(tributary::kMaxPsShards)) {
+    return absl::StrCat("--ps_shards must be in [1, ", tributary::kMaxPsShards, "], got ",
+                        absl::GetFlag(FLAGS_ps_shards));
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, absl::Duration>{"upload_timeout", absl::GetFlag(FLAGS_upload_timeout)},
+        {"upload_idle_timeout", absl::GetFlag(FLAGS_upload_idle_timeout)}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::StrCat("--", name, " must be > 0, got ", absl::FormatDuration(value));
+    }
   }
   if (absl::GetFlag(FLAGS_heartbeat_interval) <= absl::ZeroDuration()) {
     return absl::StrCat("--heartbeat_interval must be > 0, got ",
@@ -193,13 +209,22 @@ int main(int argc, char** argv) {
   }
 
   coord::CoordinatorOptions options;
+  // Worker and node credentials: made under a key of this process's own, which nobody
+  // derives from the cluster secret (common/issued_credentials.h).
+  std::shared_ptr<const tributary::CredentialIssuer> issuer;
   if (*auth != nullptr) {
-    options.node_credential = [auth = *auth](const std::string& job, uint64_t generation,
-                                             uint32_t node_rank) {
-      return auth->NodeCredential(job, generation, node_rank);
+    absl::StatusOr<tributary::CredentialIssuer> made = tributary::CredentialIssuer::Random();
+    if (!made.ok()) {
+      LOG(ERROR) << made.status().message();
+      return 1;
+    }
+    issuer = std::make_shared<const tributary::CredentialIssuer>(*std::move(made));
+    options.node_credential = [issuer](const std::string& job, uint64_t generation,
+                                       uint32_t node_rank) {
+      return issuer->Node(job, generation, node_rank);
     };
-    options.worker_credential = [auth = *auth](const std::string& worker_id) {
-      return auth->WorkerCredential(worker_id);
+    options.worker_credential = [issuer](const std::string& worker_id) {
+      return issuer->Worker(worker_id);
     };
   }
   options.ps_shards = static_cast<uint32_t>(absl::GetFlag(FLAGS_ps_shards));
@@ -243,7 +268,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  coord::CoordinatorGrpcService service(&coordinator, control_token, &models, *auth);
+  coord::UploadLimits upload_limits;
+  upload_limits.total = absl::GetFlag(FLAGS_upload_timeout);
+  upload_limits.idle = absl::GetFlag(FLAGS_upload_idle_timeout);
+  coord::CoordinatorGrpcService service(&coordinator, control_token, &models, *auth, issuer,
+                                        upload_limits);
   // Room for the largest rendezvous value or model chunk plus the rest of the message.
   const int64_t max_receive = std::max<int64_t>(
       (4 << 20) + (64 << 10), absl::GetFlag(FLAGS_rendezvous_max_value_bytes) + (64 << 10));
@@ -257,6 +286,7 @@ int main(int argc, char** argv) {
   coord::CoordinatorDriver driver(&coordinator, [&] {
     metrics.Update(coordinator.GetClusterStatus(), coordinator.rendezvous().stats(),
                    coordinator.counters());
+    service.ExpireStalledUploads();
   });
   driver.Start();
   if (control_token.has_value()) LOG(INFO) << "job control needs the bearer token";

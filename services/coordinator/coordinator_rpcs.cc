@@ -34,13 +34,10 @@ void Coordinator::HandleRegisterWorker(const v1::RegisterWorkerRequest& request,
   const absl::Status status = [&]() -> absl::Status {
     if (absl::Status valid = ValidateRegistration(request); !valid.ok()) return valid;
     absl::MutexLock lock(&mu_);
-    for (const std::string& other_id : workers_.SameEndpoint(request)) {
-      RemoveWorkerLocked(
-          other_id,
-          absl::StrCat(DescribeWorker(other_id, workers_.Find(other_id)->registration),
-                       " registered again from ", request.host()),
-          "worker_left", false);
-    }
+    // Another process from a known worker's endpoint: a restart, or someone who read the
+    // endpoint off GetClusterStatus. It becomes a new worker; the old record goes only
+    // if it falls silent (Tick), so that nobody can push a live worker out.
+    workers_.Supersede(workers_.SameEndpoint(request), clock_->Now());
     if (absl::Status free = workers_.CheckGpuRequests(request); !free.ok()) return free;
     // With a job running, a worker its node has no GPUs for learns it now.
     v1::Job* job = jobs_.Active();
@@ -88,6 +85,11 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
           absl::StrCat("phase: unknown worker phase ", static_cast<int>(request.phase())));
     }
     if (absl::Status valid = ValidateHistoryReports(request); !valid.ok()) return valid;
+    if (!request.job_id().empty() && !IsJobId(request.job_id())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job_id: \"", request.job_id().substr(0, 160),
+                       "\" is not 1-128 characters of [A-Za-z0-9._-]"));
+    }
     absl::MutexLock lock(&mu_);
     WorkerRecord* worker = workers_.Find(request.worker_id());
     if (worker == nullptr) {
@@ -100,14 +102,25 @@ void Coordinator::HandleHeartbeat(const v1::HeartbeatRequest& request, v1::Heart
     workers_.RecordReport(*worker, request, now);
     const std::string id = worker->id;
     const std::string who = DescribeWorker(id, worker->registration);
-    const bool current = InGenerationLocked(id) && request.generation() == generation_.number;
+    const bool current = InGenerationLocked(id) && request.generation() == generation_.number &&
+                         (request.job_id().empty() || request.job_id() == generation_.job_id);
     switch (ClassifyReport(request, current, !worker->failed_job.empty())) {
       case ReportKind::kFailed: {
         const std::string error =
             request.error().empty() ? "no error message" : Clip(request.error());
         v1::Job* job = jobs_.Active();
-        const bool first_report = job != nullptr && worker->failed_job != job->job_id();
-        if (job != nullptr) worker->failed_job = job->job_id();
+        // A failure counts against the job of the generation it reports, and only
+        // while that job runs: a worker still reporting how the last job failed it
+        // must not fail the next one.
+        const std::string failed_in = JobOfGenerationLocked(request.generation());
+        if (job == nullptr || failed_in != job->job_id() ||
+            (!request.job_id().empty() && request.job_id() != failed_in)) {
+          worker->note = absl::StrCat("failed in an earlier job (",
+                                      failed_in.empty() ? "unknown" : failed_in, "): ", error);
+          break;
+        }
+        const bool first_report = worker->failed_job != job->job_id();
+        worker->failed_job = job->job_id();
         worker->note = error;
         if (first_report) LOG(WARNING) << who << " failed: " << error;
         ApplySameErrorRuleLocked(id, request.generation(), error);

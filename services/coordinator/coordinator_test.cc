@@ -1256,17 +1256,63 @@ TEST_F(CoordinatorTest, StragglerMarkedInStatus) {
   EXPECT_EQ(status.expected_shards(), 2u);
 }
 
-TEST_F(CoordinatorTest, RestartedWorkerReplacesItsOldRecord) {
+TEST_F(CoordinatorTest, ARegistrationFromAKnownEndpointReplacesOnlyASilentWorker) {
   RegisterShards();
   Submit(Spec(1, 1, v1::GPU));
   absl::StatusOr<v1::RegisterWorkerResponse> first = Register("a", {Gpu(0, "a")}, 7000);
   ASSERT_TRUE(first.ok());
-  // Same endpoint again (the process restarted): no "GPU in use" error, a new id.
-  absl::StatusOr<v1::RegisterWorkerResponse> second = Register("a", {Gpu(0, "a")}, 7000);
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_NE(first->worker_id(), second->worker_id());
+  // Someone registers from worker a's endpoint (node, host and port are public): a new
+  // worker, no "GPU in use" error, and the live worker keeps its record.
+  absl::StatusOr<v1::RegisterWorkerResponse> impostor = Register("a", {Gpu(0, "a")}, 7000);
+  ASSERT_TRUE(impostor.ok()) << impostor.status();
+  EXPECT_NE(first->worker_id(), impostor->worker_id());
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat(first->worker_id(), 0);
+    EXPECT_TRUE(last_heartbeat_status_.ok()) << last_heartbeat_status_;
+    coordinator_->Tick();
+  }
+  // Worker a restarts: its new process registers from the endpoint and the old one is
+  // silent from then on. Three heartbeat intervals later the old record is gone.
+  absl::StatusOr<v1::RegisterWorkerResponse> restarted = Register("a", {Gpu(0, "a")}, 7000);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  clock_.Advance(absl::Seconds(2));
+  coordinator_->Tick();
+  Beat(restarted->worker_id(), 0);
+  EXPECT_TRUE(last_heartbeat_status_.ok()) << last_heartbeat_status_;
+  clock_.Advance(absl::Seconds(2));
+  coordinator_->Tick();
   Beat(first->worker_id(), 0);
   EXPECT_EQ(last_heartbeat_status_.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(last_heartbeat_status_.message(), HasSubstr(first->worker_id()));
+  Beat(restarted->worker_id(), 0);
+  EXPECT_TRUE(last_heartbeat_status_.ok()) << last_heartbeat_status_;
+}
+
+TEST_F(CoordinatorTest, AnExplicitGpuOfASupersededWorkerIsRetriedNotRefused) {
+  RegisterShards();
+  v1::RegisterWorkerRequest request;
+  request.set_node_name("a");
+  request.set_host("host-a");
+  request.set_grpc_port(7000);
+  *request.add_devices() = Gpu(0, "a");
+  request.add_requested_gpus(0);
+  auto register_once = [&]() -> absl::Status {
+    v1::RegisterWorkerResponse reply;
+    Reply r;
+    coordinator_->HandleRegisterWorker(request, &reply, Done(r));
+    if (!r.called) coordinator_->Tick();
+    return r.status;
+  };
+  ASSERT_TRUE(register_once().ok());
+  // The restarted process asks for the same GPU: UNAVAILABLE (the worker retries),
+  // not RESOURCE_EXHAUSTED, and once the old record is gone it gets it.
+  const absl::Status busy = register_once();
+  EXPECT_EQ(busy.code(), absl::StatusCode::kUnavailable) << busy;
+  EXPECT_THAT(busy.message(), HasSubstr("registered before from this endpoint"));
+  clock_.Advance(absl::Seconds(4));
+  coordinator_->Tick();
+  EXPECT_TRUE(register_once().ok());
 }
 
 // A heartbeat carrying its worker's step reports (one per step in [first, last]) and,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "services/coordinator/control_token.h"
@@ -54,16 +55,38 @@ class WaitReactor : public grpc::ServerUnaryReactor {
 // at a time, and answers once the client half-closes.
 class UploadReactor : public grpc::ServerReadReactor<v1::UploadModelRequest> {
  public:
-  UploadReactor(std::unique_ptr<ModelStore::Upload> upload, v1::UploadModelResponse* response)
-      : upload_(std::move(upload)), response_(response) {
+  // `open` ends the stream past its deadlines (UploadLimits), with DEADLINE_EXCEEDED
+  // saying which.
+  UploadReactor(std::unique_ptr<ModelStore::Upload> upload, v1::UploadModelResponse* response,
+                grpc::CallbackServerContext* context, StreamDeadlines* open)
+      : upload_(std::move(upload)), response_(response), context_(context), open_(open) {
+    open_->Add(this, context_, [this](const std::string& why) {
+      FinishOnce(grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat(why, " (--upload_timeout, --upload_idle_timeout): upload again")));
+    });
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) {  // Ended past its deadline: its slot and bytes go now.
+        upload_.reset();
+        return;
+      }
+    }
+    if (!ok && context_->IsCancelled()) {
+      upload_.reset();  // Its slot and what it sent go now.
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED,
+                              "UploadModel: cancelled before the file was complete"));
+      return;
+    }
+    open_->Touch(this);
     if (!ok) {  // The client half-closed: the file is complete (or cut short).
       absl::StatusOr<v1::UploadModelResponse> finished = upload_->Finish();
       if (finished.ok()) *response_ = *std::move(finished);
-      Finish(ToGrpcStatus(finished.status()));
+      FinishOnce(ToGrpcStatus(finished.status()));
       return;
     }
     absl::Status taken;
@@ -75,20 +98,43 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadModelRequest> {
       taken = absl::InvalidArgumentError("UploadModel: a message with neither header nor chunk");
     }
     if (!taken.ok()) {
-      Finish(ToGrpcStatus(taken));
+      FinishOnce(ToGrpcStatus(taken));
       return;
     }
     request_.Clear();
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;  // Ended past its deadline meanwhile: no more reads.
+    }
     StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    open_->Remove(this);
+    delete this;
+  }
 
  private:
+  // The stream's one Finish: from a reaction, or from the deadline check's thread.
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<ModelStore::Upload> upload_;
   v1::UploadModelResponse* response_;
+  grpc::CallbackServerContext* const context_;
+  StreamDeadlines* const open_;
   v1::UploadModelRequest request_;
 };
+
+const RealClock kRealClock;
 
 // FetchModel: writes a stored file in 1 MiB chunks, one write in flight at a time.
 class FetchReactor : public grpc::ServerWriteReactor<v1::ModelChunk> {
@@ -141,11 +187,16 @@ class RefusedReactor : public Reactor {
 CoordinatorGrpcService::CoordinatorGrpcService(CoordinatorHandler* handler,
                                                std::optional<std::string> control_token,
                                                ModelStore* models,
-                                               std::shared_ptr<const ClusterAuth> auth)
+                                               std::shared_ptr<const ClusterAuth> auth,
+                                               std::shared_ptr<const CredentialIssuer> issuer,
+                                               UploadLimits upload_limits, const Clock* clock)
     : handler_(handler),
       control_token_(std::move(control_token)),
       models_(models),
-      auth_(std::move(auth)) {}
+      auth_(std::move(auth)),
+      issuer_(std::move(issuer)),
+      uploads_("UploadModel", clock != nullptr ? clock : &kRealClock, upload_limits.total,
+               upload_limits.idle) {}
 
 bool CoordinatorGrpcService::CallerIs(grpc::CallbackServerContext* context,
                                       grpc::ServerUnaryReactor* reactor, RoleSet roles,
@@ -163,7 +214,13 @@ bool CoordinatorGrpcService::CallerIsWorker(grpc::CallbackServerContext* context
                                             const std::string& worker_id, const char* rpc) const {
   if (!CallerIs(context, reactor, OnlyRole(Role::kWorker), rpc)) return false;
   if (auth_ == nullptr) return true;
-  const absl::Status own = auth_->CheckWorker(context->client_metadata(), worker_id, rpc);
+  const absl::Status own =
+      issuer_ == nullptr
+          ? absl::PermissionDeniedError(absl::StrCat(rpc, ": this coordinator issues no worker "
+                                                          "credentials"))
+          : issuer_->CheckWorker(
+                MetadataValue(context->client_metadata(), kWorkerCredentialMetadata), worker_id,
+                rpc);
   if (!own.ok()) reactor->Finish(ToGrpcStatus(own));
   return own.ok();
 }
@@ -199,7 +256,7 @@ grpc::ServerReadReactor<v1::UploadModelRequest>* CoordinatorGrpcService::UploadM
   }
   absl::StatusOr<std::unique_ptr<ModelStore::Upload>> upload = models_->StartUpload();
   if (!upload.ok()) return new Refused(upload.status());
-  return new UploadReactor(*std::move(upload), response);
+  return new UploadReactor(*std::move(upload), response, context, &uploads_);
 }
 
 grpc::ServerWriteReactor<v1::ModelChunk>* CoordinatorGrpcService::FetchModel(

@@ -9,11 +9,22 @@
 #include <string>
 
 #include "common/cluster_auth.h"
+#include "common/clock.h"
+#include "common/issued_credentials.h"
+#include "common/stream_deadlines.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "services/coordinator/coordinator_handler.h"
 #include "services/coordinator/model_store.h"
 
 namespace tributary::coordinator {
+
+// How long an UploadModel stream may stay open, in all and without a message
+// (--upload_timeout, --upload_idle_timeout): a silent upload holds one of the model
+// store's upload slots and what it sent.
+struct UploadLimits {
+  absl::Duration total = absl::Minutes(10);
+  absl::Duration idle = absl::Seconds(30);
+};
 
 class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
  public:
@@ -22,10 +33,21 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
   // UploadModel, PauseJob, ResumeJob and StopJob need "authorization: Bearer <token>".
   // With an `auth` (--cluster_token_file) the internal calls need the cluster credential
   // of their role: workers register, heartbeat, deregister, rendezvous and fetch models;
-  // PS shards register; ListWorkers and FetchModel also serve the operator role.
+  // PS shards register; ListWorkers and FetchModel also serve the operator role. A
+  // worker's own calls (Heartbeat, Deregister) also need the worker credential that
+  // `issuer` made for its id (x-tributary-worker); with an `auth` and no `issuer` they
+  // are refused.
   CoordinatorGrpcService(CoordinatorHandler* handler, std::optional<std::string> control_token,
                          ModelStore* models = nullptr,
-                         std::shared_ptr<const ClusterAuth> auth = nullptr);
+                         std::shared_ptr<const ClusterAuth> auth = nullptr,
+                         std::shared_ptr<const CredentialIssuer> issuer = nullptr,
+                         UploadLimits upload_limits = UploadLimits(),
+                         const Clock* clock = nullptr);
+
+  // Cancels UploadModel streams past their limits (UploadLimits): call periodically.
+  // How many were cancelled.
+  int ExpireStalledUploads() { return uploads_.Expire(); }
+  size_t open_uploads() const { return uploads_.size(); }
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -94,6 +116,8 @@ class CoordinatorGrpcService : public v1::Coordinator::CallbackService {
   const std::optional<std::string> control_token_;
   ModelStore* models_;
   const std::shared_ptr<const ClusterAuth> auth_;
+  const std::shared_ptr<const CredentialIssuer> issuer_;
+  StreamDeadlines uploads_;
 };
 
 }  // namespace tributary::coordinator

@@ -13,12 +13,14 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/service_host.h"
@@ -363,6 +365,62 @@ grpc::Status Upload(v1::Coordinator::Stub& stub, const std::string& bytes,
   }
   writer->WritesDone();
   return writer->Finish();
+}
+
+// Silent uploads do not hold the store's two upload slots for as long as they stay
+// connected (issue 23: two held both, with +160 MB, indefinitely): past
+// --upload_idle_timeout they are cancelled, and their slots and bytes are free again.
+TEST(CoordinatorServiceTest, SilentUploadsAreCancelled) {
+  FakeClock clock;
+  ModelStore models(ModelStoreOptions{});
+  UploadLimits limits;
+  limits.idle = absl::Seconds(30);
+  limits.total = absl::Minutes(10);
+  // No handler call happens in this test: uploads go to the model store alone.
+  CoordinatorGrpcService service(nullptr, std::nullopt, &models, nullptr, nullptr, limits,
+                                 &clock);
+  ServiceHost host(Loopback("coordinator", -1));
+  host.AddService(&service, v1::Coordinator::service_full_name());
+  ASSERT_TRUE(host.Start().ok());
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", host.grpc_port()), grpc::InsecureChannelCredentials()));
+  // Two uploads that send their header and then nothing.
+  std::vector<std::thread> silent;
+  std::atomic<int> cancelled{0};
+  for (int i = 0; i < 2; ++i) {
+    silent.emplace_back([&] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::UploadModelResponse response;
+      auto writer = stub->UploadModel(&context, &response);
+      v1::UploadModelRequest header;
+      header.mutable_header()->set_file_name("silent.pt");
+      header.mutable_header()->set_sha256(std::string(64, 'a'));
+      header.mutable_header()->set_size_bytes(5 << 20);
+      writer->Write(header);
+      const grpc::Status ended = writer->Finish();
+      if (ended.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) ++cancelled;
+      EXPECT_THAT(ended.error_message(), HasSubstr("UploadModel: open for 31s, silent for 31s "
+                                                   "(the limit is 30s)"))
+          << ended.error_code();
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return service.open_uploads() == 2; }));
+  // Both slots are taken: a third upload is refused now.
+  const std::string bytes = std::string("PK\x03\x04", 4) + "net/data.pkl net/version ";
+  v1::UploadModelResponse refused;
+  EXPECT_EQ(Upload(*stub, bytes, &refused).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  clock.Advance(absl::Seconds(29));
+  EXPECT_EQ(service.ExpireStalledUploads(), 0) << "silent, but not for long enough";
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(service.ExpireStalledUploads(), 2);
+  for (std::thread& upload : silent) upload.join();
+  EXPECT_EQ(cancelled, 2);
+  ASSERT_TRUE(Eventually([&] { return service.open_uploads() == 0; }));
+  v1::UploadModelResponse uploaded;
+  const grpc::Status taken = Upload(*stub, bytes, &uploaded);
+  EXPECT_TRUE(taken.ok()) << taken.error_message();
+  host.Shutdown(absl::Seconds(1));
 }
 
 TEST(CoordinatorServiceTest, ModelFilesTravelUpAndDownAndTorchScriptJobsNeedThem) {

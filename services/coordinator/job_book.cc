@@ -139,7 +139,9 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
   double throughput = 0;
   float accuracy = -1;
   for (const ReportView& worker : workers) {
-    if (worker.report == nullptr || worker.report->generation() != generation) {
+    // A report of another generation, or of another job, says nothing of this one.
+    if (worker.report == nullptr || worker.report->generation() != generation ||
+        (!worker.report->job_id().empty() && worker.report->job_id() != job.job_id())) {
       progress.all_training = progress.all_finished = false;
       step = std::min(step, resume_step);
       continue;

@@ -26,6 +26,24 @@ std::vector<std::string> WorkerRegistry::SameEndpoint(
   return same;
 }
 
+void WorkerRegistry::Supersede(const std::vector<std::string>& ids, absl::Time now) {
+  for (const std::string& id : ids) {
+    WorkerRecord* worker = Find(id);
+    if (worker == nullptr || worker->superseded_since.has_value()) continue;
+    worker->superseded_since = now;
+  }
+}
+
+std::vector<std::string> WorkerRegistry::Replaced(absl::Time now, absl::Duration grace) const {
+  std::vector<std::string> replaced;
+  for (const auto& [id, worker] : workers_) {
+    if (worker.superseded_since.has_value() && now - *worker.superseded_since > grace) {
+      replaced.push_back(id);
+    }
+  }
+  return replaced;
+}
+
 absl::Status WorkerRegistry::CheckGpuRequests(const v1::RegisterWorkerRequest& request) const {
   for (int32_t index : request.requested_gpus()) {
     v1::Device wanted;
@@ -38,6 +56,13 @@ absl::Status WorkerRegistry::CheckGpuRequests(const v1::RegisterWorkerRequest& r
         for (const v1::Device& device : other.registration.devices()) {
           if (device.kind() == v1::GPU && device.index() == other_index &&
               GpuKey(device) == GpuKey(wanted)) {
+            if (other.superseded_since.has_value()) {
+              return absl::UnavailableError(absl::StrCat(
+                  "node ", request.node_name(), ": ", DescribeGpu(wanted),
+                  " is requested by worker ", other_id,
+                  ", registered before from this endpoint; it is free once that worker is "
+                  "known gone (no heartbeat within seconds): retry"));
+            }
             return absl::ResourceExhaustedError(absl::StrCat(
                 "node ", request.node_name(), ": ", DescribeGpu(wanted),
                 " is already requested by worker ", other_id, "; no free GPU for this request"));
@@ -77,6 +102,7 @@ const WorkerRecord* WorkerRegistry::Find(const std::string& id) const {
 void WorkerRegistry::RecordReport(WorkerRecord& worker, const v1::HeartbeatRequest& report,
                                   absl::Time now) {
   worker.last_heartbeat = now;
+  worker.superseded_since.reset();  // Alive: the other registration is another worker.
   worker.report = report;
   worker.report_number = ++reports_received_;
   worker.reported = true;
@@ -87,6 +113,8 @@ std::vector<Candidate> WorkerRegistry::Candidates(const std::string& job_id) con
   std::vector<Candidate> candidates;
   for (const auto& [id, worker] : workers_) {
     if (worker.phase == v1::WORKER_DRAINING) continue;
+    // Until it heartbeats again, perhaps the process a restart replaced.
+    if (worker.superseded_since.has_value()) continue;
     if (!job_id.empty() && worker.failed_job == job_id) continue;
     candidates.push_back(Candidate{id, worker.sequence, worker.registration});
   }

@@ -1,12 +1,17 @@
 // The registered workers: who they are, what they last reported, and the checks a
-// registration must pass against the others (a restarted worker replaces its old
-// record; two explicit requests for one GPU of a node are refused). Not thread-safe:
-// Coordinator holds its lock around every call.
+// registration must pass against the others (two explicit requests for one GPU of a
+// node are refused). A registration from the endpoint of a known worker is a new
+// worker: nothing in it proves it is the same process (node, host, port and pid are
+// public in GetClusterStatus), so the old record is only superseded, and goes once it
+// has sent no heartbeat for a grace period after that (a restarted worker's old process
+// is gone) while a live one stays. Not thread-safe: Coordinator holds its lock around
+// every call.
 #ifndef TRIBUTARY_SERVICES_COORDINATOR_WORKER_REGISTRY_H_
 #define TRIBUTARY_SERVICES_COORDINATOR_WORKER_REGISTRY_H_
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +34,9 @@ struct WorkerRecord {
   v1::WorkerPhase phase = v1::WORKER_IDLE;
   std::string failed_job;  // Job in which it reported WORKER_FAILED (ineligible).
   std::string note;        // Why it is outside the generation, or its last error.
+  // When another registration came from this worker's endpoint; cleared by its next
+  // heartbeat (it is alive). Unset: none.
+  std::optional<absl::Time> superseded_since;
 };
 
 // "worker w1-ab12cd (node n0)", for messages.
@@ -40,10 +48,16 @@ class WorkerRegistry {
   explicit WorkerRegistry(std::string incarnation) : incarnation_(std::move(incarnation)) {}
 
   // Workers registered earlier from the same endpoint (node, host, and gRPC port or
-  // pid): a restarted worker, whose old record would hold its GPUs until it times out.
+  // pid): perhaps a restarted worker's old record.
   std::vector<std::string> SameEndpoint(const v1::RegisterWorkerRequest& request) const;
+  // Marks those as superseded at `now` (another registration came from their endpoint).
+  void Supersede(const std::vector<std::string>& ids, absl::Time now);
+  // Superseded workers that sent no heartbeat for `grace` since: the processes that a
+  // restart replaced.
+  std::vector<std::string> Replaced(absl::Time now, absl::Duration grace) const;
   // RESOURCE_EXHAUSTED when another worker of the node explicitly requested one of the
-  // GPUs `request` asks for: both requests can never be met.
+  // GPUs `request` asks for: both requests can never be met. UNAVAILABLE (retry) when
+  // that worker is a superseded one, whose GPUs come free once it is known gone.
   absl::Status CheckGpuRequests(const v1::RegisterWorkerRequest& request) const;
 
   // The id and sequence the next Add gives.

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/data_plane_wire.h"
 #include "common/partition_codec.h"
+#include "common/secure_random.h"
 #include "services/parameter_server/push_book.h"
 
 namespace tributary::ps {
@@ -56,6 +56,15 @@ class DataPlaneServer::Session final : public NodeSink {
 
   // Closes the socket both ways (a peer that does not read its last frames).
   void Cut() { ::shutdown(fd_, SHUT_RDWR); }
+
+  // Whether the peer still owes its hello, and was not evicted for it yet.
+  bool Unadmitted() const { return owes_hello_.load() && !evicted_.load(); }
+  absl::Time accepted() const { return accepted_; }
+  // Makes room for a newer connection: this one has owed its hello the longest.
+  void Evict() {
+    evicted_ = true;
+    Cut();
+  }
 
   bool Finished() {
     absl::MutexLock lock(&mu_);
@@ -177,7 +186,13 @@ class DataPlaneServer::Session final : public NodeSink {
     absl::Status read =
         dp::ReadFullBefore(fd_, hello, sizeof(hello),
                            absl::Now() + server_->options_.hello_timeout, "data plane hello");
-    --server_->unadmitted_;
+    owes_hello_ = false;
+    if (!read.ok() && evicted_.load()) {
+      read = absl::ResourceExhaustedError(absl::StrCat(
+          "data plane hello: evicted after ", absl::FormatDuration(absl::Now() - accepted_),
+          " for a newer connection (", server_->options_.max_unadmitted,
+          " connections owed their hello)"));
+    }
     absl::StatusOr<Binding> binding = absl::UnavailableError("no hello");
     if (!read.ok()) {
       binding = read;
@@ -308,6 +323,9 @@ class DataPlaneServer::Session final : public NodeSink {
 
   DataPlaneServer* const server_;
   const int fd_;
+  const absl::Time accepted_ = absl::Now();
+  std::atomic<bool> owes_hello_{true};
+  std::atomic<bool> evicted_{false};
   std::thread reader_;
   std::thread writer_;
 
@@ -457,17 +475,30 @@ void DataPlaneServer::AcceptLoop() {
     // A peer that stops reading its values for this long is disconnected.
     dp::SetSendTimeout(fd, absl::Seconds(60));
     absl::MutexLock lock(&mu_);
-    if (sessions_.size() >= static_cast<size_t>(max_connections_) ||
-        unadmitted_.load() >= options_.max_unadmitted) {
+    // At most max_unadmitted connections owe their hello: a newcomer evicts the one that
+    // has owed it longest. A peer that holds silent connections (however fast it
+    // reopens them) thus never keeps out a worker, which sends its hello at once.
+    Session* oldest = nullptr;
+    int unadmitted = 0;
+    for (const auto& session : sessions_) {
+      if (!session->Unadmitted()) continue;
+      ++unadmitted;
+      if (oldest == nullptr || session->accepted() < oldest->accepted()) oldest = session.get();
+    }
+    if (unadmitted >= options_.max_unadmitted && oldest != nullptr) {
+      LOG_EVERY_N(WARNING, 100) << "data plane: " << unadmitted
+                                << " connections owe their hello (the limit); the oldest is "
+                                   "closed for a new one";
+      oldest->Evict();
+    }
+    if (sessions_.size() >= static_cast<size_t>(max_connections_)) {
       Refused();
-      LOG_EVERY_N(WARNING, 100) << "data plane: " << sessions_.size() << " connections open, "
-                                << unadmitted_.load() << " of them not admitted yet (limits "
-                                << max_connections_ << ", " << options_.max_unadmitted
+      LOG_EVERY_N(WARNING, 100) << "data plane: " << sessions_.size()
+                                << " connections open (the limit " << max_connections_
                                 << "); one more closed";
       ::close(fd);
       continue;
     }
-    ++unadmitted_;
     sessions_.push_back(std::make_unique<Session>(this, fd));
     connections_gauge_->Set(static_cast<double>(sessions_.size()));
     sessions_.back()->Start();
@@ -500,16 +531,11 @@ void DataPlaneServer::Sweep(bool all) {
 absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::string& job_id,
                                                                  uint64_t generation,
                                                                  uint32_t node_rank) {
-  std::string ticket(dp::kTicketBytes, '\0');
-  size_t filled = 0;
-  while (filled < ticket.size()) {
-    const ssize_t got = ::getrandom(ticket.data() + filled, ticket.size() - filled, 0);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("data plane: getrandom: ", std::strerror(errno)));
-    }
-    filled += static_cast<size_t>(got);
+  absl::StatusOr<std::string> random = SecureRandomBytes(dp::kTicketBytes);
+  if (!random.ok()) {
+    return absl::InternalError(absl::StrCat("data plane ticket: ", random.status().message()));
   }
+  std::string ticket = *std::move(random);
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   absl::erase_if(tickets_, [now](const auto& entry) { return entry.second.expires <= now; });

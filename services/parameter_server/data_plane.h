@@ -42,7 +42,8 @@ struct DataPlaneOptions {
   uint64_t max_partition_bytes = 4 << 20;  // Frames above this plus overhead are refused.
   // Open connections (at most a quarter of RLIMIT_NOFILE); more are closed at once.
   int max_connections = 1024;
-  int max_unadmitted = 64;              // Connections still owing their hello.
+  // Connections still owing their hello; a newer one evicts the oldest of them.
+  int max_unadmitted = 64;
   size_t max_tickets = 4096;            // Outstanding tickets.
   absl::Duration ticket_lifetime = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -102,7 +103,6 @@ class DataPlaneServer {
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_{0};
-  std::atomic<int> unadmitted_{0};
   int max_connections_ = 0;
 
   // tributary_ps_data_plane_*: open connections, outstanding tickets, connections by

@@ -2,6 +2,8 @@
 // generation its header names (parameter_server.proto, InitHeader).
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -10,6 +12,57 @@
 #include "services/parameter_server/parameter_shard.h"
 
 namespace tributary::ps {
+namespace {
+
+// Partition ids a message lists at most (the rest are counted).
+constexpr size_t kListedIds = 16;
+
+// The plan must be one the job's model can have: no more elements than the model has
+// parameters (a built-in model's count; a TorchScript file holds every parameter, so
+// not more elements than its bytes), and no more partitions than MakePartitionPlan
+// cuts (the fewest of at most partition_bytes, or one per shard, plus the buffers').
+// A caller cannot make the shard hold more than the model.
+absl::Status PlanFitsModel(const v1::JobSpec& spec, const v1::PartitionPlan& plan) {
+  if (plan.num_shards() > kMaxPsShards) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: plan.num_shards ",
+                                                   plan.num_shards(), " is above ", kMaxPsShards));
+  }
+  const uint64_t elements = static_cast<uint64_t>(plan.total_elements());
+  uint64_t limit = kMaxModelParameters;
+  std::string what = absl::StrCat("the most any model may have (", kMaxModelParameters, ")");
+  if (IsTorchScript(spec.model())) {
+    const uint64_t file_bytes = spec.model().torchscript().size_bytes();
+    if (file_bytes > 0 && file_bytes < limit) {
+      limit = file_bytes;
+      what = absl::StrCat("the model file's ", file_bytes, " bytes");
+    }
+  } else {
+    limit = EstimateMemory(spec, 1).parameters;
+    what = absl::StrCat("the ", limit, " parameters of model ", spec.model().name());
+  }
+  if (elements > limit) {
+    return absl::InvalidArgumentError(absl::StrCat("InitPartitions: plan.total_elements ",
+                                                   elements, " is more than ", what));
+  }
+  const uint64_t per_partition = static_cast<uint64_t>(plan.partition_bytes()) / 4;
+  uint64_t trained = 0;
+  uint64_t buffers = 0;
+  for (const v1::Partition& partition : plan.partitions()) {
+    (partition.buffers() ? buffers : trained) += static_cast<uint64_t>(partition.length());
+  }
+  const uint64_t most = std::max((trained + per_partition - 1) / per_partition,
+                                 std::min<uint64_t>(plan.num_shards(), trained)) +
+                        (buffers + per_partition - 1) / per_partition;
+  if (static_cast<uint64_t>(plan.partitions_size()) > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitPartitions: plan has ", plan.partitions_size(), " partitions; ", elements,
+        " elements in partitions of ", plan.partition_bytes(), " bytes over ", plan.num_shards(),
+        " shards need at most ", most));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
   if (have_header_) return absl::InvalidArgumentError("InitPartitions: a second InitHeader");
@@ -29,6 +82,7 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
   if (absl::Status valid = ValidatePartitionPlan(plan); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("InitPartitions: ", valid.message()));
   }
+  if (absl::Status fits = PlanFitsModel(spec_, plan); !fits.ok()) return fits;
   if (plan.partition_bytes() != spec_.partition_bytes()) {
     return absl::InvalidArgumentError(
         absl::StrCat("InitPartitions: plan.partition_bytes ", plan.partition_bytes(),
@@ -144,12 +198,14 @@ absl::StatusOr<v1::InitPartitionsResponse> ParameterShard::InitSession::Finish()
   if (!already_installed_) {
     if (received_ != owned_.size()) {
       std::vector<uint32_t> missing;
-      for (size_t i = 0; i < owned_.size(); ++i) {
+      for (size_t i = 0; i < owned_.size() && missing.size() < kListedIds; ++i) {
         if (!values_[i].has_value()) missing.push_back(owned_[i].id());
       }
+      const size_t unlisted = owned_.size() - received_ - missing.size();
       return absl::InvalidArgumentError(absl::StrCat(
           "InitPartitions: initial values missing for partitions ", absl::StrJoin(missing, ","),
-          " (got ", received_, " of ", owned_.size(), ")"));
+          unlisted == 0 ? "" : absl::StrCat(" and ", unlisted, " more"), " (got ", received_,
+          " of ", owned_.size(), ")"));
     }
     for (size_t i = 1; i < values_.size(); ++i) {
       if (values_[i]->step() != values_[0]->step()) {

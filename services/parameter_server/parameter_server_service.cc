@@ -33,16 +33,17 @@ namespace {
 class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                               public NodeSink {
  public:
-  // With an `auth`, every push must claim the node whose credential the stream
-  // presented (x-tributary-node): the first push binds the stream to its (job,
-  // generation, node rank), and a push claiming another ends the stream.
+  // With `credentials` (a shard serving with cluster credentials), every push must
+  // claim the node whose credential the stream presented (x-tributary-node): the first
+  // push binds the stream to its (job, generation, node rank), and a push claiming
+  // another ends the stream.
   PushPullReactor(ParameterShard* shard, PartitionExecutor* executor,
-                  grpc::CallbackServerContext* context, const ClusterAuth* auth)
+                  grpc::CallbackServerContext* context, const NodeCredentialBook* credentials)
       : shard_(shard),
         executor_(executor),
         context_(context),
-        auth_(auth),
-        node_credential_(auth == nullptr
+        credentials_(credentials),
+        node_credential_(credentials == nullptr
                              ? std::string()
                              : MetadataValue(context->client_metadata(), kNodeCredentialMetadata)) {
     for (Slot& slot : slots_) book_.Free(&slot);
@@ -181,7 +182,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   // OK when no credential is needed or `push` claims the node this stream is bound to
   // (binding it on the first push).
   absl::Status BindLocked(const GradientPushView& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (auth_ == nullptr) return absl::OkStatus();
+    if (credentials_ == nullptr) return absl::OkStatus();
     if (bound_.has_value()) {
       if (push.job_id == bound_->job_id && push.generation == bound_->generation &&
           push.node_rank == bound_->node_rank) {
@@ -192,8 +193,8 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
           bound_->generation, " of job ", bound_->job_id, "; a push claimed node ",
           push.node_rank, " of generation ", push.generation, " of job ", push.job_id));
     }
-    absl::Status checked = auth_->CheckNodeCredential(
-        node_credential_, push.job_id, push.generation, push.node_rank, "PushPull");
+    absl::Status checked = credentials_->Check(node_credential_, push.job_id, push.generation,
+                                               push.node_rank, "PushPull");
     if (checked.ok()) bound_ = BoundNode{push.job_id, push.generation, push.node_rank};
     return checked;
   }
@@ -292,7 +293,7 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   ParameterShard* const shard_;
   PartitionExecutor* const executor_;
   grpc::CallbackServerContext* const context_;
-  const ClusterAuth* const auth_;
+  const NodeCredentialBook* const credentials_;
   const std::string node_credential_;
 
   struct BoundNode {
@@ -322,15 +323,17 @@ const RealClock kRealClock;
 // InitPartitions: header, then one message per owned partition.
 class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsRequest> {
  public:
-  // With an `auth`, the header must name the node whose credential the stream presented.
+  // With `credentials`, the header must name the node whose credential the stream
+  // presented, and the node count the coordinator gave its generation.
   // `open` lists the open streams (ParameterServerService::ExpireStalledInits).
   InitReactor(ParameterShard* shard, PartitionExecutor* control,
               grpc::CallbackServerContext* context, v1::InitPartitionsResponse* response,
-              const ClusterAuth* auth, std::string node_credential, OpenInits* open)
+              const NodeCredentialBook* credentials, std::string node_credential,
+              StreamDeadlines* open)
       : control_(control),
         context_(context),
         response_(response),
-        auth_(auth),
+        credentials_(credentials),
         node_credential_(std::move(node_credential)),
         open_(open),
         session_(shard->StartInit()) {
@@ -360,11 +363,16 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
     absl::Status status;
     switch (request_.payload_case()) {
       case v1::InitPartitionsRequest::kHeader:
-        if (auth_ != nullptr) {
+        if (credentials_ != nullptr) {
           const v1::InitHeader& header = request_.header();
-          status =
-              auth_->CheckNodeCredential(node_credential_, header.job_id(), header.generation(),
-                                         header.node_rank(), "InitPartitions");
+          status = credentials_->Check(node_credential_, header.job_id(), header.generation(),
+                                       header.node_rank(), "InitPartitions");
+          const uint32_t nodes = credentials_->NumNodes(header.job_id(), header.generation());
+          if (status.ok() && header.num_nodes() != nodes) {
+            status = absl::InvalidArgumentError(absl::StrCat(
+                "InitPartitions: num_nodes ", header.num_nodes(), " but generation ",
+                header.generation(), " of job ", header.job_id(), " has ", nodes, " nodes"));
+          }
         }
         if (status.ok()) status = session_->Header(request_.header());
         break;
@@ -398,9 +406,9 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitPartitionsReque
   PartitionExecutor* control_;
   grpc::CallbackServerContext* const context_;
   v1::InitPartitionsResponse* response_;
-  const ClusterAuth* const auth_;
+  const NodeCredentialBook* const credentials_;
   const std::string node_credential_;
-  OpenInits* const open_;
+  StreamDeadlines* const open_;
   std::unique_ptr<ParameterShard::InitSession> session_;
   v1::InitPartitionsRequest request_;
 };
@@ -460,35 +468,8 @@ grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const abs
 
 }  // namespace
 
-void OpenInits::Add(const void* stream, grpc::CallbackServerContext* context) {
-  absl::MutexLock lock(&mu_);
-  open_[stream] = Open{clock_->Now(), context, false};
-}
-
-void OpenInits::Remove(const void* stream) {
-  absl::MutexLock lock(&mu_);
-  open_.erase(stream);
-}
-
-int OpenInits::Expire(absl::Duration timeout) {
-  const absl::Time now = clock_->Now();
-  int expired = 0;
-  absl::MutexLock lock(&mu_);
-  for (auto& [stream, open] : open_) {
-    if (open.cancelled || now - open.since < timeout) continue;
-    LOG(WARNING) << "InitPartitions from " << open.context->peer() << " open for "
-                 << absl::FormatDuration(now - open.since) << " (--init_timeout_seconds "
-                 << absl::ToDoubleSeconds(timeout) << "): cancelled, its values freed";
-    open.context->TryCancel();
-    open.cancelled = true;
-    ++expired;
-  }
-  return expired;
-}
-
-size_t OpenInits::size() const {
-  absl::MutexLock lock(&mu_);
-  return open_.size();
+const NodeCredentialBook* ParameterServerService::NodeCredentials() const {
+  return auth_ == nullptr ? nullptr : &node_credentials_;
 }
 
 ParameterServerService::ParameterServerService(ParameterShard* shard, PartitionExecutor* executor,
@@ -497,8 +478,8 @@ ParameterServerService::ParameterServerService(ParameterShard* shard, PartitionE
     : shard_(shard),
       executor_(executor),
       auth_(std::move(auth)),
-      init_timeout_(init_timeout),
-      open_inits_(clock != nullptr ? clock : &kRealClock) {}
+      open_inits_("InitPartitions", clock != nullptr ? clock : &kRealClock, init_timeout,
+                  absl::InfiniteDuration()) {}
 
 ParameterServerService::~ParameterServerService() = default;
 
@@ -510,7 +491,7 @@ grpc::ServerReadReactor<v1::InitPartitionsRequest>* ParameterServerService::Init
     return new RefusedReactor<grpc::ServerReadReactor<v1::InitPartitionsRequest>>(allowed);
   }
   return new InitReactor(
-      shard_, &control_, context, response, auth_.get(),
+      shard_, &control_, context, response, NodeCredentials(),
       auth_ == nullptr ? "" : MetadataValue(context->client_metadata(), kNodeCredentialMetadata),
       &open_inits_);
 }
@@ -523,7 +504,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterServerServ
     return new RefusedReactor<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
         allowed);
   }
-  return new PushPullReactor(shard_, executor_, context, auth_.get());
+  return new PushPullReactor(shard_, executor_, context, NodeCredentials());
 }
 
 grpc::ServerWriteReactor<v1::PartitionValues>* ParameterServerService::Pull(
@@ -575,6 +556,13 @@ grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
                                        OnlyRole(Role::kCoordinator), "BeginGeneration");
       !allowed.ok()) {
     return Refuse(context, allowed);
+  }
+  if (auth_ != nullptr) {
+    // Noted first: a shard that holds no job yet refuses, and the workers' InitPartitions
+    // installs the job at this generation with these credentials.
+    if (absl::Status noted = node_credentials_.Note(*request); !noted.ok()) {
+      return Refuse(context, noted);
+    }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Submit(0, [this, reactor, request, response] {
@@ -633,12 +621,20 @@ grpc::ServerUnaryReactor* ParameterServerService::OpenDataPlane(
                                "\" is not 1-128 characters of [A-Za-z0-9._-]")));
   }
   if (auth_ != nullptr) {
-    if (absl::Status checked = auth_->CheckNodeCredential(
+    if (absl::Status checked = node_credentials_.Check(
             MetadataValue(context->client_metadata(), kNodeCredentialMetadata),
             request->job_id(), request->generation(), request->node_rank(), "OpenDataPlane");
         !checked.ok()) {
       return Refuse(context, checked);
     }
+  }
+  // Tickets only for a node of the generation the shard runs now (whatever the caller
+  // holds): the ticket table is not for anyone to fill.
+  if (absl::Status node =
+          shard_->CheckNode(request->job_id(), request->generation(), request->node_rank());
+      !node.ok()) {
+    return Refuse(context, absl::Status(node.code(),
+                                        absl::StrCat("OpenDataPlane: ", node.message())));
   }
   if (data_plane_ == nullptr) {
     return Refuse(context, absl::FailedPreconditionError(

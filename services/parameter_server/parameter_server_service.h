@@ -12,6 +12,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/cluster_auth.h"
+#include "common/stream_deadlines.h"
+#include "services/parameter_server/node_credential_book.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "services/parameter_server/data_plane.h"
 #include "services/parameter_server/parameter_shard.h"
@@ -20,26 +22,6 @@
 namespace tributary::ps {
 
 // The InitPartitions streams that are open, for expiring stalled ones.
-class OpenInits {
- public:
-  explicit OpenInits(const Clock* clock) : clock_(clock) {}
-  void Add(const void* stream, grpc::CallbackServerContext* context);
-  void Remove(const void* stream);
-  // Cancels the streams open for `timeout` or longer; how many.
-  int Expire(absl::Duration timeout);
-  size_t size() const;
-
- private:
-  struct Open {
-    absl::Time since;
-    grpc::CallbackServerContext* context;
-    bool cancelled;
-  };
-  const Clock* const clock_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
-};
-
 // The generated callback service with PushPull taking raw messages (grpc::ByteBuffer):
 // its pushes are read and its values written by common/partition_codec without
 // protobuf copies. The method, its proto types and reflection stay as they are, so
@@ -61,7 +43,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // is registered with (shut the server down first). With an `auth`
   // (--cluster_token_file) every call needs the cluster credential of a role that makes
   // it: InitPartitions, PushPull and OpenDataPlane a worker's, with the node credential
-  // of the node the stream speaks for; Pull a worker, the coordinator or the operator; GetShardStatus
+  // of the node the stream speaks for (whose digest the coordinator's BeginGeneration
+  // brought: NodeCredentialBook); Pull a worker, the coordinator or the operator; GetShardStatus
   // and Checkpoint the coordinator or the operator; BeginGeneration, EndJob and
   // RestoreJob the coordinator.
   // InitPartitions streams still open after `init_timeout` are cancelled by
@@ -74,7 +57,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   // Cancels InitPartitions streams open longer than the timeout (a caller that stopped
   // sending but keeps its connection): call periodically. How many were cancelled.
-  int ExpireStalledInits() { return open_inits_.Expire(init_timeout_); }
+  int ExpireStalledInits() { return open_inits_.Expire(); }
 
   // The shard's TCP data plane, whose tickets OpenDataPlane issues (not owned; null,
   // the default: OpenDataPlane answers FAILED_PRECONDITION). Set before serving.
@@ -107,12 +90,16 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                                           v1::OpenDataPlaneResponse* response) override;
 
  private:
+  // The node credentials a stream must present; null without cluster credentials.
+  const NodeCredentialBook* NodeCredentials() const;
+
   ParameterShard* shard_;
   PartitionExecutor* executor_;
   const std::shared_ptr<const ClusterAuth> auth_;
-  const absl::Duration init_timeout_;
-  OpenInits open_inits_;
+  StreamDeadlines open_inits_;
   DataPlaneServer* data_plane_ = nullptr;
+  // With an auth_: who may speak for which node of the generations begun here.
+  NodeCredentialBook node_credentials_;
   // Calls that write files or wait for a job to install run here, not on gRPC's
   // callback threads.
   PartitionExecutor control_{1};

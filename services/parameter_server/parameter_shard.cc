@@ -85,41 +85,62 @@ absl::StatusOr<PushResult> ParameterShard::Push(const GradientPushView& push, No
   return result;
 }
 
+absl::Status ParameterShard::CheckNodeLocked(absl::string_view job_id, uint64_t generation,
+                                             uint32_t node_rank, RejectReason* reason) const {
+  if (job_ == nullptr) {
+    *reason = RejectReason::kNoJob;
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "': shard ", shard_index_,
+                                                      " holds no job (InitPartitions first)"));
+  }
+  const ShardJob& job = *job_;
+  if (job_id != job.job_id) {
+    *reason = RejectReason::kWrongJob;
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' but shard ",
+                                                      job.shard_index, " holds job '", job.job_id,
+                                                      "'"));
+  }
+  if (generation < job.generation) {
+    *reason = RejectReason::kStaleGeneration;
+    return absl::FailedPreconditionError(absl::StrCat("stale generation ", generation,
+                                                      " from node ", node_rank,
+                                                      ": the current generation is ",
+                                                      job.generation));
+  }
+  if (generation > job.generation) {
+    *reason = RejectReason::kFutureGeneration;
+    return absl::UnavailableError(absl::StrCat("generation ", generation,
+                                               " has not begun on shard ", job.shard_index,
+                                               " (current generation ", job.generation,
+                                               "); retry"));
+  }
+  if (node_rank >= job.num_nodes) {
+    *reason = RejectReason::kBadNodeRank;
+    return absl::InvalidArgumentError(absl::StrCat("node_rank ", node_rank,
+                                                   " is not in generation ", job.generation,
+                                                   " of ", job.num_nodes, " nodes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::CheckNode(absl::string_view job_id, uint64_t generation,
+                                       uint32_t node_rank) const {
+  absl::ReaderMutexLock lock(&mu_);
+  RejectReason reason;
+  return CheckNodeLocked(job_id, generation, node_rank, &reason);
+}
+
 absl::StatusOr<PushResult> ParameterShard::PushLocked(const GradientPushView& push,
                                                       NodeSink* sink) {
   absl::ReaderMutexLock lock(&mu_);
   auto reject = [this](RejectReason reason, absl::Status status) {
     return CountRejection(metrics_, reason, std::move(status));
   };
-  if (job_ == nullptr) {
-    return reject(RejectReason::kNoJob, absl::FailedPreconditionError(absl::StrCat(
-                                            "push for job '", push.job_id, "': shard ",
-                                            shard_index_, " holds no job (InitPartitions first)")));
+  RejectReason reason;
+  if (absl::Status node = CheckNodeLocked(push.job_id, push.generation, push.node_rank, &reason);
+      !node.ok()) {
+    return reject(reason, std::move(node));
   }
   const ShardJob& job = *job_;
-  if (push.job_id != job.job_id) {
-    return reject(RejectReason::kWrongJob, absl::FailedPreconditionError(absl::StrCat(
-                                               "push for job '", push.job_id, "' but shard ",
-                                               job.shard_index, " holds job '", job.job_id, "'")));
-  }
-  if (push.generation < job.generation) {
-    return reject(RejectReason::kStaleGeneration,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "stale generation ", push.generation, " from node ", push.node_rank,
-                      ": the current generation is ", job.generation)));
-  }
-  if (push.generation > job.generation) {
-    return reject(RejectReason::kFutureGeneration,
-                  absl::UnavailableError(absl::StrCat(
-                      "generation ", push.generation, " has not begun on shard ", job.shard_index,
-                      " (current generation ", job.generation, "); retry")));
-  }
-  if (push.node_rank >= job.num_nodes) {
-    return reject(RejectReason::kBadNodeRank,
-                  absl::InvalidArgumentError(absl::StrCat("node_rank ", push.node_rank,
-                                                          " is not in generation ", job.generation,
-                                                          " of ", job.num_nodes, " nodes")));
-  }
   auto found = job.by_id.find(push.partition_id);
   if (found == job.by_id.end()) {
     return reject(RejectReason::kUnknownPartition,

@@ -137,6 +137,12 @@ class ParameterShard {
   // Forgets a sink (its stream ended): no call reaches it after this returns.
   void Detach(NodeSink* sink);
 
+  // OK when node `node_rank` may push in (job, generation) now: the installed job, its
+  // current generation, a rank below its node count. Otherwise the status a push of it
+  // would get (FAILED_PRECONDITION no or another job, a stale generation; UNAVAILABLE a
+  // generation not begun here yet; INVALID_ARGUMENT a rank outside the generation).
+  absl::Status CheckNode(absl::string_view job_id, uint64_t generation, uint32_t node_rank) const;
+
   // --- Control ---
   // The current values of the installed job (or of the job EndJob ended last); for
   // any other job, the values of its newest checkpoint in this shard's checkpoint
@@ -183,6 +189,8 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   absl::StatusOr<PushResult> PushLocked(const GradientPushView& push, NodeSink* sink)
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckNodeLocked(absl::string_view job_id, uint64_t generation, uint32_t node_rank,
+                               RejectReason* reason) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ResetStepTracking() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ShardStepLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes `job` the installed one (the ended job is forgotten).

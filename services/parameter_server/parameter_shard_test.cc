@@ -720,6 +720,72 @@ TEST(ParameterShardInitTest, IsIdempotentAndRefusesAnotherJobOrPlan) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A plan holds no more than the job's model (issue 23: a plan of 1,000 partitions of
+// 4 MiB was accepted for a 10-parameter model, and one of 300,000 partitions made a
+// 2 MB status listing every missing id).
+TEST(ParameterShardInitTest, APlanMustFitTheModel) {
+  auto header_for = [](v1::JobSpec spec, int64_t elements, int64_t partition_bytes) {
+    spec.set_partition_bytes(partition_bytes);
+    return MakeHeader(spec, elements, 1, 0);
+  };
+  // A logreg of 3 inputs and 2 classes has 8 parameters.
+  v1::JobSpec logreg = MakeSpec(v1::SYNC, Sgd(1.0f), 1);
+  logreg.mutable_model()->set_name("logreg");
+  logreg.mutable_model()->add_layer_sizes(3);
+  logreg.mutable_model()->add_layer_sizes(2);
+  {
+    ParameterShard shard(ShardOptions{}, nullptr);
+    const v1::InitHeader header = header_for(logreg, 8, 256);
+    EXPECT_TRUE(shard.Init(header, InitialValues(header, Filled(8, 1.0f))).ok());
+  }
+  {
+    ParameterShard shard(ShardOptions{}, nullptr);
+    const v1::InitHeader header = header_for(logreg, 1 << 20, 4 << 20);
+    const absl::Status refused = shard.Init(header, {}).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.message(),
+                HasSubstr("plan.total_elements 1048576 is more than the 8 parameters of model "
+                          "logreg"));
+  }
+  // A TorchScript model: not more elements than its file has bytes.
+  v1::JobSpec scripted = MakeSpec(v1::SYNC, Sgd(1.0f), 1);
+  scripted.mutable_model()->set_name(kTorchScriptModel);
+  scripted.mutable_model()->mutable_torchscript()->set_sha256(std::string(64, 'a'));
+  scripted.mutable_model()->mutable_torchscript()->set_size_bytes(1000);
+  {
+    ParameterShard shard(ShardOptions{}, nullptr);
+    const absl::Status refused = shard.Init(header_for(scripted, 1001, 256), {}).status();
+    EXPECT_THAT(refused.message(), HasSubstr("is more than the model file's 1000 bytes"));
+  }
+  // More partitions than the model's cut needs (here: 64 one-float partitions of a
+  // 64-float model whose cut is one partition).
+  {
+    v1::InitHeader header = header_for(scripted, 64, 256);
+    v1::PartitionPlan& plan = *header.mutable_plan();
+    plan.clear_partitions();
+    for (uint32_t id = 0; id < 64; ++id) {
+      v1::Partition* partition = plan.add_partitions();
+      partition->set_id(id);
+      partition->set_offset(id);
+      partition->set_length(1);
+    }
+    ParameterShard shard(ShardOptions{}, nullptr);
+    const absl::Status refused = shard.Init(header, {}).status();
+    EXPECT_THAT(refused.message(), HasSubstr("plan has 64 partitions; 64 elements in partitions "
+                                             "of 256 bytes over 1 shards need at most 1"));
+  }
+  // A status names at most 16 missing partitions and counts the rest.
+  {
+    v1::JobSpec mlp = MakeSpec(v1::SYNC, Sgd(1.0f), 1);  // 784-256-128-10: 235,146 floats.
+    ParameterShard shard(ShardOptions{}, nullptr);
+    const absl::Status missing = shard.Init(header_for(mlp, 235146, 256), {}).status();
+    EXPECT_THAT(missing.message(),
+                HasSubstr("missing for partitions 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 and "
+                          "3659 more (got 0 of 3675)"));
+    EXPECT_LT(missing.message().size(), 300u);
+  }
+}
+
 TEST(ParameterShardInitTest, RejectsMalformedInitialValues) {
   const v1::JobSpec spec = MakeSpec(v1::SYNC, Sgd(1.0f), 1);
   const v1::InitHeader header = MakeHeader(spec, kElements, 2, 1);  // Shard 1 owns partition 1.

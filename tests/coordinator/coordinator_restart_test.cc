@@ -239,7 +239,9 @@ TEST(CoordinatorRestartTest, ImpossibleFlagsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--control_token_file=" + empty_token, "the file is empty"},
       {"--heartbeat_timeout=500ms", "--heartbeat_timeout (500ms) must be longer"},
-      {"--ps_shards=0", "--ps_shards must be >= 1"},
+      {"--ps_shards=0", "--ps_shards must be in [1, 1024], got 0"},
+      {"--ps_shards=100000", "--ps_shards must be in [1, 1024], got 100000"},
+      {"--upload_idle_timeout=0s", "--upload_idle_timeout must be > 0"},
   };
   for (const auto& [flag, message] : cases) {
     absl::StatusOr<RunningCoordinator> coordinator = testing::StartCoordinator({flag}, "bad");

@@ -118,11 +118,16 @@ std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& cluster_dir
     absl::SleepFor(absl::Milliseconds(50));
   }
   const int port = static_cast<int>(Number(ReadJson(path), "grpc_port"));
-  // As the operator, with the secret `tributary local` made (ListWorkers needs it).
+  // As the operator, with the secret `tributary local` made (ListWorkers needs it) and
+  // the run's control token (pause, resume and stop need it).
   absl::StatusOr<ChannelOptions> options =
       ChannelOptionsFromTokenFile(cluster_dir + "/cluster.token", Role::kOperator);
   EXPECT_TRUE(options.ok()) << options.status();
-  return *MakeChannel(absl::StrCat("127.0.0.1:", port), options.value_or(ChannelOptions()));
+  ChannelOptions operator_options = options.value_or(ChannelOptions());
+  absl::StatusOr<std::string> token = ReadFileToString(cluster_dir + "/control.token");
+  EXPECT_TRUE(token.ok()) << token.status();
+  operator_options.bearer_token = token.value_or("");
+  return *MakeChannel(absl::StrCat("127.0.0.1:", port), operator_options);
 }
 
 // Polls the active job until `done` holds; the last job seen either way.

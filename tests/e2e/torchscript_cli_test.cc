@@ -194,7 +194,7 @@ TEST(TorchScriptCliTest, BadFilesAndFlagsAreRefusedBeforeAnyProcessStarts) {
        "--layers: does not apply with --model_file"},
       {"npy_without_files",
        {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy"},
-       "dataset.train_path: NPY needs a training features file"},
+       "--train_npy: dataset.train_path NPY needs a training features file"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

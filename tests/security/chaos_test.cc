@@ -64,26 +64,9 @@ TEST(ChaosTest, KillsAndAJoinLeaveTheParametersOfACleanRun) {
     ASSERT_EQ(reached->state(), v1::RUNNING) << "the job ended before " << event;
     std::printf("step %llu: %s\n", static_cast<unsigned long long>(reached->step()), event.c_str());
     if (event == "leave") {
-      // The worker of node 1 leaves (its own Deregister) and registers again.
-      absl::StatusOr<std::shared_ptr<const ClusterAuth>> auth =
-          ClusterAuth::FromFile("cluster_token_file", cluster->cluster_token_file());
-      ASSERT_TRUE(auth.ok());
-      auto coordinator = v1::Coordinator::NewStub(cluster->coordinator_channel());
-      v1::ListWorkersResponse workers;
-      grpc::ClientContext list;
-      ASSERT_TRUE(coordinator->ListWorkers(&list, v1::ListWorkersRequest(), &workers).ok());
-      ASSERT_FALSE(workers.workers().empty());
-      const std::string id = workers.workers(workers.workers_size() - 1).worker_id();
-      auto plain = v1::Coordinator::NewStub(
-          grpc::CreateChannel(cluster->coordinator_address(), grpc::InsecureChannelCredentials()));
-      grpc::ClientContext context;
-      context.AddMetadata(kClusterAuthMetadata, (*auth)->HeaderFor(Role::kWorker));
-      context.AddMetadata(kWorkerCredentialMetadata, (*auth)->WorkerCredential(id));
-      v1::DeregisterRequest leave;
-      leave.set_worker_id(id);
-      leave.set_reason("chaos: leave and join");
-      v1::DeregisterResponse left;
-      ASSERT_TRUE(plain->Deregister(&context, leave, &left).ok());
+      // The worker of node 1 leaves on its own (SIGTERM: it deregisters) and starts again.
+      absl::Status left = cluster->KillAndRestart("worker-1", /*gracefully=*/true);
+      ASSERT_TRUE(left.ok()) << left;
     } else {
       absl::Status restarted = cluster->KillAndRestart(event);
       ASSERT_TRUE(restarted.ok()) << event << ": " << restarted;

@@ -28,6 +28,7 @@ std::unique_ptr<cli::LocalCluster> StartCluster(const std::string& name,
                               "--settle_window=100ms", "--shard_poll_interval=500ms"};
   options.coordinator_args.insert(options.coordinator_args.end(),
                                   shape.coordinator_args.begin(), shape.coordinator_args.end());
+  options.parameter_server_args = shape.ps_args;
   options.worker_args = {"--collective_timeout_seconds=5"};
   options.worker_args.insert(options.worker_args.end(), shape.worker_args.begin(),
                              shape.worker_args.end());

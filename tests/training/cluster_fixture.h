@@ -22,6 +22,7 @@ struct ClusterShape {
   int workers = 2;
   int nodes = 0;  // 0 = one node per worker.
   std::vector<std::string> coordinator_args;
+  std::vector<std::string> ps_args;
   std::vector<std::string> worker_args;
 };
 

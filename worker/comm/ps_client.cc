@@ -52,7 +52,17 @@ struct PsClient::Lane {
   // waiting for admission, for Close() to cancel (under fd_mu).
   grpc::ClientContext* opening = nullptr;
   int connecting_fd = -1;
+  // A data-plane connection the prober made for a lane on gRPC, for the reader to take
+  // (under fd_mu).
+  int probed_fd = -1;
+  // One ConnectData at a time (the reader's and the prober's share opening/connecting_fd).
+  absl::Mutex connect_mu;
   bool warned_fallback = false;  // Reader thread only.
+  // `auto` on gRPC because the data port failed it: when to try it again, and the
+  // wait after that (under write_mu).
+  bool fell_back ABSL_GUARDED_BY(write_mu) = false;
+  absl::Time next_probe ABSL_GUARDED_BY(write_mu) = absl::InfiniteFuture();
+  absl::Duration probe_wait ABSL_GUARDED_BY(write_mu);
   std::thread reader;
 };
 
@@ -434,9 +444,19 @@ absl::StatusOr<int> PsClient::ConnectData(Lane& lane, DataPlaneTrouble* trouble)
 
 absl::Status PsClient::ConnectLane(Lane& lane) {
   absl::StatusOr<int> fd = absl::FailedPreconditionError("gRPC transport asked for");
-  if (transport_ != PsTransport::kGrpc) {
-    DataPlaneTrouble trouble;
-    fd = ConnectData(lane, &trouble);
+  DataPlaneTrouble trouble = DataPlaneTrouble::kNone;
+  int probed = -1;
+  {
+    absl::MutexLock lock(&lane.fd_mu);
+    std::swap(probed, lane.probed_fd);
+  }
+  if (probed >= 0) {
+    fd = probed;  // The prober's connection, admitted already.
+  } else if (transport_ != PsTransport::kGrpc) {
+    {
+      absl::MutexLock connecting(&lane.connect_mu);
+      fd = ConnectData(lane, &trouble);
+    }
     if (!fd.ok()) {
       // The shard not answering is retried later, a refusal of the caller returned;
       // `tcp` returns the rest too (UNAVAILABLE: retried), while `auto` speaks gRPC to a
@@ -469,6 +489,11 @@ absl::Status PsClient::ConnectLane(Lane& lane) {
   }
   lane.connected = true;
   lane.tcp = fd.ok();
+  // On gRPC because the data port failed it: try it again later (ProbeLoop).
+  const bool fell_back = !lane.tcp && trouble == DataPlaneTrouble::kDataPort;
+  if (fell_back && !lane.fell_back) lane.probe_wait = first_data_plane_retry_;
+  lane.fell_back = fell_back;
+  lane.next_probe = fell_back ? absl::Now() + lane.probe_wait : absl::InfiniteFuture();
   lane.stream.reset();
   lane.context.reset();
   if (lane.tcp) return absl::OkStatus();
@@ -489,7 +514,52 @@ absl::Status PsClient::ConnectLane(Lane& lane) {
   return absl::OkStatus();
 }
 
+void PsClient::ProbeLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&closing_), absl::Milliseconds(100))) return;
+    }
+    for (auto& lane : lanes_) {
+      {
+        absl::MutexLock lock(&lane->write_mu);
+        if (!lane->fell_back || !lane->connected || lane->tcp || absl::Now() < lane->next_probe) {
+          continue;
+        }
+        lane->next_probe = absl::InfiniteFuture();  // One try at a time.
+      }
+      DataPlaneTrouble trouble;
+      absl::StatusOr<int> fd;
+      {
+        absl::MutexLock connecting(&lane->connect_mu);
+        fd = ConnectData(*lane, &trouble);
+      }
+      absl::MutexLock lock(&lane->write_mu);
+      if (!fd.ok()) {
+        lane->probe_wait = std::min(2 * lane->probe_wait, kMaxDataPlaneRetry);
+        if (lane->fell_back) lane->next_probe = absl::Now() + lane->probe_wait;
+        LOG(INFO) << LaneName(*lane) << ": the data plane still fails (" << fd.status().message()
+                  << "); next try in " << absl::FormatDuration(lane->probe_wait);
+        continue;
+      }
+      absl::MutexLock fd_lock(&lane->fd_mu);
+      if (closed_.load() || !lane->fell_back || lane->tcp || lane->probed_fd >= 0) {
+        ::close(*fd);
+        continue;
+      }
+      LOG(INFO) << LaneName(*lane) << ": the data plane answers again; PushPull moves back to it";
+      lane->probed_fd = *fd;
+      // The reader sees the gRPC stream end, takes the connection and sends again what
+      // still awaits its update (the shard ignores exact duplicates).
+      if (lane->context != nullptr) lane->context->TryCancel();
+    }
+  }
+}
+
 absl::Status PsClient::Open() {
+  if (transport_ == PsTransport::kAuto && !prober_.joinable()) {
+    prober_ = std::thread([this] { ProbeLoop(); });
+  }
   for (auto& lane : lanes_) {
     if (lane->channel == nullptr || lane->shard->stub == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(LaneName(*lane), ": no channel"));
@@ -819,10 +889,15 @@ void PsClient::ReadLoop(Lane* lane) {
       unreachable_since = absl::InfiniteFuture();
       backoff.Reset();
     }
+    bool switching;  // The prober ended the stream to move the lane to the data plane.
+    {
+      absl::MutexLock lock(&lane->fd_mu);
+      switching = lane->probed_fd >= 0;
+    }
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;
-      if (!Retryable(end.status)) {
+      if (!switching && !Retryable(end.status)) {
         if (failure_.ok()) failure_ = end.status;
         return;
       }
@@ -830,6 +905,14 @@ void PsClient::ReadLoop(Lane* lane) {
     {
       absl::MutexLock lock(&lane->write_mu);
       lane->connected = false;
+    }
+    if (switching) {
+      connect_error = ConnectLane(*lane);
+      if (connect_error.ok()) {
+        ++reconnects_;
+        ResendAwaited(*lane);
+      }
+      continue;
     }
     // The stream broke: reconnect with backoff and send again what still awaits an update.
     if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
@@ -859,15 +942,19 @@ void PsClient::ReadLoop(Lane* lane) {
       continue;
     }
     ++reconnects_;
-    std::vector<std::pair<uint32_t, Outgoing>> resend;
-    {
-      absl::MutexLock lock(&mu_);
-      for (uint32_t id : lane->partitions) {
-        if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id].pushed);
-      }
-    }
-    for (const auto& [id, push] : resend) WritePush(*lane, id, push);
+    ResendAwaited(*lane);
   }
+}
+
+void PsClient::ResendAwaited(Lane& lane) {
+  std::vector<std::pair<uint32_t, Outgoing>> resend;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint32_t id : lane.partitions) {
+      if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id].pushed);
+    }
+  }
+  for (const auto& [id, push] : resend) WritePush(lane, id, push);
 }
 
 void PsClient::Interrupt(const std::string& reason) {
@@ -884,6 +971,12 @@ void PsClient::Close() {
     if (failure_.ok()) failure_ = absl::CancelledError("PS client closed");
   }
   closed_ = true;
+  for (auto& lane : lanes_) {  // A connection the prober is making, too.
+    absl::MutexLock lock(&lane->fd_mu);
+    if (lane->opening != nullptr) lane->opening->TryCancel();
+    if (lane->connecting_fd >= 0) ::shutdown(lane->connecting_fd, SHUT_RDWR);
+  }
+  if (prober_.joinable()) prober_.join();  // It sees closing_.
   for (auto& lane : lanes_) {
     {
       // First the socket (this also ends a push blocked on it, which holds write_mu),
@@ -908,6 +1001,10 @@ void PsClient::Close() {
       ::close(lane->fd);
       lane->fd = -1;
       --tcp_lanes_;
+    }
+    if (lane->probed_fd >= 0) {
+      ::close(lane->probed_fd);
+      lane->probed_fd = -1;
     }
     lane->connected = false;
   }

@@ -128,6 +128,14 @@ class PsClient : public PsConnection {
   uint64_t direct_updates() const { return direct_updates_; }
   // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.
   int rpc_retries() const { return rpc_retries_; }
+
+  // `auto`: a stream that fell back to gRPC because the shard's data port failed it
+  // (not because the shard runs none) tries the data plane again after this long,
+  // doubling after each failed try up to kMaxDataPlaneRetry, and moves back to it
+  // once it answers. Call before Open.
+  void set_data_plane_retry(absl::Duration first) { first_data_plane_retry_ = first; }
+  static constexpr absl::Duration kDefaultDataPlaneRetry = absl::Seconds(10);
+  static constexpr absl::Duration kMaxDataPlaneRetry = absl::Minutes(10);
   const v1::PartitionPlan& plan() const { return plan_; }
 
  private:
@@ -178,6 +186,9 @@ class PsClient : public PsConnection {
   };
   absl::StatusOr<int> ConnectData(Lane& lane, DataPlaneTrouble* trouble);
   void ReadLoop(Lane* lane);
+  // `auto`: tries the data plane again for lanes that fell back to gRPC, when due; on
+  // success it hands the connection to the lane's reader and ends the gRPC stream.
+  void ProbeLoop();
   struct ReadEnd {
     absl::Status status;     // How the stream ended (OK: the shard finished it).
     bool received = false;   // Whether any update came before.
@@ -190,6 +201,9 @@ class PsClient : public PsConnection {
   // Writes one push; a broken stream is the reader's to notice (it reconnects and
   // sends every push still awaiting its update again).
   void WritePush(Lane& lane, uint32_t partition, const Outgoing& push);
+  // Writes again every push of the lane's partitions still awaiting its update (after
+  // the lane reconnected).
+  void ResendAwaited(Lane& lane);
   // Writes pulled values into params (Pull); an error for values that do not fit the plan.
   absl::Status StoreValues(const v1::PartitionValues& values, float* params);
   // The same check for an update: partition known, FLOAT32, the partition's length.
@@ -211,6 +225,8 @@ class PsClient : public PsConnection {
   const absl::Duration retry_budget_;
   const int streams_per_shard_;
   const PsTransport transport_;
+  absl::Duration first_data_plane_retry_ = kDefaultDataPlaneRetry;
+  std::thread prober_;  // ProbeLoop, with `auto`.
   uint64_t max_values_frame_ = 0;  // Largest update frame accepted on the data plane.
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // streams_per_shard_ per shard, in order.

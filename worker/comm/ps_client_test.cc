@@ -263,6 +263,54 @@ TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
   EXPECT_EQ(params, expected);
 }
 
+// `auto` falls back to gRPC when the data port fails it (here: every ticket taken, as a
+// flood of OpenDataPlane would), and moves back to the data plane once it answers
+// again: a node is not pushed off the data plane for the rest of its job.
+TEST(PsClientTransportTest, AStreamThatFellBackReturnsToTheDataPlane) {
+  const Job job = TrainingJob();
+  InProcessShard shard;
+  ps::DataPlaneOptions options;
+  options.max_tickets = 4;
+  options.ticket_lifetime = absl::Milliseconds(1500);
+  shard.set_data_plane_options(options);
+  ASSERT_TRUE(shard.Start().ok());
+  for (uint32_t node = 0; node < 4; ++node) {
+    ASSERT_TRUE(shard.data_plane()->Issue("another-job", 1, node).ok());
+  }
+  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kAuto);
+  client->set_data_plane_retry(absl::Milliseconds(200));
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(client->Open().ok());
+  EXPECT_EQ(client->tcp_lanes(), 0) << "no ticket to be had: gRPC";
+  std::vector<float> params = job.initial;
+  uint64_t step = 0;
+  ASSERT_TRUE(Train(*client, job, 2, true, params, step).ok());
+  step += 2;
+  // The taken tickets expire; the stream tries again (200 ms, 400 ms, ...) and moves,
+  // while training goes on.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (client->tcp_lanes() == 0 && absl::Now() < give_up) {
+    ASSERT_TRUE(Train(*client, job, 1, true, params, step).ok());
+    ++step;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(client->tcp_lanes(), 1) << "still on gRPC after 30 s";
+  ASSERT_TRUE(Train(*client, job, 2, true, params, step).ok());
+  step += 2;
+  EXPECT_GT(client->direct_updates(), 0u) << "updates arrive on the data plane";
+  client->Close();
+
+  // The same steps on gRPC alone.
+  InProcessShard steady;
+  ASSERT_TRUE(steady.Start().ok());
+  auto reference = job.Client(steady, absl::Seconds(30), PsTransport::kGrpc);
+  ASSERT_TRUE(reference->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(reference->Open().ok());
+  std::vector<float> expected = job.initial;
+  ASSERT_TRUE(Train(*reference, job, static_cast<int>(step), false, expected).ok());
+  EXPECT_EQ(params, expected);
+}
+
 // An update received straight into its destination counts even when the session is
 // interrupted before WaitUpdated asks for it (as any update that arrived does).
 TEST(PsClientTransportTest, AnUpdateReceivedIntoItsDestinationSurvivesAnInterrupt) {

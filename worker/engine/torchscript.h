@@ -20,15 +20,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job_spec.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
 #include "worker/engine/replica.h"
 
 namespace tributary::engine {
 
-// Largest model file the engine reads by default (tributary, train_local); the
-// coordinator has its own limit (--max_model_bytes).
-inline constexpr int64_t kDefaultMaxModelBytes = int64_t{1} << 30;
+// The largest model file the engine reads by default (tributary, train_local) is the
+// coordinator's (common/job_spec.h): one limit wherever a file goes.
+inline constexpr int64_t kDefaultMaxModelBytes = kMaxModelFileBytes;
 
 // True when this binary was built with LibTorch.
 bool BuiltWithTorch();

@@ -81,7 +81,15 @@ class LocalCliTest(unittest.TestCase):
                 time.sleep(0.02)
                 job = client.get_job(self.job_id)
 
-            # tributary local gives its coordinator no control token: control calls need none.
+            # Control calls need the run's control token: from_run_dir reads it. Without it
+            # (any other local process) they are refused.
+            with Client(client.address,
+                        cluster_token_file=os.path.join(run_dir, "cluster.token")) as stranger:
+                with self.assertRaises(TributaryError) as refused:
+                    stranger.pause_job(reason="not mine")
+                self.assertEqual(refused.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+            self.assertEqual(os.stat(os.path.join(run_dir, "control.token")).st_mode & 0o777,
+                             0o600)
             paused = client.pause_job(reason="from python", wait=True)
             self.assertEqual(paused.state, JobState.PAUSED)
             time.sleep(1.0)

@@ -170,11 +170,14 @@ class Client:
     @classmethod
     def from_run_dir(cls, run_dir, **kwargs):
         """A Client for the cluster a `tributary local --run_dir=RUN_DIR` started: the
-        coordinator's port from RUN_DIR/coordinator.ports.json and the cluster secret
-        RUN_DIR/cluster.token. Other keyword arguments go to Client()."""
+        coordinator's port from RUN_DIR/coordinator.ports.json, the cluster secret
+        RUN_DIR/cluster.token and the run's control token RUN_DIR/control.token (each
+        run makes both, mode 0600). Other keyword arguments go to Client()."""
         with open(os.path.join(run_dir, "coordinator.ports.json")) as f:
             port = json.load(f)["grpc_port"]
         kwargs.setdefault("cluster_token_file", os.path.join(run_dir, "cluster.token"))
+        if "control_token" not in kwargs:
+            kwargs.setdefault("control_token_file", os.path.join(run_dir, "control.token"))
         return cls("127.0.0.1:%d" % port, **kwargs)
 
     @property

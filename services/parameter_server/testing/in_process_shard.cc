@@ -29,7 +29,7 @@ absl::Status InProcessShard::Start(int port) {
   executor_ = std::make_unique<PartitionExecutor>(2);
   service_ = std::make_unique<ParameterServerService>(shard_.get(), executor_.get());
   if (serve_data_plane_) {
-    DataPlaneOptions data_options;
+    DataPlaneOptions data_options = data_plane_options_;
     data_options.bind_host = "127.0.0.1";
     data_plane_ = std::make_unique<DataPlaneServer>(shard_.get(), executor_.get(), data_options);
     if (absl::Status started = data_plane_->Start(); !started.ok()) return started;

@@ -39,10 +39,15 @@ class InProcessShard {
   v1::ShardInfo info(uint32_t shard_index) const;
   // Direct calls into the running shard (no gRPC): BeginGeneration, checkpoints.
   ParameterShard& shard() { return *shard_; }
+  // Options of the data plane the next Start makes (bind_host is always 127.0.0.1),
+  // and the running one (null without).
+  void set_data_plane_options(DataPlaneOptions options) { data_plane_options_ = options; }
+  DataPlaneServer* data_plane() { return data_plane_.get(); }
 
  private:
   const std::string checkpoint_dir_;
   const bool serve_data_plane_;
+  DataPlaneOptions data_plane_options_;
   int port_ = 0;
   std::unique_ptr<ParameterShard> shard_;
   std::unique_ptr<PartitionExecutor> executor_;
