@@ -338,6 +338,13 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
   spec.set_wire_dtype(config.wire_dtype);
   spec.mutable_optimizer()->set_type(v1::SGD);
   spec.mutable_optimizer()->set_learning_rate(0.01f);
+  // A model with at least the plan's elements, as the shard checks: logistic regression
+  // of 256 classes over enough inputs.
+  constexpr int64_t kClasses = 256;
+  spec.mutable_model()->set_name("logreg");
+  spec.mutable_model()->add_layer_sizes(
+      static_cast<uint32_t>((plan->total_elements() + kClasses - 1) / kClasses));
+  spec.mutable_model()->add_layer_sizes(kClasses);
   *header.mutable_plan() = *plan;
   header.set_total_steps(static_cast<uint64_t>(total_steps));
   for (int s = 0; s < config.shards; ++s) {
