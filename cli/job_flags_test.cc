@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -13,6 +15,8 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 ABSL_DECLARE_FLAG(std::string, job_json);
 ABSL_DECLARE_FLAG(std::string, model);
@@ -43,6 +47,7 @@ ABSL_DECLARE_FLAG(bool, outer_nesterov);
 ABSL_DECLARE_FLAG(std::string, data_dir);
 ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
 ABSL_DECLARE_FLAG(std::string, train_csv);
+ABSL_DECLARE_FLAG(std::string, model_file);
 
 namespace tributary::cli {
 namespace {
@@ -263,6 +268,22 @@ TEST_F(JobFlagsTest, PathsWithDotDotNameTheirFlag) {
   const std::string csv = std::string(JobSpecFromFlags().status().message());
   EXPECT_THAT(csv, HasSubstr("--train_csv: dataset.train_path '..' is not allowed"));
   EXPECT_THAT(csv, HasSubstr("got '../train.csv'"));
+}
+
+// One limit for model files wherever they go: the CLI reads none larger than the
+// coordinator takes by default (it read 1 GiB files the coordinator then refused).
+TEST_F(JobFlagsTest, AModelFileLargerThanTheCoordinatorTakesIsRefused) {
+  const std::string path = ::testing::TempDir() + "/huge.pt";
+  {
+    std::ofstream file(path);
+  }
+  ASSERT_EQ(truncate(path.c_str(), kMaxModelFileBytes + 1), 0);  // Sparse: no disk used.
+  Given({"model_file"});
+  absl::SetFlag(&FLAGS_model_file, path);
+  const std::string refused = std::string(JobSpecFromFlags().status().message());
+  EXPECT_THAT(refused, HasSubstr("--model_file=" + path));
+  EXPECT_THAT(refused, HasSubstr(absl::StrCat("more than the limit of ", kMaxModelFileBytes)));
+  EXPECT_EQ(kMaxModelFileBytes, int64_t{256} << 20) << "the coordinator's --max_model_bytes";
 }
 
 TEST_F(JobFlagsTest, BadValuesNameTheirFlag) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/testing/proto_mutator.h"
+#include "services/parameter_server/node_credential_book.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/shard_test_util.h"
 
@@ -61,6 +62,13 @@ TEST(RequestFuzzTest, WriteCorpusWhenAsked) {
   WriteSeed(dir, "begin_generation", "generation_1", begin);
   begin.set_fence(true);
   WriteSeed(dir, "begin_generation", "fence_1", begin);
+  begin.set_fence(false);
+  begin.set_generation(2);
+  for (const char* digest : {"5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8",
+                             "6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b"}) {
+    begin.add_node_credential_sha256(digest);
+  }
+  WriteSeed(dir, "begin_generation", "credentials_2", begin);
   v1::PullRequest pull;
   pull.set_job_id("job-1");
   pull.add_partition_ids(1);
@@ -107,6 +115,7 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
                pulls.empty() || ends.empty() || restores.empty());
   ProtoMutator mutator(20261125);
   testing::RecordingSink sink;
+  NodeCredentialBook credentials;  // What a shard serving with a cluster secret checks.
   const int iterations = FuzzIterations(5000);
   int ok = 0, refused = 0;
   for (int i = 0; i < iterations; ++i) {
@@ -114,7 +123,13 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     auto tally = [&](const absl::Status& status) { status.ok() ? ++ok : ++refused; };
     // A push, the hot path.
     auto push = mutator.Mutate(pushes[i % pushes.size()]);
-    tally(shard.Push(static_cast<const v1::GradientPush&>(*push), &sink).status());
+    const auto& claimed = static_cast<const v1::GradientPush&>(*push);
+    tally(shard.Push(claimed, &sink).status());
+    // Who may speak for the node a push claims (every call that speaks for a node, and
+    // OpenDataPlane's tickets): the credential digests and the generation's ranks.
+    tally(credentials.Check(claimed.job_id(), claimed.job_id(), claimed.generation(),
+                            claimed.node_rank(), "fuzz"));
+    tally(shard.CheckNode(claimed.job_id(), claimed.generation(), claimed.node_rank()));
     // An InitPartitions stream: a header, then values.
     if (i % 4 == 0) {
       std::unique_ptr<ParameterShard::InitSession> session = shard.StartInit();
@@ -129,7 +144,9 @@ TEST(RequestFuzzTest, EveryRequestTypeIsAnsweredWithAStatus) {
     }
     if (i % 8 == 0) {
       auto begin = mutator.Mutate(begins[i % begins.size()]);
-      tally(shard.BeginGeneration(static_cast<const v1::BeginGenerationRequest&>(*begin)).status());
+      const auto& request = static_cast<const v1::BeginGenerationRequest&>(*begin);
+      tally(credentials.Note(request));
+      tally(shard.BeginGeneration(request).status());
     }
     auto pull = mutator.Mutate(pulls[i % pulls.size()]);
     tally(shard.Pull(static_cast<const v1::PullRequest&>(*pull)).status());

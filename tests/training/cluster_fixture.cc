@@ -52,6 +52,16 @@ absl::StatusOr<v1::Job> SubmitJob(cli::LocalCluster& cluster, const v1::JobSpec&
   return job;
 }
 
+v1::Job RunToTheEnd(cli::LocalCluster& cluster, const v1::JobSpec& spec) {
+  absl::StatusOr<v1::Job> submitted = SubmitJob(cluster, spec);
+  EXPECT_TRUE(submitted.ok()) << submitted.status();
+  if (!submitted.ok()) return v1::Job();
+  absl::StatusOr<v1::Job> job =
+      WaitForJob(cluster, submitted->job_id(), Finished, absl::Minutes(3));
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : v1::Job();
+}
+
 bool Finished(const v1::Job& job) {
   return job.state() == v1::COMPLETED || job.state() == v1::FAILED ||
          job.state() == v1::STOPPED;

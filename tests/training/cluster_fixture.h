@@ -42,6 +42,10 @@ absl::StatusOr<v1::Job> WaitForJob(cli::LocalCluster& cluster, const std::string
 // A job in a terminal state.
 bool Finished(const v1::Job& job);
 
+// Submits `spec` and waits (3 minutes at most) until the job ends: the job as it ended,
+// or an empty one after a failure of the test (submission refused, never ended).
+v1::Job RunToTheEnd(cli::LocalCluster& cluster, const v1::JobSpec& spec);
+
 absl::StatusOr<std::vector<v1::ShardStatus>> ShardStatuses(cli::LocalCluster& cluster);
 
 // Waits until the job has passed `min_step` with every PS shard training it with

@@ -18,15 +18,9 @@ v1::Job RunJob(cli::LocalCluster& cluster, uint64_t steps) {
   v1::JobSpec spec = SyntheticJob(32, steps);
   spec.set_nodes_min(kNodes);
   spec.set_nodes_max(kNodes);
-  absl::StatusOr<v1::Job> submitted = SubmitJob(cluster, spec);
-  EXPECT_TRUE(submitted.ok()) << submitted.status();
-  if (!submitted.ok()) return v1::Job();
-  absl::StatusOr<v1::Job> job =
-      WaitForJob(cluster, submitted->job_id(), Finished, absl::Minutes(3));
-  EXPECT_TRUE(job.ok()) << job.status();
-  if (!job.ok()) return v1::Job();
-  EXPECT_EQ(job->state(), v1::COMPLETED) << job->state_reason();
-  return *job;
+  const v1::Job job = RunToTheEnd(cluster, spec);
+  EXPECT_EQ(job.state(), v1::COMPLETED) << job.state_reason();
+  return job;
 }
 
 TEST(JobTrafficTest, EachJobOfALongLivedClusterCountsOnlyItsOwnBytes) {

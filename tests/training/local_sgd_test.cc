@@ -40,14 +40,9 @@ v1::JobSpec FashionMlp(uint64_t steps, uint32_t nodes) {
 }
 
 v1::Job RunToCompletion(cli::LocalCluster& cluster, const v1::JobSpec& spec) {
-  absl::StatusOr<v1::Job> submitted = SubmitJob(cluster, spec);
-  EXPECT_TRUE(submitted.ok()) << submitted.status();
-  if (!submitted.ok()) return v1::Job();
-  absl::StatusOr<v1::Job> job = WaitForJob(cluster, submitted->job_id(), Finished, absl::Minutes(3));
-  EXPECT_TRUE(job.ok()) << job.status();
-  if (!job.ok()) return v1::Job();
-  EXPECT_EQ(job->state(), v1::COMPLETED) << job->state_reason();
-  return *job;
+  const v1::Job job = RunToTheEnd(cluster, spec);
+  EXPECT_EQ(job.state(), v1::COMPLETED) << job.state_reason();
+  return job;
 }
 
 // The PS's parameters after the job against `reference`, and the partitions' rounds.

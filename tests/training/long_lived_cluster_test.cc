@@ -16,16 +16,6 @@ namespace {
 
 constexpr uint64_t kEvalInterval = 100;
 
-v1::Job RunToTheEnd(cli::LocalCluster& cluster, const v1::JobSpec& spec) {
-  absl::StatusOr<v1::Job> submitted = SubmitJob(cluster, spec);
-  EXPECT_TRUE(submitted.ok()) << submitted.status();
-  if (!submitted.ok()) return v1::Job();
-  absl::StatusOr<v1::Job> job =
-      WaitForJob(cluster, submitted->job_id(), Finished, absl::Minutes(3));
-  EXPECT_TRUE(job.ok()) << job.status();
-  return job.ok() ? *job : v1::Job();
-}
-
 v1::JobSpec Good(uint64_t steps) {
   v1::JobSpec spec = SyntheticJob(32, steps);
   spec.set_nodes_min(2);

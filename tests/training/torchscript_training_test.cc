@@ -81,13 +81,7 @@ std::vector<float> Reference(const v1::JobSpec& spec, uint64_t steps) {
 v1::Job RunJob(cli::LocalCluster& cluster, const v1::JobSpec& spec) {
   absl::Status uploaded = Upload(cluster, spec);
   EXPECT_TRUE(uploaded.ok()) << uploaded;
-  absl::StatusOr<v1::Job> submitted = SubmitJob(cluster, spec);
-  EXPECT_TRUE(submitted.ok()) << submitted.status();
-  if (!submitted.ok()) return v1::Job();
-  absl::StatusOr<v1::Job> job =
-      WaitForJob(cluster, submitted->job_id(), Finished, absl::Minutes(3));
-  EXPECT_TRUE(job.ok()) << job.status();
-  return job.ok() ? *job : v1::Job();
+  return RunToTheEnd(cluster, spec);
 }
 
 struct Shape {
