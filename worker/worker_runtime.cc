@@ -112,6 +112,7 @@ void WorkerRuntime::SendHeartbeat() {
     request.set_loss(progress_.loss);
     request.set_test_accuracy(progress_.test_accuracy);
     request.set_test_loss(progress_.test_loss);
+    request.set_test_accuracy_step(progress_.test_accuracy_step);
     request.set_samples_per_second(progress_.samples_per_second);
     request.set_step_seconds(progress_.step_seconds);
     request.set_push_wait_seconds(progress_.push_wait_seconds);
@@ -420,6 +421,7 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) 
   absl::MutexLock lock(&mu_);
   progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
+  progress_.test_accuracy_step = steps_done;
   v1::EvaluationReport report;
   report.set_step(steps_done);
   report.set_test_accuracy(progress_.test_accuracy);

@@ -111,6 +111,7 @@ class WorkerRuntime : public WorkerHandler {
     float loss = 0;
     float test_accuracy = -1;
     float test_loss = 0;
+    uint64_t test_accuracy_step = 0;  // The step the evaluation above was made after.
     double samples_per_second = 0;
     double step_seconds = 0;
     double push_wait_seconds = 0;

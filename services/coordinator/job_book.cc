@@ -161,11 +161,19 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
       loss_weight += worker.replicas;
     }
     throughput += report.samples_per_second();
-    if (report.test_accuracy() >= 0 && (accuracy < 0 || worker.global_rank == 0)) {
-      accuracy = report.test_accuracy();
-    }
   }
   if (step == UINT64_MAX) step = resume_step;
+  // The newest evaluation at or before the point's step (rank 0's first): a report that
+  // arrived later than the others may carry an evaluation of a step the point is not at.
+  for (const ReportView& worker : workers) {
+    const v1::HeartbeatRequest* report = worker.report;
+    if (report == nullptr || report->generation() != generation ||
+        (!report->job_id().empty() && report->job_id() != job.job_id()) ||
+        !(report->test_accuracy() >= 0) || report->test_accuracy_step() > step) {
+      continue;
+    }
+    if (accuracy < 0 || worker.global_rank == 0) accuracy = report->test_accuracy();
+  }
   const bool advanced = step > job.step();
   job.set_step(step);
   if (job.steps_per_epoch() > 0) {

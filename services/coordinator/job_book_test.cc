@@ -110,6 +110,35 @@ TEST(JobBookTest, ProgressFollowsTheSlowestWorkerAndWeighsLossByReplicas) {
   EXPECT_EQ(job->progress_size(), 1);
 }
 
+// Rank 0's report arrived after it evaluated at step 100 while the other worker's last
+// report says step 77: the point at step 77 carries no accuracy (it once carried the
+// step-100 one, an accuracy before the job had evaluated at the point's step); the point
+// at 100 does.
+TEST(JobBookTest, APointCarriesOnlyAnEvaluationOfItsStepOrBefore) {
+  Changes changes;
+  JobBook book = Book(&changes);
+  v1::Job* job = *book.Submit(Spec(), kT0);
+  v1::HeartbeatRequest rank0 = Report(7, v1::WORKER_TRAINING, 101, 0.5);
+  rank0.set_test_accuracy(0.75);
+  rank0.set_test_accuracy_step(100);
+  v1::HeartbeatRequest behind = Report(7, v1::WORKER_TRAINING, 77, 0.5);
+  book.RecordProgress(*job, 7, 0, {{&rank0, 1, 0}, {&behind, 1, 1}}, kT0);
+  ASSERT_EQ(job->progress_size(), 1);
+  EXPECT_EQ(job->progress(0).step(), 77u);
+  EXPECT_LT(job->progress(0).test_accuracy(), 0.0f);
+  behind.set_step(100);
+  book.RecordProgress(*job, 7, 0, {{&rank0, 1, 0}, {&behind, 1, 1}}, kT0);
+  ASSERT_EQ(job->progress_size(), 2);
+  EXPECT_FLOAT_EQ(job->progress(1).test_accuracy(), 0.75f);
+  // Later points keep it while no newer evaluation is reached.
+  rank0.set_test_accuracy(0.8f);
+  rank0.set_test_accuracy_step(200);
+  behind.set_step(150);
+  book.RecordProgress(*job, 7, 0, {{&rank0, 1, 0}, {&behind, 1, 1}}, kT0);
+  ASSERT_EQ(job->progress_size(), 3);
+  EXPECT_FLOAT_EQ(job->progress(2).test_accuracy(), 0.75f);
+}
+
 TEST(JobBookTest, AWorkerWithoutAReportHoldsTheJobAtTheResumeStep) {
   Changes changes;
   JobBook book = Book(&changes);
