@@ -44,17 +44,26 @@ ABSL_FLAG(std::string, model_file, "",
 
 // --- Data ---
 ABSL_FLAG(std::string, dataset, "idx",
-          "Dataset format: idx (MNIST/Fashion-MNIST files), csv, npy (NumPy files) or "
-          "synthetic. Default: idx.");
+          "Dataset format: idx (MNIST/Fashion-MNIST files), csv, npy (NumPy files), tokens "
+          "(a token stream: --train_tokens, --seq_len) or synthetic. Default: idx.");
 ABSL_FLAG(std::string, data_dir, tributary::kDefaultIdxDirectory,
           "idx: directory of the IDX files. Default: /usr/share/datasets/fashion-mnist.");
 ABSL_FLAG(std::string, train_csv, "", "csv: training file.");
 ABSL_FLAG(std::string, test_csv, "", "csv: test file (optional).");
 ABSL_FLAG(std::string, train_npy, "",
-          "npy: training features (.npy, float32/float64/uint8, [samples, ...]).");
-ABSL_FLAG(std::string, train_labels_npy, "", "npy: training labels (.npy, integers, [samples]).");
+          "npy: training features (.npy, [samples, ...]; float32/float64 as float32, integer "
+          "and bool dtypes as int64 ids, never scaled).");
+ABSL_FLAG(std::string, train_labels_npy, "",
+          "npy: training targets (.npy): integers [samples] are class ids; integers "
+          "[samples, ...] and floats [samples, ...] are targets for a model with its own loss.");
 ABSL_FLAG(std::string, test_npy, "", "npy: test features (optional).");
 ABSL_FLAG(std::string, test_labels_npy, "", "npy: test labels (with --test_npy).");
+ABSL_FLAG(std::string, train_tokens, "",
+          "tokens: the training token ids (.npy, one flat integer array), memory-mapped.");
+ABSL_FLAG(std::string, test_tokens, "", "tokens: the test token ids (optional).");
+ABSL_FLAG(uint32_t, seq_len, 0,
+          "tokens: ids per sample window (x = window[0, T), y = window[1, T + 1)); required "
+          "with --dataset=tokens, in [1, 65536].");
 ABSL_FLAG(int, label_column, 0, "csv: 0-based label column. Default: 0.");
 ABSL_FLAG(bool, csv_header, false, "csv: skip the first line. Default: false.");
 ABSL_FLAG(uint64_t, train_limit, 0, "Use only the first N training samples; 0 = all.");
@@ -171,6 +180,9 @@ constexpr std::pair<const char*, const char*> kFlagOfField[] = {
     {"dataset.test_path", "test_csv"},
     {"dataset.train_labels_path", "train_labels_npy"},
     {"dataset.test_labels_path", "test_labels_npy"},
+    {"dataset.train_path", "train_tokens"},
+    {"dataset.test_path", "test_tokens"},
+    {"dataset.seq_len", "seq_len"},
     {"dataset.label_column", "label_column"},
     {"dataset.synthetic_train_samples", "synthetic_train"},
     {"dataset.synthetic_test_samples", "synthetic_test"},
@@ -367,33 +379,45 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   if (use("dataset")) {
     absl::StatusOr<v1::DatasetFormat> format = ParseChoice<v1::DatasetFormat>(
         "dataset", absl::GetFlag(FLAGS_dataset),
-        {{"idx", v1::IDX}, {"csv", v1::CSV}, {"npy", v1::NPY}, {"synthetic", v1::SYNTHETIC}});
+        {{"idx", v1::IDX},
+         {"csv", v1::CSV},
+         {"npy", v1::NPY},
+         {"tokens", v1::TOKENS},
+         {"synthetic", v1::SYNTHETIC}});
     if (!format.ok()) return format.status();
     dataset.set_format(*format);
   }
   if (use("data_dir") && dataset.format() == v1::IDX) {
     dataset.set_directory(absl::GetFlag(FLAGS_data_dir));
   }
-  if (dataset.format() == v1::NPY) {
-    for (const char* csv : {"train_csv", "test_csv"}) {
-      if (FlagGiven(csv)) {
+  // Each format's own flags, and no other's.
+  const std::vector<std::pair<v1::DatasetFormat, std::vector<const char*>>> own_flags = {
+      {v1::NPY, {"train_npy", "train_labels_npy", "test_npy", "test_labels_npy"}},
+      {v1::TOKENS, {"train_tokens", "test_tokens", "seq_len"}},
+      {v1::CSV, {"train_csv", "test_csv"}}};
+  for (const auto& [format, flags] : own_flags) {
+    if (format == dataset.format()) continue;
+    for (const char* flag : flags) {
+      if (FlagGiven(flag)) {
+        const char* name = format == v1::NPY ? "npy" : format == v1::TOKENS ? "tokens" : "csv";
         return absl::InvalidArgumentError(
-            absl::StrCat("--", csv, ": is for --dataset=csv; npy takes --train_npy, "
-                         "--train_labels_npy, --test_npy and --test_labels_npy"));
+            absl::StrCat("--", flag, ": needs --dataset=", name, " (the job's is ",
+                         absl::AsciiStrToLower(v1::DatasetFormat_Name(dataset.format())), ")"));
       }
     }
+  }
+  if (dataset.format() == v1::NPY) {
     if (use("train_npy")) dataset.set_train_path(absl::GetFlag(FLAGS_train_npy));
     if (use("train_labels_npy")) {
       dataset.set_train_labels_path(absl::GetFlag(FLAGS_train_labels_npy));
     }
     if (use("test_npy")) dataset.set_test_path(absl::GetFlag(FLAGS_test_npy));
     if (use("test_labels_npy")) dataset.set_test_labels_path(absl::GetFlag(FLAGS_test_labels_npy));
+  } else if (dataset.format() == v1::TOKENS) {
+    if (use("train_tokens")) dataset.set_train_path(absl::GetFlag(FLAGS_train_tokens));
+    if (use("test_tokens")) dataset.set_test_path(absl::GetFlag(FLAGS_test_tokens));
+    if (use("seq_len")) dataset.set_seq_len(absl::GetFlag(FLAGS_seq_len));
   } else {
-    for (const char* npy : {"train_npy", "train_labels_npy", "test_npy", "test_labels_npy"}) {
-      if (FlagGiven(npy)) {
-        return absl::InvalidArgumentError(absl::StrCat("--", npy, ": needs --dataset=npy"));
-      }
-    }
     if (use("train_csv")) dataset.set_train_path(absl::GetFlag(FLAGS_train_csv));
     if (use("test_csv")) dataset.set_test_path(absl::GetFlag(FLAGS_test_csv));
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -27,7 +28,14 @@ std::chrono::system_clock::time_point In(int seconds) {
 absl::Status CheckModelFile(const v1::TorchScriptFile& file,
                             std::shared_ptr<const std::string> bytes,
                             const engine::Dataset* train) {
-  return engine::LoadTorchScriptModel(std::move(bytes), file.file_name(), train).status();
+  absl::StatusOr<engine::ModelDef> model =
+      engine::LoadTorchScriptModel(std::move(bytes), file.file_name(), train);
+  if (!model.ok()) return model.status();
+  // Loud, but not a refusal: the user may mean it.
+  for (const std::string& warning : model->fit_warnings) {
+    std::fprintf(stderr, "WARNING: %s\n", warning.c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::UploadModelResponse> UploadModelFile(

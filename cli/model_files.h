@@ -21,8 +21,9 @@
 namespace tributary::cli {
 
 // Loads the file with LibTorch (a loadable module with trainable parameters) and, when
-// `train` is given, fits it to that data (input shape, classes, a finite forward
-// pass). Errors name the file and the problem.
+// `train` is given, fits it to that data (input shape and dtype, classes or its own
+// loss and metrics, a finite pass); what the fit warns of (a softmax head) goes to
+// stderr as WARNING lines. Errors name the file and the problem.
 absl::Status CheckModelFile(const v1::TorchScriptFile& file,
                             std::shared_ptr<const std::string> bytes, const engine::Dataset* train);
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -191,18 +192,35 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%02d:%02d", s / 60, s % 60);
 }
 
+// "<sep>name value" for each named metric, by name.
+std::string MetricsText(const google::protobuf::Map<std::string, double>& metrics,
+                        const std::string& separator) {
+  std::map<std::string, double> sorted(metrics.begin(), metrics.end());
+  std::string text;
+  for (const auto& [name, value] : sorted) {
+    absl::StrAppend(&text, separator, name, " ", absl::StrFormat("%.4f", value));
+  }
+  return text;
+}
+
 // One line of progress from the coordinator's view of the job.
 std::string ProgressLine(const v1::Job& job, double elapsed) {
   float loss = NAN, accuracy = -1;
   double samples_per_second = 0;
+  // A model with its own loss has no accuracy: its test loss and named metrics say
+  // how it does.
+  std::string evaluation;
   if (job.progress_size() > 0) {
     const v1::ProgressPoint& last = job.progress(job.progress_size() - 1);
     loss = last.loss();
     // A paused job moves no samples; its last figure would say it does.
     samples_per_second = job.state() == v1::PAUSED ? 0 : last.samples_per_second();
     for (int i = job.progress_size() - 1; i >= 0; --i) {
-      if (job.progress(i).test_accuracy() >= 0) {
-        accuracy = job.progress(i).test_accuracy();
+      const v1::ProgressPoint& point = job.progress(i);
+      if (point.test_accuracy() >= 0 || point.metrics_size() > 0 || point.test_loss() != 0) {
+        accuracy = point.test_accuracy();
+        if (accuracy < 0) absl::StrAppend(&evaluation, absl::StrFormat("  test_loss %.4f", point.test_loss()));
+        absl::StrAppend(&evaluation, MetricsText(point.metrics(), "  "));
         break;
       }
     }
@@ -220,13 +238,13 @@ std::string ProgressLine(const v1::Job& job, double elapsed) {
   const std::string waiting =
       job.waiting_reason().empty() ? std::string() : absl::StrCat("  (", job.waiting_reason(), ")");
   return absl::StrFormat(
-      "%-10s epoch %u%s  step %llu/%llu  loss %s  acc %s  %s samples/s  elapsed %s  ETA %s%s",
+      "%-10s epoch %u%s  step %llu/%llu  loss %s  acc %s%s  %s samples/s  elapsed %s  ETA %s%s",
       v1::JobState_Name(job.state()), epoch,
       epochs > 0 ? absl::StrCat("/", epochs) : std::string(),
       static_cast<unsigned long long>(job.step()),
       static_cast<unsigned long long>(job.total_steps()),
       std::isnan(loss) ? std::string("-") : absl::StrFormat("%.4f", loss),
-      accuracy < 0 ? std::string("-") : absl::StrFormat("%.4f", accuracy),
+      accuracy < 0 ? std::string("-") : absl::StrFormat("%.4f", accuracy), evaluation,
       absl::StrFormat("%.0f", samples_per_second), FormatDuration(elapsed), FormatDuration(eta),
       waiting);
 }
@@ -421,6 +439,14 @@ std::string SummaryJson(const Summary& summary) {
   if (final_loss == 0 && job.progress_size() > 0) {
     final_loss = job.progress(job.progress_size() - 1).loss();
   }
+  // The model's named metrics, by name ({} when it has none).
+  std::map<std::string, double> metrics(result.metrics().begin(), result.metrics().end());
+  std::string metrics_json = "{";
+  for (const auto& [name, value] : metrics) {
+    absl::StrAppend(&metrics_json, metrics_json.size() > 1 ? "," : "", "\"", name, "\":",
+                    absl::StrFormat("%.6g", value));
+  }
+  metrics_json += "}";
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -428,11 +454,11 @@ std::string SummaryJson(const Summary& summary) {
   return absl::StrFormat(
       "{\"job_id\":\"%s\",\"state\":\"%s\",\"test_accuracy\":%.6f,\"test_loss\":%.6f,"
       "\"final_loss\":%.6f,\"steps\":%llu,\"samples_per_second\":%.2f,\"wall_seconds\":%.3f,"
-      "\"bytes_pushed\":%llu,\"bytes_pulled\":%llu,\"job_spec\":%s}",
+      "\"bytes_pushed\":%llu,\"bytes_pulled\":%llu,\"metrics\":%s,\"job_spec\":%s}",
       job.job_id(), v1::JobState_Name(job.state()), result.test_accuracy(), result.test_loss(),
       final_loss, static_cast<unsigned long long>(job.step()), samples_per_second,
       summary.wall_seconds, static_cast<unsigned long long>(summary.bytes_pushed),
-      static_cast<unsigned long long>(summary.bytes_pulled), spec_json);
+      static_cast<unsigned long long>(summary.bytes_pulled), metrics_json, spec_json);
 }
 
 // Periodic checkpoints of `tributary local` when --checkpoint_interval is not given.
@@ -781,12 +807,17 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
   // The summary first: the job is over, and stopping the processes takes a moment.
   if (job.state() == v1::COMPLETED) {
     const v1::JobResult& result = job.result();
+    // Classifiers: the test accuracy; a model with its own loss: its test loss.
+    const std::string evaluation =
+        result.test_accuracy() >= 0 ? absl::StrFormat("test accuracy %.4f", result.test_accuracy())
+                                    : absl::StrFormat("test loss %.4f", result.test_loss());
     std::cout << absl::StrFormat(
-                     "done: %llu steps in %.1fs, test accuracy %.4f, final loss %.4f, "
+                     "done: %llu steps in %.1fs, %s%s, final loss %.4f, "
                      "%.0f samples/s, %.1f MB pushed, %.1f MB pulled\n",
                      static_cast<unsigned long long>(job.step()), summary.wall_seconds,
-                     result.test_accuracy(), result.final_loss(), result.samples_per_second(),
-                     summary.bytes_pushed / 1e6, summary.bytes_pulled / 1e6);
+                     evaluation, MetricsText(result.metrics(), ", test "), result.final_loss(),
+                     result.samples_per_second(), summary.bytes_pushed / 1e6,
+                     summary.bytes_pulled / 1e6);
   }
   const std::string summary_path = absl::GetFlag(FLAGS_summary_json);
   if (!summary_path.empty()) {

@@ -240,8 +240,21 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
                    "NPY needs a test features file when test_labels_path is set");
       }
       break;
+    case v1::TOKENS:
+      if (dataset.train_path().empty()) {
+        return Bad("dataset.train_path", "''", "TOKENS needs a training token file");
+      }
+      if (dataset.seq_len() < 1 || dataset.seq_len() > kMaxSeqLen) {
+        return Bad("dataset.seq_len", dataset.seq_len(),
+                   absl::StrCat("TOKENS needs a window length in [1, ", kMaxSeqLen, "]"));
+      }
+      if (!dataset.train_labels_path().empty() || !dataset.test_labels_path().empty()) {
+        return Bad("dataset.train_labels_path", "'" + dataset.train_labels_path() + "'",
+                   "TOKENS has no labels files: the targets are the next ids");
+      }
+      break;
     default:
-      return Bad("dataset.format", dataset.format(), "must be IDX, CSV, SYNTHETIC or NPY");
+      return Bad("dataset.format", dataset.format(), "must be IDX, CSV, SYNTHETIC, NPY or TOKENS");
   }
   return absl::OkStatus();
 }
@@ -403,6 +416,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   }
   if (absl::Status model = ValidateModel(spec.model()); !model.ok()) return model;
   if (absl::Status dataset = ValidateDataset(spec.dataset()); !dataset.ok()) return dataset;
+  if (spec.dataset().format() == v1::TOKENS && !IsTorchScript(spec.model())) {
+    return Bad("model.name", "'" + spec.model().name() + "'",
+               "TOKENS data (int64 token windows) needs a TorchScript model with its own "
+               "loss(x, y); the native models take float features and class ids");
+  }
   if (spec.global_batch_size() == 0 || spec.global_batch_size() > kMaxGlobalBatch) {
     return Bad("global_batch_size", spec.global_batch_size(),
                absl::StrCat("must be in [1, ", kMaxGlobalBatch, "]"));

@@ -28,6 +28,8 @@ inline constexpr uint32_t kMaxJobNodes = 65536;
 // Largest TorchScript model file: what the CLI reads and uploads, and the default of the
 // coordinator's --max_model_bytes (256 MiB).
 inline constexpr int64_t kMaxModelFileBytes = int64_t{256} << 20;
+// The longest token window (DatasetSpec.seq_len).
+inline constexpr int64_t kMaxSeqLen = 65536;
 // PS shards a cluster may have (coordinator --ps_shards; a plan's num_shards).
 inline constexpr uint32_t kMaxPsShards = 1024;
 inline constexpr uint32_t kMaxStaleness = 1000000;

@@ -6,8 +6,9 @@
 
 writes train_x.npy [60000, 1, 28, 28], train_y.npy [60000] (int64), test_x.npy and
 test_y.npy. Features are float32 in [0, 1] by default (the IDX reader's scaling), or
-the raw uint8 pixels with --dtype uint8 (Tributary scales uint8 features to [0, 1]
-when it reads them). Only the standard library and NumPy are needed.
+the raw uint8 pixels with --dtype uint8: Tributary passes integer features on as int64
+values, never scaled, so those suit only a model that takes ids (an embedding).
+Only the standard library and NumPy are needed.
 """
 import argparse
 import gzip
@@ -44,7 +45,8 @@ def main() -> None:
                         help=f"directory of the IDX files (default: {DEFAULT_DIR})")
     parser.add_argument("--out", required=True, help="directory for the .npy files")
     parser.add_argument("--dtype", choices=["float32", "uint8"], default="float32",
-                        help="feature dtype (default: float32, scaled to [0, 1])")
+                        help="feature dtype (default: float32, scaled to [0, 1]; uint8 reaches the "
+                             "model as int64 pixel values)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for split, prefix in (("train", "train"), ("test", "t10k")):

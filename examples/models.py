@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Defines example models in PyTorch and saves them as TorchScript files for Tributary.
 
-Tributary trains any module that torch.jit.script can compile, whose forward takes one
-float32 batch [N, *sample_shape] and returns class scores (logits) [N, classes]. The
-loss is the summed cross-entropy of those logits, computed by Tributary. Parameters are
-trained; buffers (BatchNorm running statistics) follow rank 0, as DDP's
-broadcast_buffers=True does.
+Tributary trains any module that torch.jit.script can compile (docs/models.md). Its
+forward takes one batch x [N, *sample_shape] (float32, or int64 for integer data and
+token ids). A classifier returns class scores (logits) [N, classes] and Tributary
+applies the cross-entropy; any other model defines its own
+`@torch.jit.export def loss(self, x, y) -> Tensor` returning unreduced losses ([N] or
+[N, ...], e.g. one per token), and may define `metrics(self, x, y) -> Dict[str, Tensor]`
+of scalars summed over the batch. Parameters are trained; buffers (BatchNorm running
+statistics) follow rank 0, as DDP's broadcast_buffers=True does.
 
     /usr/bin/python3 examples/models.py --out /tmp/models          # every model
     /usr/bin/python3 examples/models.py --model cnn --out /tmp/models
@@ -15,6 +18,7 @@ Each model is written as <out>/<name>.pt. Run it with Debian's python3-torch
 """
 import argparse
 import os
+from typing import Dict
 
 import torch
 from torch import nn
@@ -59,7 +63,75 @@ class Cnn(nn.Module):
         return self.fc2(x)
 
 
+class CharTransformer(nn.Module):
+    """A byte-level causal Transformer language model (GPT-style, pre-norm).
+
+    x: int64 [N, T] byte ids (TOKENS data, examples/text_to_tokens.py); y: the next
+    byte of each position. loss(x, y) is the cross-entropy of every position, [N, T]:
+    Tributary takes the mean over all N * T tokens of the global batch, as
+    F.cross_entropy(logits.view(-1, V), y.view(-1)) would.
+    """
+
+    def __init__(self, vocab: int = 256, width: int = 64, heads: int = 4, layers: int = 2,
+                 context: int = 64):
+        super().__init__()
+        self.vocab = vocab
+        self.context = context
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Embedding(context, width)
+        block = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.size(1)
+        positions = torch.arange(t, device=x.device)
+        h = self.embed(x) + self.position(positions)
+        causal = torch.triu(torch.full((t, t), float("-inf"), device=x.device), diagonal=1)
+        h = self.blocks(h, mask=causal)
+        return self.head(self.norm(h))  # [N, T, vocab]
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.forward(x)
+        losses = nn.functional.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1),
+                                             reduction="none")
+        return losses.view(y.shape)  # [N, T]: one loss per token
+
+    @torch.jit.export
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:
+        hits = (self.forward(x).argmax(-1) == y).float()
+        # Summed over the batch's samples; Tributary divides by the test samples.
+        return {"token_accuracy": hits.mean(1).sum()}
+
+
+class Inpainter(nn.Module):
+    """Regression: the bottom half of a Fashion-MNIST image (14 x 28 pixel values) from
+    its top half (examples/fashion_halves.py). Squared error per pixel, [N, 392]."""
+
+    def __init__(self, hidden: int = 256):
+        super().__init__()
+        self.fc1 = nn.Linear(392, hidden)
+        self.fc2 = nn.Linear(hidden, 392)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (self.forward(x) - y.flatten(1)) ** 2
+
+    @torch.jit.export
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:
+        error = (self.forward(x) - y.flatten(1)).abs().mean(1)
+        return {"mae": error.sum()}
+
+
 MODELS = {
+    "char_lm": lambda: CharTransformer(),
+    "inpainter": lambda: Inpainter(),
     "mlp": lambda: Mlp(),
     "cnn": lambda: Cnn(),
     # The CNN at half width: a quarter of the compute, for quick runs and tests.

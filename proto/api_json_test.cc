@@ -119,7 +119,10 @@ class Filler {
         if (field->index_in_oneof() != variant_ % oneof->field_count()) continue;
         covered_.insert(field->full_name());
       }
-      for (int copies = field->is_repeated() ? 2 : 1; copies > 0; --copies) {
+      // Two entries of a repeated field; one of a map (the filler gives every entry the
+      // same key, and a map keeps one value per key).
+      for (int copies = field->is_repeated() && !field->is_map() ? 2 : 1; copies > 0;
+           --copies) {
         Set(message, field, depth);
       }
     }

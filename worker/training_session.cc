@@ -27,6 +27,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   absl::StatusOr<engine::ModelDef> model =
       engine::BuildJobModel(spec.model(), options.torchscript_bytes, data.train);
   if (!model.ok()) return model.status();
+  for (const std::string& warning : model->fit_warnings) {
+    LOG_FIRST_N(WARNING, 4) << "job " << assignment.job_id() << ": " << warning;
+  }
   if (assignment.shards_size() == 0) {
     return absl::FailedPreconditionError("the assignment has no PS shards");
   }
@@ -245,17 +248,8 @@ absl::StatusOr<uint64_t> TrainingSession::Prepare() {
 engine::Batch TrainingSession::GatherReplica(int i, const std::vector<uint64_t>& global) {
   const SampleRange mine =
       PartsRange(global.size(), assignment_.total_replicas(), assignment_.first_replica() + i, 1);
-  Scratch& s = scratch_[i];
-  s.ids.assign(global.begin() + mine.offset, global.begin() + mine.offset + mine.count);
-  s.features.resize(mine.count * data_.train.feature_size());
-  s.labels.resize(mine.count);
-  data_.train.Gather(s.ids.data(), mine.count, s.features.data(), s.labels.data());
-  engine::Batch result;
-  result.features = s.features.data();
-  result.labels = s.labels.data();
-  result.sample_ids = s.ids.data();
-  result.count = static_cast<int64_t>(mine.count);
-  return result;
+  data_.train.Gather(global.data() + mine.offset, static_cast<int64_t>(mine.count), scratch_[i]);
+  return scratch_[i].View();
 }
 
 void TrainingSession::CommLoop() {
@@ -300,10 +294,13 @@ void TrainingSession::CommLoop() {
 absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   const v1::JobSpec& spec = assignment_.job();
   update_.step = step;
+  // What the gradient sum is over: the node's samples times the loss's elements per
+  // sample (tokens of a [N, T] loss), the count the PS divides the nodes' sum by.
   update_.node_samples =
       PartsRange(sampler_.BatchSize(step), assignment_.total_replicas(),
                  assignment_.node_first_replica(), assignment_.node_replicas())
-          .count;
+          .count *
+      static_cast<uint64_t>(model_.loss_elements_per_sample);
   update_.sync = EndsSyncRound(spec, step, total_steps_);
   update_.push_step = local_sgd_ ? round_start_ : step;
   round_samples_ += update_.node_samples;

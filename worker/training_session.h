@@ -184,7 +184,9 @@ class TrainingSession {
   // that follows (both on that thread).
   struct StepUpdate {
     uint64_t step = 0;
-    uint64_t node_samples = 0;  // This node's share of the step's batch.
+    // This node's share of the step's batch, in loss elements (samples times the
+    // model's loss_elements_per_sample).
+    uint64_t node_samples = 0;
     bool sync = true;           // Pushed to the PS (always, except inside LOCAL_SGD rounds).
     uint64_t push_step = 0;     // The step the push names (LOCAL_SGD: its round's first).
   };
@@ -207,12 +209,7 @@ class TrainingSession {
   std::unique_ptr<IntraNodeReducer> reducer_;
   std::unique_ptr<PsConnection> ps_;
 
-  struct Scratch {
-    std::vector<uint64_t> ids;
-    std::vector<float> features;
-    std::vector<int32_t> labels;
-  };
-  std::vector<Scratch> scratch_;
+  std::vector<engine::BatchBuffer> scratch_;
 
   // The step pipeline, in stages: the replicas' forward/backward marks gradients
   // final (final_from_); the communication thread reduces and pushes them (comm_*),

@@ -120,8 +120,11 @@ class ManualNode {
     features_.resize(mine.count * data_.train.feature_size());
     labels_.resize(mine.count);
     data_.train.Gather(ids_.data(), mine.count, features_.data(), labels_.data());
-    engine::Batch batch{features_.data(), labels_.data(), ids_.data(),
-                        static_cast<int64_t>(mine.count)};
+    engine::Batch batch;
+    batch.features = features_.data();
+    batch.labels = labels_.data();
+    batch.sample_ids = ids_.data();
+    batch.count = static_cast<int64_t>(mine.count);
     ASSERT_TRUE(replica_.ForwardBackward(batch, {spec_.seed(), step}, nullptr).ok());
     ASSERT_TRUE(replica_.CopyGradients(0, model_.num_parameters, grads_.data()).ok());
     samples_ = mine.count;

@@ -113,6 +113,9 @@ void WorkerRuntime::SendHeartbeat() {
     request.set_test_accuracy(progress_.test_accuracy);
     request.set_test_loss(progress_.test_loss);
     request.set_test_accuracy_step(progress_.test_accuracy_step);
+    for (const auto& [name, value] : progress_.test_metrics) {
+      (*request.mutable_test_metrics())[name] = value;
+    }
     request.set_samples_per_second(progress_.samples_per_second);
     request.set_step_seconds(progress_.step_seconds);
     request.set_push_wait_seconds(progress_.push_wait_seconds);
@@ -422,10 +425,12 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) 
   progress_.test_accuracy = static_cast<float>(evaluated->accuracy());
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
   progress_.test_accuracy_step = steps_done;
+  progress_.test_metrics = evaluated->MeanMetrics();
   v1::EvaluationReport report;
   report.set_step(steps_done);
   report.set_test_accuracy(progress_.test_accuracy);
   report.set_test_loss(progress_.test_loss);
+  for (const auto& [name, value] : progress_.test_metrics) (*report.mutable_metrics())[name] = value;
   evaluation_reports_.push_back(std::move(report));
   ThinReports(evaluation_reports_, kMaxEvaluationReports);
 }

@@ -112,6 +112,7 @@ class WorkerRuntime : public WorkerHandler {
     float test_accuracy = -1;
     float test_loss = 0;
     uint64_t test_accuracy_step = 0;  // The step the evaluation above was made after.
+    std::map<std::string, double> test_metrics;  // That evaluation's named metrics.
     double samples_per_second = 0;
     double step_seconds = 0;
     double push_wait_seconds = 0;

@@ -271,7 +271,11 @@ int Run(const char* argv0) {
         labels[i] = static_cast<int32_t>(rng.NextBelow(model->num_classes));
         ids[i] = i;
       }
-      Batch batch{features.data(), labels.data(), ids.data(), batch_size};
+      Batch batch;
+      batch.features = features.data();
+      batch.labels = labels.data();
+      batch.sample_ids = ids.data();
+      batch.count = batch_size;
       bool ok = true;
       const double seconds = TimePerCall(
           [&] {

@@ -85,6 +85,7 @@ constexpr char kDashboardHtml[] = R"HTML(<!DOCTYPE html>
       <div class="chart"><div>samples/s by step</div><svg id="throughput-chart" width="380" height="180"></svg></div>
       <div class="chart"><div>step time by step (slowest worker), seconds</div><svg id="step-time-chart" width="380" height="180"></svg></div>
     </div>
+    <div class="charts" id="metric-charts"></div>
   </section>
   <section id="timeline-section">
     <h2>Workers over time</h2>
@@ -298,6 +299,31 @@ function swatch(color) {
   return '<svg width="10" height="10"><rect width="10" height="10" fill="' + color + '"/></svg> ';
 }
 
+// The test loss and each named metric the model reports (TorchScript metrics(x, y)),
+// one chart each, from the evaluations (or progress points carrying one).
+function renderEvaluationCharts(evaluations) {
+  const testLoss = evaluations.map(e => [num(e.step), finite(e.testLoss)]);
+  const named = {};
+  for (const e of evaluations) {
+    for (const [name, value] of Object.entries(e.metrics || {})) {
+      (named[name] = named[name] || []).push([num(e.step), finite(value)]);
+    }
+  }
+  const names = Object.keys(named).sort();
+  const box = document.getElementById("metric-charts");
+  const wanted = names.join(",");
+  if (box.dataset.names !== wanted || !box.firstChild) {
+    // Names are letters, digits and '_' (the coordinator refuses others); escaped anyway.
+    box.innerHTML = '<div class="chart"><div>test loss by step (each evaluation)</div>' +
+        '<svg id="test-loss-chart" width="380" height="180"></svg></div>' +
+        names.map(n => '<div class="chart"><div>test ' + esc(n) + ' by step</div><svg id="metric-chart-' +
+            esc(n) + '" width="380" height="180"></svg></div>').join("");
+    box.dataset.names = wanted;
+  }
+  drawChart("test-loss-chart", [{label: "test loss", points: testLoss}], {});
+  for (const n of names) drawChart("metric-chart-" + n, [{label: n, points: named[n]}], {});
+}
+
 // The curves of a job: from its per-step history, or, for a job without one (a run
 // kept by an older coordinator), from the progress points of its heartbeats.
 function renderCurves(job, history) {
@@ -321,6 +347,8 @@ function renderCurves(job, history) {
     accuracy = progress.filter(p => num(p.testAccuracy) >= 0).map(p => [num(p.step), num(p.testAccuracy)]);
     note.textContent = progress.length ? "(from heartbeats: no per-step history)" : "";
   }
+  renderEvaluationCharts(evaluations.length ? evaluations
+      : progress.filter(p => num(p.testAccuracy) >= 0 || Object.keys(p.metrics || {}).length > 0));
   drawChart("loss-chart", [{label: "loss", points: loss}], {});
   drawChart("accuracy-chart", [{label: "accuracy", points: accuracy}], {fixed: [0, 1]});
   drawChart("throughput-chart", [{label: "samples/s", points: throughput}], {zero: true, robust: true});
@@ -384,9 +412,17 @@ function renderJob(job, history) {
   const last = progress.length ? progress[progress.length - 1] : null;
   const percent = total > 0 ? Math.min(100, 100 * step / total) : 0;
   const evaluations = (history && history.evaluations) || [];
-  let accuracy = null;
-  for (const p of progress) if (num(p.testAccuracy) >= 0) accuracy = num(p.testAccuracy);
-  if (evaluations.length) accuracy = num(evaluations[evaluations.length - 1].testAccuracy);
+  let accuracy = null, metrics = {};
+  for (const p of progress) {
+    if (num(p.testAccuracy) >= 0) accuracy = num(p.testAccuracy);
+    if (Object.keys(p.metrics || {}).length) metrics = p.metrics;
+  }
+  if (evaluations.length) {
+    const e = evaluations[evaluations.length - 1];
+    accuracy = num(e.testAccuracy) >= 0 ? num(e.testAccuracy) : null;
+    metrics = e.metrics || {};
+  }
+  const metricsText = Object.keys(metrics).sort().map(n => esc(n) + " " + fixed(metrics[n], 4)).join(", ");
   const steps = (history && history.steps) || [];
   let loss = last ? fixed(last.loss, 4) : "&ndash;";
   if (steps.length) loss = fixed(steps[steps.length - 1].loss, 4);
@@ -403,6 +439,7 @@ function renderJob(job, history) {
       '<div class="bar"><div id="job-bar" data-width="' + percent.toFixed(1) + '"></div></div></dd>' +
       "<dt>loss</dt><dd id=\"job-loss\">" + loss + "</dd>" +
       "<dt>test accuracy</dt><dd id=\"job-accuracy\">" + (accuracy !== null ? (100 * accuracy).toFixed(2) + " %" : "&ndash;") + "</dd>" +
+      (metricsText ? "<dt>test metrics</dt><dd id=\"job-metrics\">" + metricsText + "</dd>" : "") +
       "<dt>samples/s</dt><dd id=\"job-throughput\">" + throughput + "</dd>" +
       "<dt>model</dt><dd>" + esc((spec.model || {}).name) + " " + esc(((spec.model || {}).layerSizes || []).join("-")) + esc(((spec.model || {}).torchscript || {}).fileName || "") + "</dd>" +
       "<dt>training</dt><dd>" + esc(spec.mode) + ", batch " + num(spec.globalBatchSize) + ", " +
@@ -416,8 +453,11 @@ function renderJob(job, history) {
       (job.finished ? " &middot; finished " + time(job.finished) : "") + "</dd>";
   if (job.state === "COMPLETED" && job.result) {
     const r = job.result;
-    html += "<dt>result</dt><dd id=\"job-result\">accuracy " + (100 * num(r.testAccuracy)).toFixed(2) +
-        " %, final loss " + fixed(r.finalLoss, 4) + ", " + num(r.steps) + " steps, " +
+    const evaluated = num(r.testAccuracy) >= 0 ? "accuracy " + (100 * num(r.testAccuracy)).toFixed(2) + " %"
+        : "test loss " + fixed(r.testLoss, 4);
+    const named = Object.keys(r.metrics || {}).sort().map(n => ", " + esc(n) + " " + fixed(r.metrics[n], 4)).join("");
+    html += "<dt>result</dt><dd id=\"job-result\">" + evaluated + named +
+        ", final loss " + fixed(r.finalLoss, 4) + ", " + num(r.steps) + " steps, " +
         fixed(r.samplesPerSecond, 1) + " samples/s, " + seconds(r.wallSeconds) +
         ", pushed " + bytes(r.bytesPushed) + ", pulled " + bytes(r.bytesPulled) + "</dd>";
   }

@@ -127,6 +127,17 @@ void JobBook::Finish(v1::Job& job, v1::JobState to, const std::string& reason, a
   *job.mutable_finished() = ToProto(now);
 }
 
+namespace {
+
+// Whether a worker's report carries an evaluation: the step it was made after (workers
+// since test_accuracy_step), or an accuracy (workers before it; a model with its own
+// loss reports -1 there).
+bool HasEvaluated(const v1::HeartbeatRequest& report) {
+  return report.test_accuracy_step() > 0 || report.test_accuracy() >= 0;
+}
+
+}  // namespace
+
 JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uint64_t resume_step,
                                           const std::vector<ReportView>& workers, absl::Time now) {
   Progress progress;
@@ -137,7 +148,6 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
   double loss_sum = 0;
   uint32_t loss_weight = 0;
   double throughput = 0;
-  float accuracy = -1;
   for (const ReportView& worker : workers) {
     // A report of another generation, or of another job, says nothing of this one.
     if (worker.report == nullptr || worker.report->generation() != generation ||
@@ -165,14 +175,15 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
   if (step == UINT64_MAX) step = resume_step;
   // The newest evaluation at or before the point's step (rank 0's first): a report that
   // arrived later than the others may carry an evaluation of a step the point is not at.
+  const v1::HeartbeatRequest* evaluation = nullptr;
   for (const ReportView& worker : workers) {
     const v1::HeartbeatRequest* report = worker.report;
     if (report == nullptr || report->generation() != generation ||
         (!report->job_id().empty() && report->job_id() != job.job_id()) ||
-        !(report->test_accuracy() >= 0) || report->test_accuracy_step() > step) {
+        !HasEvaluated(*report) || report->test_accuracy_step() > step) {
       continue;
     }
-    if (accuracy < 0 || worker.global_rank == 0) accuracy = report->test_accuracy();
+    if (evaluation == nullptr || worker.global_rank == 0) evaluation = report;
   }
   const bool advanced = step > job.step();
   job.set_step(step);
@@ -182,16 +193,25 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
     job.set_epoch(min_epoch);
   }
   if (advanced && loss_weight > 0) {
-    if (accuracy < 0 && job.progress_size() > 0) {
-      accuracy = job.progress(job.progress_size() - 1).test_accuracy();
+    v1::ProgressPoint point;
+    point.set_test_accuracy(-1);
+    if (evaluation != nullptr) {
+      point.set_test_accuracy(evaluation->test_accuracy());
+      point.set_test_loss(evaluation->test_loss());
+      *point.mutable_metrics() = evaluation->test_metrics();
+    } else if (job.progress_size() > 0) {
+      // No report holds one now: the last point's evaluation stands (all of this job's).
+      const v1::ProgressPoint& last = job.progress(job.progress_size() - 1);
+      point.set_test_accuracy(last.test_accuracy());
+      point.set_test_loss(last.test_loss());
+      *point.mutable_metrics() = last.metrics();
     }
-    v1::ProgressPoint* point = job.add_progress();
-    point->set_step(step);
-    point->set_epoch(job.epoch());
-    point->set_loss(static_cast<float>(loss_sum / loss_weight));
-    point->set_test_accuracy(accuracy);
-    point->set_samples_per_second(throughput);
-    *point->mutable_time() = ToProto(now);
+    point.set_step(step);
+    point.set_epoch(job.epoch());
+    point.set_loss(static_cast<float>(loss_sum / loss_weight));
+    point.set_samples_per_second(throughput);
+    *point.mutable_time() = ToProto(now);
+    *job.add_progress() = std::move(point);
     ThinProgress(*job.mutable_progress(), progress_history_);
     changed_(false);
   }
@@ -204,6 +224,7 @@ v1::JobResult JobResultOf(const v1::Job& job, const std::vector<ReportView>& wor
   result.set_steps(job.step());
   float accuracy = -1;
   float test_loss = 0;
+  bool evaluated = false;
   double loss_sum = 0;
   uint32_t loss_weight = 0;
   for (const ReportView& worker : workers) {
@@ -212,9 +233,11 @@ v1::JobResult JobResultOf(const v1::Job& job, const std::vector<ReportView>& wor
     loss_sum += static_cast<double>(report.loss()) * worker.replicas;
     loss_weight += worker.replicas;
     // Rank 0's evaluation is the job's; any other worker's is a fallback.
-    if (report.test_accuracy() >= 0 && (accuracy < 0 || worker.global_rank == 0)) {
+    if (HasEvaluated(report) && (!evaluated || worker.global_rank == 0)) {
+      evaluated = true;
       accuracy = report.test_accuracy();
       test_loss = report.test_loss();
+      *result.mutable_metrics() = report.test_metrics();
     }
   }
   result.set_bytes_pushed(bytes_pushed);

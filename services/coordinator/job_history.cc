@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 
@@ -76,6 +78,27 @@ double LowerMedian(std::vector<double> values) {
   return values[(values.size() - 1) / 2];
 }
 
+absl::Status CheckMetrics(const std::string& field,
+                          const google::protobuf::Map<std::string, double>& metrics) {
+  if (metrics.size() > kMaxReportedMetrics) {
+    return Bad(field, absl::StrCat("at most ", kMaxReportedMetrics, " metrics"),
+               absl::StrCat(metrics.size()));
+  }
+  for (const auto& [name, value] : metrics) {
+    bool valid = !name.empty() && name.size() <= kMaxMetricNameBytes;
+    for (char c : name) valid = valid && (absl::ascii_isalnum(c) || c == '_');
+    if (!valid) {
+      return Bad(field, absl::StrCat("names of 1-", kMaxMetricNameBytes, " letters, digits or '_'"),
+                 absl::StrCat("'", absl::CHexEscape(name.substr(0, 80)), "'"));
+    }
+    if (!std::isfinite(value)) {
+      return Bad(absl::StrCat(field, "[", name, "]"), "must be a finite number",
+                 absl::StrCat(value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateHistoryReports(const v1::HeartbeatRequest& request) {
@@ -113,13 +136,18 @@ absl::Status ValidateHistoryReports(const v1::HeartbeatRequest& request) {
       }
     }
   }
+  if (absl::Status ok = CheckMetrics("test_metrics", request.test_metrics()); !ok.ok()) return ok;
   for (int i = 0; i < request.evaluations_size(); ++i) {
     const v1::EvaluationReport& evaluation = request.evaluations(i);
     const std::string name = absl::StrCat("evaluations[", i, "]");
     if (absl::Status ok = CheckStep(name + ".step", evaluation.step()); !ok.ok()) return ok;
     const float accuracy = evaluation.test_accuracy();
-    if (!(accuracy >= 0 && accuracy <= 1)) {
-      return Bad(name + ".test_accuracy", "must be in [0, 1]", absl::StrCat(accuracy));
+    // -1: a model with its own loss, which has no accuracy.
+    if (!((accuracy >= 0 && accuracy <= 1) || accuracy == -1)) {
+      return Bad(name + ".test_accuracy", "must be in [0, 1] (or -1: none)", absl::StrCat(accuracy));
+    }
+    if (absl::Status ok = CheckMetrics(name + ".metrics", evaluation.metrics()); !ok.ok()) {
+      return ok;
     }
   }
   return absl::OkStatus();
@@ -233,6 +261,7 @@ void JobHistory::AddReports(const ReportingWorker& worker, const v1::HeartbeatRe
     point->set_step(report.step());
     point->set_test_accuracy(report.test_accuracy());
     point->set_test_loss(report.test_loss());
+    *point->mutable_metrics() = report.metrics();
     *point->mutable_time() = ToProto(now);
     if (static_cast<size_t>(evaluations.size()) > std::max<size_t>(limits_.max_points, 2)) {
       // Every other one of the older evaluations goes; the latest stays.

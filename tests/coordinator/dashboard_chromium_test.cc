@@ -64,6 +64,12 @@ v1::HeartbeatResponse Beat(RunningCoordinator& coordinator, const std::string& w
   beat.set_epoch(static_cast<uint32_t>(step / 10));
   beat.set_loss(2.3f / (1.0f + 0.2f * step));
   beat.set_test_accuracy(step >= 10 ? 0.5f + 0.02f * step : -1);
+  if (step >= 10) {
+    // A model's named metrics and its test loss ride with the evaluation.
+    beat.set_test_accuracy_step(step);
+    beat.set_test_loss(1.5f - 0.05f * step);
+    (*beat.mutable_test_metrics())["token_accuracy"] = 0.25 + 0.01 * step;
+  }
   beat.set_samples_per_second(1000 + 10 * step);
   beat.set_step_seconds(step_seconds);
   beat.set_push_wait_seconds(0.002);
@@ -168,6 +174,10 @@ TEST(DashboardChromiumTest, PageShowsTheCluster) {
   EXPECT_GE(std::stoi(match[1]), 10);
   EXPECT_THAT(dom, HasSubstr("data-label=\"accuracy\""));
   EXPECT_THAT(dom, HasSubstr("data-label=\"samples/s\""));
+  // The model's named metrics: a chart each, the test loss's, and the latest values.
+  EXPECT_THAT(dom, HasSubstr("data-label=\"token_accuracy\""));
+  EXPECT_THAT(dom, HasSubstr("data-label=\"test loss\""));
+  EXPECT_THAT(dom, HasSubstr("<dd id=\"job-metrics\">token_accuracy 0.3700</dd>"));
   // Nodes, workers, GPUs, ranks, heartbeat age, straggler.
   EXPECT_THAT(dom, HasSubstr("gpu-node-a"));
   EXPECT_THAT(dom, HasSubstr("gpu-node-b"));

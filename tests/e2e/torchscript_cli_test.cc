@@ -141,7 +141,7 @@ TEST(TorchScriptCliTest, NpyFilesFromTheExampleScriptTrain) {
   const std::string data = TestDir("npy-data");
   Outcome converted =
       Command("fashion_to_npy.py",
-              {kPython, Runfile("examples/fashion_to_npy.py"), "--out", data, "--dtype", "uint8"},
+              {kPython, Runfile("examples/fashion_to_npy.py"), "--out", data},
               absl::Minutes(2));
   ASSERT_EQ(converted.exit_code, 0) << converted.output;
   const std::string exported = TestDir("npy") + "/trained_mlp.pt";
@@ -182,16 +182,39 @@ TEST(TorchScriptCliTest, BadFilesAndFlagsAreRefusedBeforeAnyProcessStarts) {
        "model file no_parameters.pt: the module has no trainable parameter"},
       {"wrong_input",
        {"--model_file=" + testdata("tiny_mlp.pt")},
-       "model file tiny_mlp.pt: forward fails on an input of shape [4, 1, 28, 28]"},
+       "model file tiny_mlp.pt: forward fails on an input of Float [4, 1, 28, 28]"},
       {"wrong_shape",
        {"--model_file=" + testdata("wrong_shape.pt")},
-       "model file wrong_shape.pt: forward returns a Float tensor of shape [4, 3, 1]"},
+       "model file wrong_shape.pt: forward returns a Float [4, 3, 1] tensor"},
       {"nan",
        {"--model_file=" + testdata("returns_nan.pt")},
        "model file returns_nan.pt: forward returns non-finite values"},
       {"layers",
        {"--model_file=" + testdata("tiny_mlp.pt"), "--layers=8,3"},
        "--layers: does not apply with --model_file"},
+      // Integer NPY features reach the model as int64, never scaled: a model that
+      // multiplies floats is refused, naming the dtype and shape it got.
+      {"integer_features",
+       {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy",
+        "--train_npy=" + testdata("npy/pixels_u1.npy"),
+        "--train_labels_npy=" + testdata("npy/labels_i8.npy")},
+       "model file tiny_mlp.pt: forward fails on an input of Long [4, 4]"},
+      // Float targets need the model's own loss.
+      {"float_targets_without_loss",
+       {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy",
+        "--train_npy=" + testdata("npy/images_f4.npy"),
+        "--train_labels_npy=" + testdata("npy/targets_f4.npy")},
+       "model file tiny_mlp.pt: has no loss(x, y) method"},
+      {"reduced_loss",
+       {"--model_file=" + testdata("reduced_loss.pt")},
+       "model file reduced_loss.pt: loss(x, y) returns a Float [] tensor"},
+      {"tokens_without_seq_len",
+       {"--model_file=" + testdata("token_lm.pt"), "--dataset=tokens",
+        "--train_tokens=" + testdata("npy/tokens_u2.npy")},
+       "--seq_len: dataset.seq_len"},
+      {"tokens_flag_without_tokens",
+       {"--model_file=" + testdata("token_lm.pt"), "--seq_len=8"},
+       "--seq_len: needs --dataset=tokens"},
       {"npy_without_files",
        {"--model_file=" + testdata("tiny_mlp.pt"), "--dataset=npy"},
        "--train_npy: dataset.train_path NPY needs a training features file"},

@@ -7,6 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -120,6 +123,68 @@ TEST(TorchScriptTrainingTest, SyncEqualsOneReplicaOfTheSameFileAtSeveralWorldSiz
     // Training moved the parameters: comparing two untouched buffers would prove nothing.
     EXPECT_GT(MaxRelativeDifference(pulled->values, Reference(spec, 0)), 1e-3);
   }
+}
+
+// A model with its own per-token loss on a token stream: the PS divides the nodes'
+// gradient sums by the global batch's token count, so SYNC at 2 nodes x 2 replicas
+// trains to the parameters of one replica of the same file; the model's metrics and
+// test loss reach the job (GetJob's result and progress, GetJobHistory).
+TEST(TorchScriptTrainingTest, OwnPerTokenLossSyncEqualsOneReplicaAndMetricsReachTheJob) {
+  ClusterShape shape;
+  shape.ps_shards = 2;
+  shape.workers = 2;
+  auto cluster = StartCluster("torchscript_tokens", shape);
+  const uint64_t steps = 10;
+  v1::JobSpec spec = TorchScriptJob("token_lm.pt", 8, steps, 2, 2);
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::string tokens = std::string(cwd) + "/worker/engine/testdata/npy/tokens_u2.npy";
+  spec.mutable_dataset()->Clear();
+  spec.mutable_dataset()->set_format(v1::TOKENS);
+  spec.mutable_dataset()->set_train_path(tokens);  // 50 ids: 12 windows of 4.
+  spec.mutable_dataset()->set_test_path(tokens);
+  spec.mutable_dataset()->set_seq_len(4);
+  spec.set_eval_interval_steps(5);
+  // Plain SGD: its step scales with the gradient, so a wrong divisor (samples instead of
+  // tokens) shows at once (Adam would hide it).
+  spec.mutable_optimizer()->set_type(v1::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  spec = WithDefaults(spec);
+  const v1::Job job = RunJob(*cluster, spec);
+  ASSERT_EQ(job.state(), v1::COMPLETED) << job.state_reason();
+  absl::StatusOr<cli::PulledParameters> pulled =
+      cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  const std::vector<float> expected = Reference(spec, steps);
+  ASSERT_EQ(pulled->values.size(), expected.size());
+  EXPECT_LE(MaxRelativeDifference(pulled->values, expected), 1e-5);
+  EXPECT_GT(MaxRelativeDifference(pulled->values, Reference(spec, 0)), 1e-3);
+
+  // No accuracy (its own loss), its test loss per token, and its named metric.
+  EXPECT_LT(job.result().test_accuracy(), 0.0f);
+  EXPECT_GT(job.result().test_loss(), 0.0f);
+  EXPECT_LT(job.result().test_loss(), std::log(64.0f));
+  ASSERT_EQ(job.result().metrics().count("token_accuracy"), 1u);
+  const double accuracy = job.result().metrics().at("token_accuracy");
+  EXPECT_GE(accuracy, 0.0);
+  EXPECT_LE(accuracy, 1.0);
+  ASSERT_GT(job.progress_size(), 0);
+  const v1::ProgressPoint& last = job.progress(job.progress_size() - 1);
+  EXPECT_EQ(last.metrics().count("token_accuracy"), 1u);
+  EXPECT_FLOAT_EQ(last.test_loss(), job.result().test_loss());
+  v1::GetJobHistoryRequest request;
+  request.set_job_id(job.job_id());
+  v1::JobHistory history;
+  grpc::ClientContext context;
+  ASSERT_TRUE(v1::Coordinator::NewStub(cluster->coordinator_channel())
+                  ->GetJobHistory(&context, request, &history)
+                  .ok());
+  ASSERT_EQ(history.evaluations_size(), 2);  // Steps 5 and 10.
+  for (const v1::EvaluationPoint& evaluation : history.evaluations()) {
+    EXPECT_EQ(evaluation.test_accuracy(), -1.0f);
+    EXPECT_EQ(evaluation.metrics().count("token_accuracy"), 1u);
+  }
+  EXPECT_DOUBLE_EQ(history.evaluations(1).metrics().at("token_accuracy"), accuracy);
 }
 
 TEST(TorchScriptTrainingTest, BuffersFollowNodeZeroAndComeBackOutInTheExport) {

@@ -218,7 +218,11 @@ TEST(NcclReducerTest, SingleRankCliqueOnOneGpu) {
   std::vector<float> features(4 * model.input.size(), 0.25f);
   std::vector<int32_t> labels = {0, 1, 2, 3};
   std::vector<uint64_t> ids = {1, 2, 3, 4};
-  engine::Batch batch{features.data(), labels.data(), ids.data(), 4};
+  engine::Batch batch;
+  batch.features = features.data();
+  batch.labels = labels.data();
+  batch.sample_ids = ids.data();
+  batch.count = 4;
   ASSERT_TRUE(group.replica(0).ForwardBackward(batch, {1, 0}, nullptr).ok());
   std::vector<float> expected(model.num_parameters);
   ASSERT_TRUE(group.replica(0).CopyGradients(0, model.num_parameters, expected.data()).ok());

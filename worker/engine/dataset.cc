@@ -1,6 +1,9 @@
 #include "worker/engine/dataset.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,8 +14,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/job_spec.h"
 #include "worker/engine/counter_rng.h"
 #include "worker/engine/npy.h"
 
@@ -112,6 +117,35 @@ std::vector<int64_t> Dataset::SampleDims() const {
   return {sample_shape.channels, sample_shape.height, sample_shape.width};
 }
 
+int64_t Dataset::size() const {
+  if (tokens != nullptr) return token_windows;
+  switch (target_kind) {
+    case TargetKind::kClassId:
+      return static_cast<int64_t>(labels.size());
+    case TargetKind::kInt64:
+      return static_cast<int64_t>(int_targets.size()) / std::max<int64_t>(1, target_size());
+    case TargetKind::kFloat32:
+      return static_cast<int64_t>(float_targets.size()) / std::max<int64_t>(1, target_size());
+  }
+  return 0;
+}
+
+int64_t Dataset::target_size() const {
+  if (target_kind == TargetKind::kClassId) return 1;
+  int64_t n = 1;
+  for (int64_t dim : target_dims) n *= dim;
+  return n;
+}
+
+std::string Dataset::KindText() const {
+  std::string targets = TargetKindName(target_kind);
+  if (target_kind != TargetKind::kClassId) {
+    targets = absl::StrCat(targets, " targets [", absl::StrJoin(target_dims, ", "), "]");
+  }
+  return absl::StrCat(FeatureTypeName(feature_type), " features [",
+                      absl::StrJoin(SampleDims(), ", "), "] and ", targets);
+}
+
 void Dataset::Gather(const uint64_t* ids, int64_t count, float* features_out,
                      int32_t* labels_out) const {
   const int64_t width = feature_size();
@@ -122,10 +156,185 @@ void Dataset::Gather(const uint64_t* ids, int64_t count, float* features_out,
   }
 }
 
+namespace {
+
+template <typename T>
+void GatherRows(const std::vector<T>& from, int64_t width, const uint64_t* ids, int64_t count,
+                std::vector<T>& to) {
+  to.resize(static_cast<size_t>(count * width));
+  for (int64_t i = 0; i < count; ++i) {
+    const T* src = from.data() + ids[i] * width;
+    std::copy(src, src + width, to.data() + i * width);
+  }
+}
+
+}  // namespace
+
+void Dataset::Gather(const uint64_t* ids, int64_t count, BatchBuffer& out) const {
+  out.ids.assign(ids, ids + count);
+  out.features.clear();
+  out.int_features.clear();
+  out.labels.clear();
+  out.int_targets.clear();
+  out.float_targets.clear();
+  if (tokens != nullptr) {
+    // x = window[0, T), y = window[1, T + 1): one copy of T + 1 tokens per sample.
+    out.int_features.resize(static_cast<size_t>(count * seq_len));
+    out.int_targets.resize(static_cast<size_t>(count * seq_len));
+    std::vector<int64_t> window(static_cast<size_t>(seq_len + 1));
+    for (int64_t i = 0; i < count; ++i) {
+      tokens->Copy(static_cast<int64_t>(ids[i]) * seq_len, seq_len + 1, window.data());
+      std::copy(window.begin(), window.end() - 1, out.int_features.begin() + i * seq_len);
+      std::copy(window.begin() + 1, window.end(), out.int_targets.begin() + i * seq_len);
+    }
+    return;
+  }
+  if (feature_type == FeatureType::kInt64) {
+    GatherRows(int_features, feature_size(), ids, count, out.int_features);
+  } else {
+    GatherRows(features, feature_size(), ids, count, out.features);
+  }
+  switch (target_kind) {
+    case TargetKind::kClassId:
+      GatherRows(labels, 1, ids, count, out.labels);
+      break;
+    case TargetKind::kInt64:
+      GatherRows(int_targets, target_size(), ids, count, out.int_targets);
+      break;
+    case TargetKind::kFloat32:
+      GatherRows(float_targets, target_size(), ids, count, out.float_targets);
+      break;
+  }
+}
+
+Batch BatchBuffer::View() const {
+  Batch batch;
+  batch.count = static_cast<int64_t>(ids.size());
+  batch.sample_ids = ids.data();
+  // An empty vector's data() may be null or not: only the kinds gathered are set.
+  batch.features = features.empty() ? nullptr : features.data();
+  batch.int_features = int_features.empty() ? nullptr : int_features.data();
+  batch.labels = labels.empty() ? nullptr : labels.data();
+  batch.int_targets = int_targets.empty() ? nullptr : int_targets.data();
+  batch.float_targets = float_targets.empty() ? nullptr : float_targets.data();
+  return batch;
+}
+
 void Dataset::Truncate(uint64_t limit) {
-  if (limit == 0 || limit >= labels.size()) return;
-  labels.resize(limit);
-  features.resize(limit * feature_size());
+  if (limit == 0 || static_cast<int64_t>(limit) >= size()) return;
+  const int64_t n = static_cast<int64_t>(limit);
+  if (tokens != nullptr) {
+    token_windows = n;
+    return;
+  }
+  features.resize(std::min(features.size(), static_cast<size_t>(n * feature_size())));
+  int_features.resize(std::min(int_features.size(), static_cast<size_t>(n * feature_size())));
+  labels.resize(std::min(labels.size(), static_cast<size_t>(n)));
+  int_targets.resize(std::min(int_targets.size(), static_cast<size_t>(n * target_size())));
+  float_targets.resize(std::min(float_targets.size(), static_cast<size_t>(n * target_size())));
+}
+
+TokenStream::~TokenStream() {
+  if (map_ != nullptr) munmap(map_, map_bytes_);
+}
+
+void TokenStream::Copy(int64_t first, int64_t n, int64_t* out) const {
+  const unsigned char* p = data_ + first * element_bytes_;
+  for (int64_t i = 0; i < n; ++i, p += element_bytes_) {
+    uint64_t u = 0;
+    std::memcpy(&u, p, static_cast<size_t>(element_bytes_));  // Little-endian host.
+    int64_t v = static_cast<int64_t>(u);
+    if (is_signed_ && element_bytes_ < 8) {
+      const int shift = 64 - 8 * element_bytes_;
+      v = static_cast<int64_t>(u << shift) >> shift;
+    }
+    out[i] = v;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const TokenStream>> TokenStream::Open(const std::string& path) {
+  absl::StatusOr<NpyLayout> layout = ReadNpyLayout(path);
+  if (!layout.ok()) return layout.status();
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": ", what));
+  };
+  const std::string& descr = layout->header.descr;
+  const char kind = descr.size() >= 3 ? descr[1] : '?';
+  if ((kind != 'u' && kind != 'i') || layout->element_bytes == 8 && kind == 'u') {
+    return bad(absl::StrCat("dtype '", descr,
+                            "': token ids must be an integer array (uint8, uint16, int16, "
+                            "uint32, int32 or int64)"));
+  }
+  if (layout->header.shape.size() != 1) {
+    return bad(absl::StrCat("shape ", NpyShapeText(layout->header.shape),
+                            ": token ids must be one flat array, shape (tokens,)"));
+  }
+  if (layout->header.shape[0] < 2) {
+    return bad(absl::StrCat(layout->header.shape[0],
+                            " tokens: a window needs at least 2 (its inputs and next ids)"));
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("token file ", path, ": cannot open it: ", std::strerror(errno)));
+  }
+  const size_t bytes = layout->header.data_offset +
+                       static_cast<size_t>(layout->header.shape[0]) * layout->element_bytes;
+  void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  close(fd);
+  if (map == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("token file ", path, ": cannot map it: ", std::strerror(map_errno)));
+  }
+  std::shared_ptr<TokenStream> stream(new TokenStream());
+  stream->path_ = path;
+  stream->map_ = map;
+  stream->map_bytes_ = bytes;
+  stream->data_ = static_cast<const unsigned char*>(map) + layout->header.data_offset;
+  stream->length_ = layout->header.shape[0];
+  stream->element_bytes_ = layout->element_bytes;
+  stream->is_signed_ = kind == 'i';
+  // One pass over the ids (in chunks): negative ids are refused here, not mid-training,
+  // and the largest tells the model's vocabulary check what it needs.
+  std::vector<int64_t> chunk(1 << 16);
+  int64_t largest = 0;
+  for (int64_t first = 0; first < stream->length_; first += static_cast<int64_t>(chunk.size())) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), stream->length_ - first);
+    stream->Copy(first, n, chunk.data());
+    for (int64_t i = 0; i < n; ++i) {
+      if (chunk[i] < 0) {
+        return bad(absl::StrCat("token ", first + i, " is ", chunk[i], ": ids must be >= 0"));
+      }
+      largest = std::max(largest, chunk[i]);
+    }
+  }
+  stream->max_id_ = largest;
+  return std::shared_ptr<const TokenStream>(std::move(stream));
+}
+
+absl::StatusOr<Dataset> TokenWindows(std::shared_ptr<const TokenStream> stream, int64_t seq_len) {
+  if (seq_len < 1 || seq_len > kMaxSeqLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_len: must be in [1, ", kMaxSeqLen, "], got ", seq_len));
+  }
+  const int64_t windows = (stream->length() - 1) / seq_len;
+  if (windows < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token file ", stream->path(), ": ", stream->length(), " tokens hold no window of ",
+        seq_len + 1, " (seq_len ", seq_len, " inputs and their next ids)"));
+  }
+  Dataset data;
+  data.source = stream->path();
+  data.sample_shape = Shape{seq_len, 1, 1};
+  data.sample_dims = {seq_len};
+  data.feature_type = FeatureType::kInt64;
+  data.target_kind = TargetKind::kInt64;
+  data.target_dims = {seq_len};
+  data.seq_len = seq_len;
+  data.token_windows = windows;
+  data.tokens = std::move(stream);
+  return data;
 }
 
 absl::StatusOr<std::string> FindIdxFile(const std::string& directory, const std::string& name) {
@@ -281,6 +490,7 @@ Dataset MakeSynthetic(uint64_t seed, int split, uint64_t samples, uint32_t featu
 }
 
 void Normalize(Datasets& data) {
+  if (data.train.feature_type != FeatureType::kFloat32) return;  // Ids are not scaled.
   const int64_t width = data.train.feature_size();
   const int64_t n = data.train.size();
   if (n == 0) return;
@@ -356,6 +566,21 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed
       }
       break;
     }
+    case v1::TOKENS: {
+      absl::StatusOr<std::shared_ptr<const TokenStream>> train = TokenStream::Open(spec.train_path());
+      if (!train.ok()) return train.status();
+      absl::StatusOr<Dataset> windows = TokenWindows(*std::move(train), spec.seq_len());
+      if (!windows.ok()) return windows.status();
+      data.train = *std::move(windows);
+      if (!spec.test_path().empty()) {
+        absl::StatusOr<std::shared_ptr<const TokenStream>> test = TokenStream::Open(spec.test_path());
+        if (!test.ok()) return test.status();
+        windows = TokenWindows(*std::move(test), spec.seq_len());
+        if (!windows.ok()) return windows.status();
+        data.test = *std::move(windows);
+      }
+      break;
+    }
     case v1::SYNTHETIC:
       if (spec.synthetic_classes() < 2 || spec.synthetic_features() == 0 ||
           spec.synthetic_train_samples() == 0) {
@@ -380,10 +605,25 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, uint64_t seed
                                             " features, training samples from ", data.train.source,
                                             " have ", data.train.feature_size()));
   }
+  if (data.test.size() > 0 &&
+      (data.test.feature_type != data.train.feature_type ||
+       data.test.target_kind != data.train.target_kind ||
+       data.test.target_dims != data.train.target_dims)) {
+    return absl::DataLossError(absl::StrCat("dataset: test samples from ", data.test.source,
+                                            " are ", data.test.KindText(),
+                                            "; training samples from ", data.train.source,
+                                            " are ", data.train.KindText()));
+  }
   data.train.Truncate(spec.train_limit());
   data.test.Truncate(spec.test_limit());
   data.train.num_classes = std::max(data.train.num_classes, data.test.num_classes);
   data.test.num_classes = data.train.num_classes;
+  if (spec.normalize() && data.train.feature_type != FeatureType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset.normalize: dataset ", data.train.source, " has ",
+        FeatureTypeName(data.train.feature_type),
+        " features (ids, passed to the model as they are); only float features are normalized"));
+  }
   if (spec.normalize()) Normalize(data);
   return data;
 }

@@ -18,6 +18,22 @@ std::string ShapeString(const Shape& s) {
 
 }  // namespace
 
+const char* FeatureTypeName(FeatureType type) {
+  return type == FeatureType::kInt64 ? "int64" : "float32";
+}
+
+const char* TargetKindName(TargetKind kind) {
+  switch (kind) {
+    case TargetKind::kClassId:
+      return "class ids";
+    case TargetKind::kInt64:
+      return "int64";
+    case TargetKind::kFloat32:
+      return "float32";
+  }
+  return "?";
+}
+
 const char* LayerKindName(LayerKind kind) {
   switch (kind) {
     case LayerKind::kLinear:

@@ -69,12 +69,31 @@ struct TensorInfo {
   bool buffer = false;
 };
 
+// What a sample's inputs are made of as the model sees them: float32 (IDX pixels in
+// [0, 1], CSV numbers, float NPY arrays), or int64 (integer NPY arrays and token ids,
+// never scaled). Native models take float32 only.
+enum class FeatureType { kFloat32, kInt64 };
+
+// What a sample's target is: one class id (the default; `labels`), integer values of
+// shape target_dims (token ids of a sequence, several labels: `int_targets`), or
+// float values of shape target_dims (regression: `float_targets`). Only a TorchScript
+// model with its own `loss` takes the last two.
+enum class TargetKind { kClassId, kInt64, kFloat32 };
+
+const char* FeatureTypeName(FeatureType type);   // "float32" / "int64"
+const char* TargetKindName(TargetKind kind);     // "class ids" / "int64" / "float32"
+
 // What a TorchScript model carries besides its tensors (torchscript.h).
 struct TorchScriptSource {
   std::string file_name;                    // As the user named it, for messages.
   std::string sha256;                       // Hex digest of `bytes`.
   std::shared_ptr<const std::string> bytes;  // The saved module, as uploaded.
   std::vector<int64_t> sample_dims;         // One sample's input shape, from the data.
+  FeatureType input_type = FeatureType::kFloat32;  // From the data, likewise.
+  TargetKind target_kind = TargetKind::kClassId;
+  std::vector<int64_t> target_dims;  // One sample's target shape (not kClassId).
+  bool has_loss = false;             // The module defines `loss(x, y)`.
+  bool has_metrics = false;          // The module defines `metrics(x, y)`.
 };
 
 // The executable description of a model. Immutable once built; shared by all replicas.
@@ -88,6 +107,15 @@ struct ModelDef {
   // Elements [0, num_trained) are trained; [num_trained, num_parameters) are buffers
   // (TensorInfo::buffer). Native models have no buffers.
   int64_t num_trained = 0;
+  // Elements of one sample's loss: 1 for the cross-entropy and an [N] loss, T for an
+  // [N, T] one. A node's gradient sum is over samples * this many elements, and the PS
+  // divides by that count (what the mean over the global batch's elements needs).
+  int64_t loss_elements_per_sample = 1;
+  // TorchScript models with `metrics`: the names it reported when fitted, sorted.
+  std::vector<std::string> metric_names;
+  // What fitting the model to the data found worth saying without refusing it (a
+  // softmax head under the cross-entropy): the pre-flight prints these, workers log them.
+  std::vector<std::string> fit_warnings;
   // TorchScript models: the file and its own initial values (num_parameters floats,
   // used instead of the seeded initialisation). Null for native models.
   std::shared_ptr<const TorchScriptSource> torchscript;

@@ -181,10 +181,50 @@ absl::Status OpenNpy(const std::string& path, NpyFile& file) {
   return absl::OkStatus();
 }
 
-// Reads `count` elements of `dtype` into doubles-or-floats via `store(index, value)`,
-// in chunks, so the file is never held twice in memory.
-template <typename Store>
-absl::Status ReadElements(const std::string& path, NpyFile& file, Store store) {
+// One element at p as a double (floats, and integers for float use).
+double DecodeDouble(const char* p, const Dtype& dtype) {
+  switch (dtype.kind) {
+    case 'f':
+      if (dtype.size == 4) {
+        float f;
+        std::memcpy(&f, p, 4);
+        return f;
+      } else {
+        double d;
+        std::memcpy(&d, p, 8);
+        return d;
+      }
+    case 'u':
+    case 'b': {
+      uint64_t u = 0;
+      std::memcpy(&u, p, dtype.size);  // Little-endian host.
+      return static_cast<double>(u);
+    }
+    default: {
+      int64_t v = 0;
+      std::memcpy(&v, p, dtype.size);
+      const int shift = 64 - 8 * dtype.size;  // Sign-extend.
+      return static_cast<double>(static_cast<int64_t>(static_cast<uint64_t>(v) << shift) >> shift);
+    }
+  }
+}
+
+// One integer element at p, exactly (uint64 values above 2^63 - 1 come out negative:
+// the callers refuse uint64 files).
+int64_t DecodeInteger(const char* p, const Dtype& dtype) {
+  uint64_t u = 0;
+  std::memcpy(&u, p, dtype.size);  // Little-endian host.
+  if (dtype.kind == 'i' && dtype.size < 8) {
+    const int shift = 64 - 8 * dtype.size;
+    return static_cast<int64_t>(u << shift) >> shift;
+  }
+  return static_cast<int64_t>(u);
+}
+
+// Calls visit(index, pointer) for each element, reading in chunks, so the file is
+// never held twice in memory.
+template <typename Visit>
+absl::Status ReadElements(const std::string& path, NpyFile& file, Visit visit) {
   constexpr int64_t kChunk = 1 << 16;
   std::vector<char> buffer(static_cast<size_t>(kChunk * file.dtype.size));
   for (int64_t done = 0; done < file.elements;) {
@@ -196,41 +236,20 @@ absl::Status ReadElements(const std::string& path, NpyFile& file, Store store) {
     }
     const char* p = buffer.data();
     for (int64_t i = 0; i < n; ++i, p += file.dtype.size) {
-      double value = 0;
-      switch (file.dtype.kind) {
-        case 'f':
-          if (file.dtype.size == 4) {
-            float f;
-            std::memcpy(&f, p, 4);
-            value = f;
-          } else if (file.dtype.size == 8) {
-            std::memcpy(&value, p, 8);
-          } else {
-            return Bad(path, absl::StrCat("unsupported dtype '", file.header.descr, "'"));
-          }
-          break;
-        case 'u':
-        case 'b': {
-          uint64_t u = 0;
-          std::memcpy(&u, p, file.dtype.size);  // Little-endian host.
-          value = static_cast<double>(u);
-          break;
-        }
-        case 'i': {
-          int64_t v = 0;
-          std::memcpy(&v, p, file.dtype.size);
-          const int shift = 64 - 8 * file.dtype.size;  // Sign-extend.
-          v = static_cast<int64_t>(static_cast<uint64_t>(v) << shift) >> shift;
-          value = static_cast<double>(v);
-          break;
-        }
-      }
-      if (absl::Status stored = store(done + i, value); !stored.ok()) return stored;
+      if (absl::Status stored = visit(done + i, p); !stored.ok()) return stored;
     }
     done += n;
   }
   return absl::OkStatus();
 }
+
+bool IsFloat(const Dtype& dtype) { return dtype.kind == 'f'; }
+bool IsInteger(const Dtype& dtype) {
+  return dtype.kind == 'b' || dtype.kind == 'i' || (dtype.kind == 'u' && dtype.size < 8);
+}
+
+// What Tributary takes, for messages.
+constexpr char kDtypes[] = "float32, float64, int64, int32, int16, uint16, uint8 or bool";
 
 }  // namespace
 
@@ -270,28 +289,37 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(const std::string& path, const std::str
   return header;
 }
 
+std::string NpyShapeText(const std::vector<int64_t>& shape) { return ShapeText(shape); }
+
+absl::StatusOr<NpyLayout> ReadNpyLayout(const std::string& path) {
+  NpyFile file;
+  if (absl::Status opened = OpenNpy(path, file); !opened.ok()) return opened;
+  NpyLayout layout;
+  layout.header = file.header;
+  layout.element_bytes = file.dtype.size;
+  return layout;
+}
+
 absl::StatusOr<Dataset> ReadNpy(const std::string& features_path, const std::string& labels_path) {
   NpyFile x, y;
   if (absl::Status opened = OpenNpy(features_path, x); !opened.ok()) return opened;
   if (absl::Status opened = OpenNpy(labels_path, y); !opened.ok()) return opened;
-  if (x.dtype.kind != 'f' && !(x.dtype.kind == 'u' && x.dtype.size == 1)) {
-    return Bad(features_path, absl::StrCat("features of dtype '", x.header.descr,
-                                           "': use float32, float64 or uint8"));
+  if ((!IsFloat(x.dtype) && !IsInteger(x.dtype)) || (IsFloat(x.dtype) && x.dtype.size == 2)) {
+    return Bad(features_path,
+               absl::StrCat("features of dtype '", x.header.descr, "': use ", kDtypes));
   }
-  if (x.dtype.kind == 'f' && x.dtype.size == 2) {
-    return Bad(features_path, "features of dtype float16: use float32, float64 or uint8");
-  }
-  if (y.dtype.kind != 'i' && y.dtype.kind != 'u') {
-    return Bad(labels_path, absl::StrCat("labels of dtype '", y.header.descr,
-                                         "': labels must be integers (e.g. int64)"));
+  if ((!IsFloat(y.dtype) && !IsInteger(y.dtype)) || (IsFloat(y.dtype) && y.dtype.size == 2)) {
+    return Bad(labels_path, absl::StrCat("labels (targets) of dtype '", y.header.descr,
+                                         "': use integer class ids (e.g. int64), integer "
+                                         "sequences or float32/float64 values"));
   }
   if (x.header.shape.empty() || x.header.shape[0] == 0) {
     return Bad(features_path, absl::StrCat("features of shape ", ShapeText(x.header.shape),
                                            ": need [samples, ...] with at least one sample"));
   }
-  if (y.header.shape.size() != 1) {
+  if (y.header.shape.empty()) {
     return Bad(labels_path, absl::StrCat("labels of shape ", ShapeText(y.header.shape),
-                                         ": need one label per sample, shape (samples,)"));
+                                         ": need one target per sample, shape (samples, ...)"));
   }
   const int64_t count = x.header.shape[0];
   if (y.header.shape[0] != count) {
@@ -316,33 +344,79 @@ absl::StatusOr<Dataset> ReadNpy(const std::string& features_path, const std::str
   } else {
     data.sample_shape = Shape{per_sample, 1, 1};
   }
-  const bool bytes = x.dtype.kind == 'u';
-  try {
-    data.features.resize(static_cast<size_t>(x.elements));
-    data.labels.resize(static_cast<size_t>(count));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("dataset file ", features_path, ": no memory for ", x.elements, " features"));
+  // Integer labels of shape (samples,) are class ids; anything else is a target as it is.
+  const bool class_ids = IsInteger(y.dtype) && y.header.shape.size() == 1;
+  data.target_kind = class_ids        ? TargetKind::kClassId
+                     : IsFloat(y.dtype) ? TargetKind::kFloat32
+                                        : TargetKind::kInt64;
+  data.target_dims.assign(y.header.shape.begin() + 1, y.header.shape.end());
+  const int64_t target_size = count == 0 ? 0 : y.elements / count;
+  if (!class_ids && target_size == 0) {
+    return Bad(labels_path, absl::StrCat("targets of shape ", ShapeText(y.header.shape),
+                                         " have no values per sample"));
   }
-  absl::Status read = ReadElements(features_path, x, [&](int64_t i, double v) {
-    const float f = bytes ? static_cast<float>(v / 255.0) : static_cast<float>(v);
-    if (!std::isfinite(f)) {
-      return Bad(features_path, absl::StrCat("sample ", i / per_sample,
-                                             " holds a non-finite value (or one too large for "
-                                             "float32)"));
+  data.feature_type = IsFloat(x.dtype) ? FeatureType::kFloat32 : FeatureType::kInt64;
+  try {
+    if (data.feature_type == FeatureType::kFloat32) {
+      data.features.resize(static_cast<size_t>(x.elements));
+    } else {
+      data.int_features.resize(static_cast<size_t>(x.elements));
     }
+    switch (data.target_kind) {
+      case TargetKind::kClassId:
+        data.labels.resize(static_cast<size_t>(count));
+        break;
+      case TargetKind::kInt64:
+        data.int_targets.resize(static_cast<size_t>(y.elements));
+        break;
+      case TargetKind::kFloat32:
+        data.float_targets.resize(static_cast<size_t>(y.elements));
+        break;
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("dataset file ", features_path,
+                                                     ": no memory for ", x.elements, " values"));
+  }
+  auto non_finite = [&](const std::string& path, const char* what, int64_t sample) {
+    return Bad(path, absl::StrCat(what, " of sample ", sample,
+                                  " holds a non-finite value (or one too large for float32)"));
+  };
+  absl::Status read = ReadElements(features_path, x, [&](int64_t i, const char* p) {
+    if (data.feature_type == FeatureType::kInt64) {
+      data.int_features[static_cast<size_t>(i)] = DecodeInteger(p, x.dtype);
+      return absl::OkStatus();
+    }
+    const float f = static_cast<float>(DecodeDouble(p, x.dtype));
+    if (!std::isfinite(f)) return non_finite(features_path, "features", i / per_sample);
     data.features[static_cast<size_t>(i)] = f;
     return absl::OkStatus();
   });
   if (!read.ok()) return read;
   int64_t largest = -1;
-  read = ReadElements(labels_path, y, [&](int64_t i, double v) {
-    if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      return Bad(labels_path, absl::StrCat("label of sample ", i,
-                                           " is outside [0, 2^31): labels must be class indices"));
+  read = ReadElements(labels_path, y, [&](int64_t i, const char* p) {
+    switch (data.target_kind) {
+      case TargetKind::kClassId: {
+        const int64_t v = DecodeInteger(p, y.dtype);
+        if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+          return Bad(labels_path,
+                     absl::StrCat("label of sample ", i, " is ", v,
+                                  ", outside [0, 2^31): labels of shape (samples,) are class "
+                                  "ids (float values are regression targets)"));
+        }
+        data.labels[static_cast<size_t>(i)] = static_cast<int32_t>(v);
+        largest = std::max(largest, v);
+        break;
+      }
+      case TargetKind::kInt64:
+        data.int_targets[static_cast<size_t>(i)] = DecodeInteger(p, y.dtype);
+        break;
+      case TargetKind::kFloat32: {
+        const float f = static_cast<float>(DecodeDouble(p, y.dtype));
+        if (!std::isfinite(f)) return non_finite(labels_path, "the target", i / target_size);
+        data.float_targets[static_cast<size_t>(i)] = f;
+        break;
+      }
     }
-    data.labels[static_cast<size_t>(i)] = static_cast<int32_t>(v);
-    largest = std::max<int64_t>(largest, static_cast<int64_t>(v));
     return absl::OkStatus();
   });
   if (!read.ok()) return read;

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -43,10 +44,15 @@
 
 namespace tributary::engine {
 
-// A batch (or a replica's slice of one) in host memory.
+// A batch (or a replica's slice of one) in host memory. Exactly one of features /
+// int_features is set (count * the sample's values each, sample-major), and one of
+// labels / int_targets / float_targets (the dataset's kinds, dataset.h).
 struct Batch {
-  const float* features = nullptr;       // count * model.input.size(), sample-major.
-  const int32_t* labels = nullptr;       // count labels in [0, num_classes).
+  const float* features = nullptr;       // Float inputs.
+  const int64_t* int_features = nullptr;  // Integer inputs (TorchScript models only).
+  const int32_t* labels = nullptr;       // count class ids in [0, num_classes).
+  const int64_t* int_targets = nullptr;  // Integer targets (TorchScript with `loss`).
+  const float* float_targets = nullptr;  // Float targets (TorchScript with `loss`).
   const uint64_t* sample_ids = nullptr;  // count dataset indices: key the dropout masks.
   int64_t count = 0;
 };
@@ -59,18 +65,43 @@ struct DropoutKey {
 
 // Summed over the samples of the batch.
 struct LossStats {
-  double loss_sum = 0;  // Sum of the samples' cross-entropy losses (natural log).
+  // Sum of the loss's elements: the samples' cross-entropy losses (natural log), or
+  // every element a model's own `loss` returned (one per token for [N, T]).
+  double loss_sum = 0;
   int64_t correct = 0;  // Samples whose highest score is their label (first max wins).
   int64_t samples = 0;
+  // The loss's elements: samples for the cross-entropy, N * T for a [N, T] loss. The
+  // mean loss (and the gradient the optimizer gets) is over these.
+  int64_t loss_elements = 0;
+  // False for a model with its own loss (no class scores to count `correct` over).
+  bool classified = true;
+  // The model's `metrics` (evaluation only): each summed over the samples, by name.
+  std::map<std::string, double> metrics;
 
   LossStats& operator+=(const LossStats& o) {
     loss_sum += o.loss_sum;
     correct += o.correct;
     samples += o.samples;
+    loss_elements += o.loss_elements;
+    classified = classified && o.classified;
+    for (const auto& [name, value] : o.metrics) metrics[name] += value;
     return *this;
   }
-  double mean_loss() const { return samples == 0 ? 0 : loss_sum / samples; }
-  double accuracy() const { return samples == 0 ? 0 : static_cast<double>(correct) / samples; }
+  double mean_loss() const {
+    const int64_t n = loss_elements > 0 ? loss_elements : samples;
+    return n == 0 ? 0 : loss_sum / n;
+  }
+  // -1 for a model with its own loss (no accuracy to speak of).
+  double accuracy() const {
+    if (!classified) return -1;
+    return samples == 0 ? 0 : static_cast<double>(correct) / samples;
+  }
+  // Each metric divided by the samples it was summed over.
+  std::map<std::string, double> MeanMetrics() const {
+    std::map<std::string, double> mean;
+    for (const auto& [name, value] : metrics) mean[name] = samples == 0 ? 0 : value / samples;
+    return mean;
+  }
 };
 
 // tensor: index into ModelDef::tensors; [offset, offset + length) of the flat buffer.

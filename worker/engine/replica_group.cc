@@ -28,17 +28,8 @@ absl::Status ReplicaGroup::RunOnAll(const std::function<absl::Status(int)>& fn) 
 
 Batch ReplicaGroup::GatherPart(int i, const Dataset& data, const uint64_t* samples, int64_t count) {
   const SampleRange part = PartsRange(count, size(), i, 1);
-  Scratch& s = scratch_[i];
-  s.features.resize(part.count * data.feature_size());
-  s.labels.resize(part.count);
-  s.ids.assign(samples + part.offset, samples + part.offset + part.count);
-  data.Gather(s.ids.data(), part.count, s.features.data(), s.labels.data());
-  Batch batch;
-  batch.features = s.features.data();
-  batch.labels = s.labels.data();
-  batch.sample_ids = s.ids.data();
-  batch.count = static_cast<int64_t>(part.count);
-  return batch;
+  data.Gather(samples + part.offset, static_cast<int64_t>(part.count), scratch_[i]);
+  return scratch_[i].View();
 }
 
 absl::StatusOr<LossStats> ReplicaGroup::ComputeGradientSum(const Dataset& data,

@@ -48,16 +48,11 @@ class ReplicaGroup {
   absl::Status SetParameters(const float* host);
 
  private:
-  struct Scratch {
-    std::vector<float> features;
-    std::vector<int32_t> labels;
-    std::vector<uint64_t> ids;
-  };
   // Gathers replica i's part of `samples` into its scratch and returns it as a Batch.
   Batch GatherPart(int i, const Dataset& data, const uint64_t* samples, int64_t count);
 
   std::vector<std::unique_ptr<Replica>> replicas_;
-  std::vector<Scratch> scratch_;
+  std::vector<BatchBuffer> scratch_;
   std::vector<LossStats> part_stats_;
 
   std::vector<absl::Status> results_;

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cctype>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -128,14 +130,111 @@ void FloatsToTensor(const float* in, at::Tensor& tensor) {
   tensor.copy_(src);
 }
 
+// The model's input for `count` samples: [count, *sample_dims], float32 or int64 as
+// the data is (a view of the batch's memory, no copy).
+at::Tensor InputTensor(const TorchScriptSource& source, const float* features,
+                       const int64_t* int_features, int64_t count) {
+  std::vector<int64_t> dims = {count};
+  dims.insert(dims.end(), source.sample_dims.begin(), source.sample_dims.end());
+  if (source.input_type == FeatureType::kInt64) {
+    return torch::from_blob(const_cast<int64_t*>(int_features), dims, torch::kInt64);
+  }
+  return torch::from_blob(const_cast<float*>(features), dims, torch::kFloat32);
+}
+
+// The targets of `count` samples as the model's loss gets them: class ids as int64
+// [count], int64 [count, *target_dims] or float32 [count, *target_dims].
+at::Tensor TargetTensor(const TorchScriptSource& source, const Batch& batch) {
+  std::vector<int64_t> dims = {batch.count};
+  switch (source.target_kind) {
+    case TargetKind::kClassId:
+      return torch::from_blob(const_cast<int32_t*>(batch.labels), dims, torch::kInt32)
+          .to(torch::kInt64);
+    case TargetKind::kInt64:
+      dims.insert(dims.end(), source.target_dims.begin(), source.target_dims.end());
+      return torch::from_blob(const_cast<int64_t*>(batch.int_targets), dims, torch::kInt64);
+    case TargetKind::kFloat32:
+      dims.insert(dims.end(), source.target_dims.begin(), source.target_dims.end());
+      return torch::from_blob(const_cast<float*>(batch.float_targets), dims, torch::kFloat32);
+  }
+  return at::Tensor();
+}
+
+std::string TensorText(const at::Tensor& t) {
+  return absl::StrCat(c10::toString(t.scalar_type()), " ", DimsText(t.sizes()));
+}
+
+// Checks what `loss(x, y)` returned for `count` samples: one floating tensor [count, ...]
+// of finite values (when check_finite) holding `per_sample` elements per sample (0:
+// any). Names the file, the method, what it got and what Tributary needs.
+absl::StatusOr<at::Tensor> CheckLoss(const std::string& file, const c10::IValue& output,
+                                     int64_t count, int64_t per_sample, bool check_finite) {
+  auto bad = [&](const std::string& got) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model file ", file, ": loss(x, y) returns ", got, " for ", count,
+        " samples; Tributary needs one float tensor of per-sample losses, shape [", count,
+        "] or [", count, ", ...] (e.g. one loss per token), not reduced: it sums them itself"));
+  };
+  if (!output.isTensor()) return bad(output.tagKind());
+  at::Tensor loss = output.toTensor();
+  if (loss.dim() < 1 || loss.size(0) != count || !c10::isFloatingType(loss.scalar_type())) {
+    return bad(absl::StrCat("a ", TensorText(loss), " tensor"));
+  }
+  if (per_sample > 0 && loss.numel() != count * per_sample) {
+    return bad(absl::StrCat("a ", TensorText(loss), " tensor (", per_sample,
+                            " elements per sample before)"));
+  }
+  if (check_finite && !torch::isfinite(loss).all().item<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model file ", file, ": loss(x, y) returns non-finite values (NaN or Inf) for the first ",
+        count, " training samples"));
+  }
+  return loss;
+}
+
+// The longest metric name and the most metrics a model may report.
+constexpr size_t kMaxMetricName = 64;
+constexpr size_t kMaxMetrics = 16;
+
+// Adds what `metrics(x, y)` returned (a Dict[str, Tensor] of per-batch sums) into
+// `sums`, checking names and values.
+absl::Status AddMetrics(const std::string& file, const c10::IValue& output,
+                        std::map<std::string, double>& sums) {
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model file ", file, ": metrics(x, y) ", what,
+        "; Tributary needs a Dict[str, Tensor] of at most ", kMaxMetrics,
+        " scalars summed over the batch, named by 1-", kMaxMetricName,
+        " letters, digits or '_'"));
+  };
+  if (!output.isGenericDict()) return bad(absl::StrCat("returns ", output.tagKind()));
+  const c10::Dict<c10::IValue, c10::IValue> dict = output.toGenericDict();
+  if (dict.size() > kMaxMetrics) return bad(absl::StrCat("returns ", dict.size(), " entries"));
+  for (const auto& entry : dict) {
+    if (!entry.key().isString()) return bad("has a key that is not a string");
+    const std::string name = entry.key().toStringRef();
+    bool valid = !name.empty() && name.size() <= kMaxMetricName;
+    for (char c : name) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!valid) return bad(absl::StrCat("has a metric named '", name.substr(0, 80), "'"));
+    if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) {
+      return bad(absl::StrCat("returns ",
+                              entry.value().isTensor() ? TensorText(entry.value().toTensor())
+                                                       : std::string(entry.value().tagKind()),
+                              " for '", name, "'"));
+    }
+    const double value = entry.value().toTensor().to(torch::kFloat64).item<double>();
+    if (!std::isfinite(value)) return bad(absl::StrCat("returns ", value, " for '", name, "'"));
+    sums[name] += value;
+  }
+  return absl::OkStatus();
+}
+
 // Runs forward on `count` samples in eval mode; checks the output.
 absl::StatusOr<at::Tensor> ProbeForward(torch::jit::Module& module, const ModelDef& model,
-                                        const float* features, int64_t count,
-                                        const std::vector<int64_t>& sample_dims) {
+                                        const at::Tensor& input) {
   const std::string& file = model.torchscript->file_name;
-  std::vector<int64_t> input_dims = {count};
-  input_dims.insert(input_dims.end(), sample_dims.begin(), sample_dims.end());
-  at::Tensor input = torch::from_blob(const_cast<float*>(features), input_dims, torch::kFloat32);
+  const int64_t count = input.size(0);
+  const std::string input_text = absl::StrCat("an input of ", TensorText(input));
   c10::IValue output;
   try {
     torch::NoGradGuard no_grad;
@@ -143,22 +242,21 @@ absl::StatusOr<at::Tensor> ProbeForward(torch::jit::Module& module, const ModelD
     output = module.forward({input});
     module.train();
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("model file ", file,
-                                                   ": forward fails on an input of shape ",
-                                                   DimsText(input_dims), ": ", TorchMessage(e)));
+    module.train();
+    return absl::InvalidArgumentError(absl::StrCat("model file ", file, ": forward fails on ",
+                                                   input_text, ": ", TorchMessage(e)));
   }
   if (!output.isTensor()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", file, ": forward returns ", output.tagKind(), " for an input of shape ",
-        DimsText(input_dims), "; Tributary needs one tensor of class scores [N, classes]"));
+        "model file ", file, ": forward returns ", output.tagKind(), " for ", input_text,
+        "; Tributary needs one tensor of class scores [N, classes] (or a loss(x, y) method)"));
   }
   at::Tensor logits = output.toTensor();
   if (logits.dim() != 2 || logits.size(0) != count || !c10::isFloatingType(logits.scalar_type())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model file ", file, ": forward returns a ",
-                     c10::toString(logits.scalar_type()), " tensor of shape ",
-                     DimsText(logits.sizes()), " for an input of shape ", DimsText(input_dims),
-                     "; Tributary needs float class scores of shape [", count, ", classes]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model file ", file, ": forward returns a ", TensorText(logits), " tensor for ",
+        input_text, "; Tributary needs float class scores of shape [", count,
+        ", classes] (or a loss(x, y) method)"));
   }
   if (!torch::isfinite(logits).all().item<bool>()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -240,6 +338,7 @@ class TorchScriptReplica : public Replica {
     LoadBuffers();
     LossStats stats;
     stats.samples = batch.count;
+    stats.classified = !source().has_loss;
     on_ready_ = &on_ready;
     next_ = static_cast<int>(params_.size());
     std::fill(ready_.begin(), ready_.end(), 0);
@@ -248,17 +347,17 @@ class TorchScriptReplica : public Replica {
         module_.train();
         // LibTorch's CPU generator draws the dropout masks; seeding it here would race
         // with the other replicas' threads, so masks are not reproducible (torchscript.h).
-        at::Tensor logits = Forward(batch);
-        if (absl::Status checked = CheckLogits(logits, batch.count); !checked.ok()) {
+        absl::StatusOr<at::Tensor> loss = Losses(batch, stats);
+        if (!loss.ok()) {
           on_ready_ = nullptr;
-          return checked;
+          return loss.status();
         }
-        at::Tensor labels = Labels(batch);
         StoreBuffers(on_ready);
-        at::Tensor loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum);
-        stats.correct = (logits.argmax(1) == labels).sum().item<int64_t>();
-        stats.loss_sum = loss.item<double>();
-        loss.backward();
+        // The SUM of every element: gradients of a split batch add up exactly; the PS
+        // divides by the global batch's element count.
+        at::Tensor total = loss->sum();
+        stats.loss_sum = total.item<double>();
+        total.backward();
       } catch (const std::exception& e) {
         on_ready_ = nullptr;
         return absl::InternalError(absl::StrCat("model file ", model_.torchscript->file_name,
@@ -278,18 +377,24 @@ class TorchScriptReplica : public Replica {
     if (absl::Status valid = CheckBatch(model_, batch); !valid.ok()) return valid;
     LossStats stats;
     stats.samples = batch.count;
+    stats.classified = !source().has_loss;
     if (batch.count == 0) return stats;
     LoadBuffers();
     try {
       torch::NoGradGuard no_grad;
       module_.eval();
-      at::Tensor logits = Forward(batch);
+      absl::StatusOr<at::Tensor> loss = Losses(batch, stats);
+      if (loss.ok() && source().has_metrics) {
+        const c10::IValue metrics =
+            module_.get_method("metrics")({Input(batch), TargetTensor(source(), batch)});
+        if (absl::Status added = AddMetrics(source().file_name, metrics, stats.metrics);
+            !added.ok()) {
+          loss = added;
+        }
+      }
       module_.train();
-      if (absl::Status checked = CheckLogits(logits, batch.count); !checked.ok()) return checked;
-      at::Tensor labels = Labels(batch);
-      stats.loss_sum =
-          at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum).item<double>();
-      stats.correct = (logits.argmax(1) == labels).sum().item<int64_t>();
+      if (!loss.ok()) return loss.status();
+      stats.loss_sum = loss->sum().item<double>();
     } catch (const std::exception& e) {
       module_.train();
       return absl::InternalError(absl::StrCat("model file ", model_.torchscript->file_name,
@@ -320,27 +425,37 @@ class TorchScriptReplica : public Replica {
     int64_t offset;
   };
 
-  at::Tensor Forward(const Batch& batch) {
-    std::vector<int64_t> dims = {batch.count};
-    const std::vector<int64_t>& sample = model_.torchscript->sample_dims;
-    dims.insert(dims.end(), sample.begin(), sample.end());
-    at::Tensor input = torch::from_blob(const_cast<float*>(batch.features), dims, torch::kFloat32);
-    return module_.forward({input}).toTensor();
+  const TorchScriptSource& source() const { return *model_.torchscript; }
+
+  at::Tensor Input(const Batch& batch) const {
+    return InputTensor(source(), batch.features, batch.int_features, batch.count);
   }
 
-  static at::Tensor Labels(const Batch& batch) {
-    return torch::from_blob(const_cast<int32_t*>(batch.labels), {batch.count}, torch::kInt32)
-        .to(torch::kInt64);
-  }
-
-  absl::Status CheckLogits(const at::Tensor& logits, int64_t count) const {
-    if (logits.dim() != 2 || logits.size(0) != count || logits.size(1) < model_.num_classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model file ", model_.torchscript->file_name, ": forward returned shape ",
-                       DimsText(logits.sizes()), " for ", count, " samples; expected [", count,
-                       ", ", model_.num_classes, "]"));
+  // The batch's losses, one element each (the module's own `loss`, or the cross-entropy
+  // of forward's class scores, which also counts the correct samples into `stats`).
+  // Sets stats.loss_elements. Torch errors are thrown to the caller.
+  absl::StatusOr<at::Tensor> Losses(const Batch& batch, LossStats& stats) {
+    if (source().has_loss) {
+      const c10::IValue output =
+          module_.get_method("loss")({Input(batch), TargetTensor(source(), batch)});
+      absl::StatusOr<at::Tensor> loss =
+          CheckLoss(source().file_name, output, batch.count, model_.loss_elements_per_sample,
+                    /*check_finite=*/false);
+      if (loss.ok()) stats.loss_elements = loss->numel();
+      return loss;
     }
-    return absl::OkStatus();
+    at::Tensor logits = module_.forward({Input(batch)}).toTensor();
+    if (logits.dim() != 2 || logits.size(0) != batch.count ||
+        logits.size(1) < model_.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model file ", source().file_name, ": forward returned shape ",
+          DimsText(logits.sizes()), " for ", batch.count, " samples; expected [", batch.count,
+          ", ", model_.num_classes, "]"));
+    }
+    at::Tensor labels = TargetTensor(source(), batch);
+    stats.correct = (logits.argmax(1) == labels).sum().item<int64_t>();
+    stats.loss_elements = batch.count;
+    return at::cross_entropy_loss(logits, labels, {}, at::Reduction::None);
   }
 
   // Every pass starts from the buffers in the shared flat buffer (rank 0's values).
@@ -511,23 +626,94 @@ absl::Status Describe(const torch::jit::Module& module, ModelDef& model) {
   return absl::OkStatus();
 }
 
-// Sets the input shape and the class count from an eval-mode pass over a few of the
-// training samples (model.torchscript->sample_dims already holds the data's shape).
-absl::Status Fit(torch::jit::Module& module, ModelDef& model, const Dataset& train) {
-  const TorchScriptSource& source = *model.torchscript;
+// Rows that are all >= 0 and sum to 1: what a softmax (or sigmoid-normalised) head
+// gives, which the cross-entropy would apply a second softmax to.
+bool LooksLikeProbabilities(const at::Tensor& scores) {
+  if (scores.size(1) < 2) return false;
+  torch::NoGradGuard no_grad;
+  const at::Tensor rows = scores.to(torch::kFloat64);
+  return (rows >= 0).all().item<bool>() &&
+         ((rows.sum(1) - 1).abs() < 1e-4).all().item<bool>();
+}
+
+// Fits the model to the data: input shape and dtype, targets, and from a pass over the
+// first few training samples (eval mode) either the class count (no `loss`) or the loss's
+// elements per sample; `metrics` is run and checked too.
+absl::Status Fit(torch::jit::Module& module, ModelDef& model, TorchScriptSource& source,
+                 const Dataset& train) {
+  const std::string& file = source.file_name;
   model.input = train.sample_shape;
-  const int64_t count = std::min<int64_t>(train.size(), 4);
-  absl::StatusOr<at::Tensor> logits =
-      ProbeForward(module, model, train.features.data(), count, source.sample_dims);
-  if (!logits.ok()) return logits.status();
-  const int64_t classes = logits->size(1);
-  if (classes < 2 || classes < train.num_classes) {
+  source.has_loss = module.find_method("loss").has_value();
+  source.has_metrics = module.find_method("metrics").has_value();
+  if (!source.has_loss && train.target_kind != TargetKind::kClassId) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file ", source.file_name, ": forward returns ", classes,
-        " class scores per sample but dataset ", train.source, " has labels up to ",
-        train.num_classes - 1, " (needs at least ", std::max<int64_t>(2, train.num_classes), ")"));
+        "model file ", file, ": has no loss(x, y) method, and dataset ", train.source, " has ",
+        train.KindText(), "; without one Tributary trains class scores against class ids "
+        "(integer labels of shape [samples]). Add `@torch.jit.export def loss(self, x, y) -> "
+        "Tensor` returning one loss per sample (or per token), not reduced"));
   }
-  model.num_classes = classes;
+  const int64_t count = std::min<int64_t>(train.size(), 4);
+  std::vector<uint64_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<uint64_t>(i);
+  BatchBuffer buffer;
+  train.Gather(ids.data(), count, buffer);
+  const Batch batch = buffer.View();
+  const at::Tensor input = InputTensor(source, batch.features, batch.int_features, count);
+  if (!source.has_loss) {
+    absl::StatusOr<at::Tensor> logits = ProbeForward(module, model, input);
+    if (!logits.ok()) return logits.status();
+    const int64_t classes = logits->size(1);
+    if (classes < 2 || classes < train.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model file ", file, ": forward returns ", classes,
+          " class scores per sample but dataset ", train.source, " has labels up to ",
+          train.num_classes - 1, " (needs at least ", std::max<int64_t>(2, train.num_classes),
+          ")"));
+    }
+    model.num_classes = classes;
+    if (LooksLikeProbabilities(*logits)) {
+      model.fit_warnings.push_back(absl::StrCat(
+          "model file ", file, ": forward's rows are all >= 0 and sum to 1, as a softmax "
+          "gives; Tributary applies the cross-entropy to raw scores (logits), which softmaxes "
+          "them again and trains worse. Return the scores before the softmax (or define "
+          "loss(x, y) yourself)"));
+    }
+  } else {
+    model.num_classes = train.num_classes;
+    const at::Tensor targets = TargetTensor(source, batch);
+    c10::IValue output;
+    try {
+      torch::NoGradGuard no_grad;
+      module.eval();
+      output = module.get_method("loss")({input, targets});
+      module.train();
+    } catch (const std::exception& e) {
+      module.train();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model file ", file, ": loss(x, y) fails on x of ", TensorText(input), " and y of ",
+          TensorText(targets), " (dataset ", train.source, "): ", TorchMessage(e)));
+    }
+    absl::StatusOr<at::Tensor> loss = CheckLoss(file, output, count, 0, /*check_finite=*/true);
+    if (!loss.ok()) return loss.status();
+    model.loss_elements_per_sample = loss->numel() / count;
+  }
+  if (source.has_metrics) {
+    std::map<std::string, double> sums;
+    try {
+      torch::NoGradGuard no_grad;
+      module.eval();
+      const c10::IValue output =
+          module.get_method("metrics")({input, TargetTensor(source, batch)});
+      module.train();
+      if (absl::Status added = AddMetrics(file, output, sums); !added.ok()) return added;
+    } catch (const std::exception& e) {
+      module.train();
+      return absl::InvalidArgumentError(absl::StrCat("model file ", file,
+                                                     ": metrics(x, y) fails on x of ",
+                                                     TensorText(input), ": ", TorchMessage(e)));
+    }
+    for (const auto& [name, value] : sums) model.metric_names.push_back(name);
+  }
   return absl::OkStatus();
 }
 
@@ -548,21 +734,26 @@ absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string>
   auto source = std::make_shared<TorchScriptSource>();
   source->file_name = file_name;
   source->bytes = std::move(bytes);
-  if (fit_to != nullptr) source->sample_dims = fit_to->SampleDims();
+  if (fit_to != nullptr) {
+    source->sample_dims = fit_to->SampleDims();
+    source->input_type = fit_to->feature_type;
+    source->target_kind = fit_to->target_kind;
+    source->target_dims = fit_to->target_dims;
+  }
   model.torchscript = source;
   // Loaded once here, for the description and the probe pass alike.
   absl::StatusOr<torch::jit::Module> module = LoadModule(model);
   if (!module.ok()) return module.status();
   if (absl::Status described = Describe(*module, model); !described.ok()) return described;
   if (fit_to != nullptr) {
-    if (absl::Status fitted = Fit(*module, model, *fit_to); !fitted.ok()) return fitted;
+    if (absl::Status fitted = Fit(*module, model, *source, *fit_to); !fitted.ok()) return fitted;
   }
   return model;
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> CreateTorchScriptReplica(const ModelDef& model,
                                                                   const float* host_parameters) {
-  if (model.torchscript == nullptr || model.num_classes == 0) {
+  if (model.torchscript == nullptr || model.input.size() == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("model ", model.name, ": not a fitted TorchScript model"));
   }

@@ -6,8 +6,15 @@
 // The model's flat buffer: the module's trainable parameters in named_parameters()
 // order, then its buffers in named_buffers() order and parameters with
 // requires_grad=False (both "buffers": never trained, rank 0's values are the job's).
-// Loss: the summed cross-entropy of forward(x)'s logits [N, classes], x being
-// [N, *sample_dims] float32, exactly as the native engine. Initial values: the file's.
+// Input: x of [N, *sample_dims], float32 or int64 as the data is (dataset.h).
+// Loss: the module's own `@torch.jit.export def loss(self, x, y) -> Tensor` when it
+// has one, returning the batch's losses unreduced ([N] or [N, ...], e.g. one per
+// token; y as the data's targets are: int64 class ids [N], int64 or float32 [N, ...]);
+// else the cross-entropy of forward(x)'s logits [N, classes] against class ids, as the
+// native engine. Backward runs on the SUM of every element; LossStats.loss_elements
+// counts them (the mean and the gradient the optimizer gets are over those). An
+// optional `metrics(self, x, y) -> Dict[str, Tensor]` of scalars summed over the batch
+// is added up over the evaluation set (LossStats.metrics). Initial values: the file's.
 //
 //   absl::StatusOr<ModelDef> model = LoadTorchScriptModel(bytes, "net.pt", &data.train);
 //   std::unique_ptr<Replica> r = *CreateTorchScriptReplica(*model, params.data());
@@ -44,12 +51,16 @@ absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::stri
 
 // Loads a saved module and describes it: its tensors in the flat layout and their
 // initial values. With `fit_to` (the training data) it also fits the model to it: the
-// input shape is the data's SampleDims(), and the class count comes from one forward
-// pass (eval mode) over the first few samples. INVALID_ARGUMENT naming file_name and
-// the problem: not a TorchScript archive, no trainable parameter, a parameter that is
-// not float32, a buffer of a type that has no float value; with fit_to, a forward pass
-// that fails (with LibTorch's message), returns anything but one [N, classes] tensor,
-// fewer classes than the labels need, or non-finite values.
+// input shape and dtype are the data's, and one eval-mode pass over the first few
+// samples gives the class count (no `loss`) or the loss's elements per sample, and
+// checks `metrics`. INVALID_ARGUMENT naming file_name and the problem: not a
+// TorchScript archive, no trainable parameter, a parameter that is not float32, a
+// buffer of a type that has no float value; with fit_to, a pass that fails (with
+// LibTorch's message and the dtype and shape it got), a forward that returns anything
+// but one [N, classes] tensor, fewer classes than the labels need, a loss that is not
+// one float tensor [N, ...], metrics that are not named scalars, non-finite values,
+// targets other than class ids without a `loss`. A softmax head under the
+// cross-entropy is accepted with a warning in ModelDef::fit_warnings.
 absl::StatusOr<ModelDef> LoadTorchScriptModel(std::shared_ptr<const std::string> bytes,
                                               const std::string& file_name,
                                               const Dataset* fit_to = nullptr);

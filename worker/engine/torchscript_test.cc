@@ -262,14 +262,14 @@ TEST(TorchScriptTest, RefusesBadModelsNamingTheFileAndTheProblem) {
   EXPECT_THAT(garbage.status().message(),
               HasSubstr("model file garbage.pt: not a TorchScript module"));
   EXPECT_THAT(fit_error("wrong_shape.pt", data),
-              HasSubstr("model file wrong_shape.pt: forward returns a Float tensor of shape "
-                        "[4, 3, 1] for an input of shape [4, 8]"));
+              HasSubstr("model file wrong_shape.pt: forward returns a Float [4, 3, 1] tensor "
+                        "for an input of Float [4, 8]"));
   EXPECT_THAT(fit_error("two_classes.pt", data),
               HasSubstr("forward returns 2 class scores per sample but dataset"));
   EXPECT_THAT(fit_error("returns_nan.pt", data), HasSubstr("returns non-finite values"));
   const Dataset five = MakeSynthetic(5, 0, 16, 5, 3);
   EXPECT_THAT(fit_error("tiny_mlp.pt", five),
-              HasSubstr("model file tiny_mlp.pt: forward fails on an input of shape [4, 5]: "
+              HasSubstr("model file tiny_mlp.pt: forward fails on an input of Float [4, 5]: "
                         "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x5 and 8x16) "
                         "(File \""));
   EXPECT_THAT(ReadModelFile("worker/engine/testdata/missing.pt", 100).status().message(),
@@ -373,6 +373,179 @@ TEST(TorchScriptTest, TrainerGivesTheSameParametersWhateverTheReplicas) {
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(wrong.status().message(), HasSubstr("but the job names"));
+}
+
+// Token windows [N, T] of ids < 61 with next-token targets, as TOKENS data gives them.
+Dataset Tokens(int64_t samples, int64_t seq_len) {
+  Dataset data;
+  data.source = "tokens";
+  data.sample_shape = Shape{seq_len, 1, 1};
+  data.sample_dims = {seq_len};
+  data.feature_type = FeatureType::kInt64;
+  data.target_kind = TargetKind::kInt64;
+  data.target_dims = {seq_len};
+  for (int64_t i = 0; i < samples * seq_len; ++i) {
+    data.int_features.push_back((7 * i) % 61);
+    data.int_targets.push_back((7 * (i + 1)) % 61);
+  }
+  return data;
+}
+
+// Float targets [N, 2]: a linear function of the 8 features plus a little noise.
+Dataset Values(uint64_t samples) {
+  Dataset data = MakeSynthetic(5, 0, samples, 8, 3);
+  data.target_kind = TargetKind::kFloat32;
+  data.target_dims = {2};
+  for (uint64_t i = 0; i < samples; ++i) {
+    const float* x = data.features.data() + i * 8;
+    data.float_targets.push_back(x[0] - 2 * x[3] + 0.5f);
+    data.float_targets.push_back(x[1] + x[2] - 1.0f);
+  }
+  data.labels.clear();
+  data.num_classes = 0;
+  return data;
+}
+
+TEST(TorchScriptTest, AModelsOwnLossCountsEveryElement) {
+  const Dataset data = Tokens(12, 5);
+  const ModelDef model = Fitted("token_lm.pt", data);
+  ASSERT_NE(model.torchscript, nullptr);
+  EXPECT_TRUE(model.torchscript->has_loss);
+  EXPECT_TRUE(model.torchscript->has_metrics);
+  EXPECT_EQ(model.torchscript->input_type, FeatureType::kInt64);
+  EXPECT_EQ(model.loss_elements_per_sample, 5);  // One loss per token.
+  EXPECT_EQ(model.metric_names, (std::vector<std::string>{"token_accuracy"}));
+  std::vector<float> params(model.num_parameters);
+  InitParameters(model, 1, params.data());
+  absl::StatusOr<std::unique_ptr<Replica>> replica = CreateTorchScriptReplica(model, params.data());
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  BatchBuffer buffer;
+  std::vector<uint64_t> ids = {0, 1, 2, 3};
+  data.Gather(ids.data(), 4, buffer);
+  absl::StatusOr<LossStats> trained = (*replica)->ForwardBackward(buffer.View(), {1, 0}, nullptr);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_EQ(trained->samples, 4);
+  EXPECT_EQ(trained->loss_elements, 20);
+  EXPECT_FALSE(trained->classified);
+  EXPECT_EQ(trained->accuracy(), -1);
+  // About ln(64) per token at the start: the mean is over the 20 tokens, not 4 samples.
+  EXPECT_NEAR(trained->mean_loss(), std::log(64.0), 0.7);
+  absl::StatusOr<LossStats> evaluated = (*replica)->Evaluate(buffer.View());
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(evaluated->loss_elements, 20);
+  ASSERT_EQ(evaluated->metrics.count("token_accuracy"), 1u);
+  const double accuracy = evaluated->MeanMetrics().at("token_accuracy");
+  EXPECT_GE(accuracy, 0.0);
+  EXPECT_LE(accuracy, 1.0);
+}
+
+// The step's gradient is the mean over every element of the global batch, so a split
+// batch trains to the same parameters as a whole one (the SYNC contract), and training
+// brings the per-token loss down.
+TEST(TorchScriptTest, OwnLossTrainsTheSameWhateverTheReplicas) {
+  std::shared_ptr<const std::string> bytes = File("token_lm.pt");
+  Datasets data;
+  data.train = Tokens(60, 6);
+  data.test = Tokens(10, 6);
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name(kTorchScriptModel);
+  spec.mutable_model()->mutable_torchscript()->set_sha256(Sha256Hex(*bytes));
+  spec.set_global_batch_size(12);
+  spec.set_max_steps(40);
+  spec.mutable_optimizer()->set_type(v1::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(0.05f);
+  std::vector<std::vector<float>> results;
+  for (uint32_t replicas : {1u, 3u}) {
+    TrainerOptions options;
+    options.replicas = replicas;
+    options.torchscript_bytes = bytes;
+    auto trainer = LocalTrainer::Create(spec, options, data);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    absl::StatusOr<LossStats> before = (*trainer)->Evaluate();
+    ASSERT_TRUE(before.ok()) << before.status();
+    while (!(*trainer)->done()) ASSERT_TRUE((*trainer)->Step().ok());
+    absl::StatusOr<LossStats> after = (*trainer)->Evaluate();
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_LT(after->mean_loss(), 0.5 * before->mean_loss());
+    EXPECT_GT(after->MeanMetrics().at("token_accuracy"), 0.5);
+    results.push_back((*trainer)->parameters());
+  }
+  for (size_t j = 0; j < results[0].size(); ++j) {
+    ASSERT_NEAR(results[0][j], results[1][j], 1e-4f * (1 + std::fabs(results[0][j]))) << j;
+  }
+}
+
+TEST(TorchScriptTest, RegressionTrainsOnFloatTargets) {
+  std::shared_ptr<const std::string> bytes = File("regressor.pt");
+  Datasets data;
+  data.train = Values(200);
+  data.test = Values(50);
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name(kTorchScriptModel);
+  spec.mutable_model()->mutable_torchscript()->set_sha256(Sha256Hex(*bytes));
+  spec.set_global_batch_size(20);
+  spec.set_max_steps(200);
+  spec.mutable_optimizer()->set_type(v1::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(0.05f);
+  TrainerOptions options;
+  options.torchscript_bytes = bytes;
+  auto trainer = LocalTrainer::Create(spec, options, data);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->model().loss_elements_per_sample, 2);
+  while (!(*trainer)->done()) ASSERT_TRUE((*trainer)->Step().ok());
+  absl::StatusOr<LossStats> test = (*trainer)->Evaluate();
+  ASSERT_TRUE(test.ok()) << test.status();
+  // The targets' variance is about 1-5 per value; a linear model fits them almost exactly.
+  EXPECT_LT(test->mean_loss(), 0.05);
+  EXPECT_LT(test->MeanMetrics().at("mae"), 0.2);
+  EXPECT_EQ(test->accuracy(), -1);
+}
+
+TEST(TorchScriptTest, GuardRailsNameTheFileTheMethodAndWhatItGot) {
+  auto fit_error = [](const std::string& name, const Dataset& data) {
+    absl::StatusOr<ModelDef> model = LoadTorchScriptModel(File(name), name, &data);
+    return model.ok() ? std::string("fitted") : std::string(model.status().message());
+  };
+  const Dataset classes = Data();
+  EXPECT_THAT(fit_error("reduced_loss.pt", classes),
+              HasSubstr("model file reduced_loss.pt: loss(x, y) returns a Float [] tensor for 4 "
+                        "samples; Tributary needs one float tensor of per-sample losses, shape "
+                        "[4] or [4, ...]"));
+  EXPECT_THAT(fit_error("vector_metrics.pt", classes),
+              HasSubstr("model file vector_metrics.pt: metrics(x, y) returns Float [3] for "
+                        "'per_class'"));
+  // Float targets without a loss of its own: no cross-entropy can take them.
+  EXPECT_THAT(fit_error("tiny_mlp.pt", Values(16)),
+              HasSubstr("model file tiny_mlp.pt: has no loss(x, y) method, and dataset "
+                        "synthetic(seed=5, train) has float32 features [8] and float32 "
+                        "targets [2]"));
+  // Integer ids into a model that multiplies floats: the dtype it got is named.
+  Dataset ids = Tokens(8, 8);
+  ids.target_kind = TargetKind::kClassId;
+  ids.int_targets.clear();
+  ids.target_dims.clear();
+  ids.labels.assign(8, 1);
+  ids.num_classes = 3;
+  EXPECT_THAT(fit_error("tiny_mlp.pt", ids),
+              HasSubstr("model file tiny_mlp.pt: forward fails on an input of Long [4, 8]"));
+  // A softmax head is accepted, with a warning naming the fix.
+  absl::StatusOr<ModelDef> softmax =
+      LoadTorchScriptModel(File("softmax_head.pt"), "softmax_head.pt", &classes);
+  ASSERT_TRUE(softmax.ok()) << softmax.status();
+  ASSERT_EQ(softmax->fit_warnings.size(), 1u);
+  EXPECT_THAT(softmax->fit_warnings[0],
+              HasSubstr("softmax_head.pt: forward's rows are all >= 0 and sum to 1"));
+  EXPECT_TRUE(Fitted("tiny_mlp.pt", classes).fit_warnings.empty());
+  // The native models take float features and class ids only.
+  v1::ModelSpec mlp;
+  mlp.set_name("mlp");
+  mlp.add_layer_sizes(8);
+  mlp.add_layer_sizes(3);
+  absl::StatusOr<ModelDef> native = BuildModel(mlp);
+  ASSERT_TRUE(native.ok()) << native.status();
+  EXPECT_THAT(CheckModelFitsData(*native, ids).message(),
+              HasSubstr("model mlp takes float32 features and class ids but dataset tokens has "
+                        "int64 features [8] and class ids"));
 }
 
 TEST(TorchScriptTest, TrainerCarriesBuffersFromReplicaZero) {

@@ -21,11 +21,21 @@ void MeanGradient(const float* sum, int64_t n, uint64_t samples, float* mean) {
 }
 
 absl::Status CheckModelFitsData(const ModelDef& model, const Dataset& data) {
+  if (model.torchscript == nullptr &&
+      (data.feature_type != FeatureType::kFloat32 || data.target_kind != TargetKind::kClassId)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model.name, " takes float32 features and class ids but dataset ", data.source,
+        " has ", data.KindText(),
+        "; integer NPY features are passed on as int64 ids, never scaled (save "
+        "x.astype(np.float32) / 255 for pixels), and other targets need a TorchScript model "
+        "with its own loss(x, y)"));
+  }
   if (data.feature_size() != model.input.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", model.name, " takes ", model.input.size(), " inputs but dataset ",
                      data.source, " has ", data.feature_size(), " features per sample"));
   }
+  if (model.torchscript != nullptr && model.torchscript->has_loss) return absl::OkStatus();
   if (data.num_classes > model.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " has ", model.num_classes,
                                                    " classes but dataset ", data.source,
@@ -139,7 +149,10 @@ absl::StatusOr<StepResult> LocalTrainer::Step() {
   if (!stats.ok()) return stats.status();
   result.stats = *stats;
   const int64_t trained = model().num_trained;
-  MeanGradient(sum_.data(), trained, batch.size(), mean_.data());
+  // The mean over the batch's loss elements (samples, or tokens of a [N, T] loss).
+  MeanGradient(sum_.data(), trained,
+               batch.size() * static_cast<uint64_t>(model().loss_elements_per_sample),
+               mean_.data());
   optimizer_.Apply(step_, parameters_.data(), mean_.data(), state_.data(), trained);
   // Buffers: replica 0's values (the others contributed zeros), kept unless non-finite,
   // as the PS keeps node 0's.

@@ -9,6 +9,7 @@ torch.manual_seed(7), so the files are the same on every run of the same torch.
 """
 import os
 import sys
+from typing import Dict
 
 import torch
 from torch import nn
@@ -111,7 +112,97 @@ class Float64(nn.Module):
         return self.fc(x.double())
 
 
+class TokenLm(nn.Module):
+    """A next-token model over int64 windows [N, T] of ids < 64 (the npy testdata's
+    tokens_u2.npy holds ids < 61): its own per-token loss [N, T] and metrics."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 8)
+        self.out = nn.Linear(8, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.embed(x)))  # [N, T, 64]
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.forward(x)
+        losses = nn.functional.cross_entropy(
+            logits.reshape(-1, 64), y.reshape(-1), reduction="none")
+        return losses.view(y.shape)
+
+    @torch.jit.export
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:
+        hits = (self.forward(x).argmax(-1) == y).float()
+        return {"token_accuracy": hits.mean(1).sum()}
+
+
+class Regressor(nn.Module):
+    """[N, 8] -> [N, 2] values, squared error per value; mean absolute error per sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (self.fc(x) - y) ** 2
+
+    @torch.jit.export
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"mae": (self.fc(x) - y).abs().mean(1).sum()}
+
+
+class SoftmaxHead(nn.Module):
+    """A classifier ending in softmax: trains worse under the cross-entropy (a warning)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.fc(x), 1)
+
+
+class ReducedLoss(nn.Module):
+    """A loss already averaged to a scalar: refused (Tributary sums and divides itself)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(self.fc(x), y)
+
+
+class VectorMetrics(nn.Module):
+    """A classifier whose metrics are not scalars: refused."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+    @torch.jit.export
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"per_class": self.fc(x).sum(0)}
+
+
 MODELS = {
+    "token_lm": TokenLm,
+    "regressor": Regressor,
+    "softmax_head": SoftmaxHead,
+    "reduced_loss": ReducedLoss,
+    "vector_metrics": VectorMetrics,
     "tiny_mlp": TinyMlp,
     "native_mlp": NativeMlp,
     "tiny_bn": TinyBn,
