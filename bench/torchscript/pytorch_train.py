@@ -9,6 +9,11 @@ applied to the parameters), and prints one JSON line:
 
     /usr/bin/python3 bench/torchscript/pytorch_train.py --model cnn.pt \
         --train_x train_x.npy --train_y train_y.npy --steps 200 --threads 1
+
+With --tokens (a 1-D token NPY) and --seq_len T it trains a language model with its own
+loss(x, y) on windows [i*T, i*T + T + 1) (x the first T ids, y the last T), the
+gradient of the mean over every token, and with --test_tokens reports the mean test
+loss per token over the first --eval_windows windows ("test_loss").
 """
 import argparse
 import json
@@ -38,8 +43,12 @@ import torch.nn.functional as F  # noqa: E402
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="TorchScript file")
-    p.add_argument("--train_x", required=True)
-    p.add_argument("--train_y", required=True)
+    p.add_argument("--train_x", default="")
+    p.add_argument("--train_y", default="")
+    p.add_argument("--tokens", default="", help="1-D token ids (.npy): a language model")
+    p.add_argument("--test_tokens", default="")
+    p.add_argument("--seq_len", type=int, default=64)
+    p.add_argument("--eval_windows", type=int, default=512)
     p.add_argument("--test_x", default="")
     p.add_argument("--test_y", default="")
     p.add_argument("--batch", type=int, default=64)
@@ -54,6 +63,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if args.tokens:
+        train_language_model(args)
+        return
+    if not args.train_x or not args.train_y:
+        p.error("--train_x and --train_y (or --tokens)")
     x = torch.from_numpy(np.load(args.train_x).astype(np.float32, copy=False))
     y = torch.from_numpy(np.load(args.train_y).astype(np.int64, copy=False))
     model = torch.jit.load(args.model)
@@ -94,6 +108,62 @@ def main() -> None:
             correct = sum(int((model(tx[k:k + 1000]).argmax(1) == ty[k:k + 1000]).sum())
                           for k in range(0, tx.shape[0], 1000))
         result["test_accuracy"] = correct / tx.shape[0]
+    print(json.dumps(result))
+
+
+def windows(path: str, seq_len: int, limit: int = 0):
+    """x, y of every window of a token file (the first `limit` when > 0)."""
+    ids = torch.from_numpy(np.load(path).astype(np.int64))
+    count = (ids.numel() - 1) // seq_len
+    if limit > 0:
+        count = min(count, limit)
+    starts = torch.arange(count) * seq_len
+    span = starts[:, None] + torch.arange(seq_len + 1)[None, :]
+    w = ids[span]
+    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+
+def train_language_model(args) -> None:
+    x, y = windows(args.tokens, args.seq_len)
+    model = torch.jit.load(args.model)
+    model.train()
+    params = [q for q in model.parameters() if q.requires_grad]
+    opt = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
+           else torch.optim.SGD(params, lr=args.lr))
+    n = x.shape[0]
+    steps_per_epoch = (n + args.batch - 1) // args.batch
+    order = torch.randperm(n)
+
+    def step(i: int) -> int:
+        j = i % steps_per_epoch
+        ids = order[j * args.batch:(j + 1) * args.batch]
+        opt.zero_grad(set_to_none=False)
+        losses = model.loss(x[ids], y[ids])  # [N, T]
+        losses.sum().backward()
+        for q in params:  # The mean over every token of the batch, as Tributary takes it.
+            q.grad.div_(losses.numel())
+        opt.step()
+        return len(ids)
+
+    for i in range(args.warmup):
+        step(i)
+    start = time.perf_counter()
+    samples = 0
+    for i in range(args.steps):
+        samples += step(args.warmup + i)
+    seconds = time.perf_counter() - start
+    result = {"samples_per_second": samples / seconds, "steps": args.steps, "seconds": seconds,
+              "threads": args.threads, "test_accuracy": -1.0}
+    if args.test_tokens:
+        tx, ty = windows(args.test_tokens, args.seq_len, args.eval_windows)
+        model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for k in range(0, tx.shape[0], 256):
+                losses = model.loss(tx[k:k + 256], ty[k:k + 256])
+                total += float(losses.double().sum())
+                count += losses.numel()
+        result["test_loss"] = total / count
     print(json.dumps(result))
 
 

@@ -6,7 +6,11 @@
 // side is bench/torchscript/pytorch_train.py under /usr/bin/python3 (torch.jit.load,
 // the same summed cross-entropy, torch.optim.Adam). Both skip the same warm-up steps.
 // By default the model is the example CNN of examples/models.py (BatchNorm, dropout)
-// on Fashion-MNIST converted by examples/fashion_to_npy.py. Ends with one JSON line.
+// on Fashion-MNIST converted by examples/fashion_to_npy.py. --example_model=char_lm
+// measures the example byte-level Transformer language model instead (its own
+// per-token loss) on the fortunes corpus (examples/text_to_tokens.py, TOKENS data),
+// and prints both sides' validation loss per token after the same steps beside the
+// corpus's unigram entropy. Ends with one JSON line.
 #include <glog/logging.h>
 
 #include <chrono>
@@ -35,8 +39,14 @@ ABSL_FLAG(std::string, model_file, "",
           "TorchScript file to train; empty = the example model --example_model, written by "
           "examples/models.py into the work dir. Default: empty.");
 ABSL_FLAG(std::string, example_model, "cnn",
-          "Without --model_file: which model of examples/models.py (mlp, cnn, cnn_small). "
-          "Default: cnn.");
+          "Without --model_file: which model of examples/models.py (mlp, cnn, cnn_small, or "
+          "char_lm: a language model on token data). Default: cnn.");
+ABSL_FLAG(bool, tokens, false,
+          "Train on the fortunes token data (examples/text_to_tokens.py) with the model's own "
+          "loss: implied by --example_model=char_lm. Default: false.");
+ABSL_FLAG(int, seq_len, 64, "Token data: ids per window. Default: 64.");
+ABSL_FLAG(int, eval_windows, 512,
+          "Token data: test windows both sides evaluate the validation loss on. Default: 512.");
 ABSL_FLAG(int, steps, 200, "Timed training steps on each side. Default: 200.");
 ABSL_FLAG(int, warmup, 5, "Untimed steps first on each side. Default: 5.");
 ABSL_FLAG(int, batch, 64, "Samples per step. Default: 64.");
@@ -90,8 +100,9 @@ int Run(const char* argv0) {
   auto script = [&](const std::string& path) { return runfiles->Find("tributary/" + path); };
   absl::StatusOr<std::string> models = script("examples/models.py");
   absl::StatusOr<std::string> to_npy = script("examples/fashion_to_npy.py");
+  absl::StatusOr<std::string> to_tokens = script("examples/text_to_tokens.py");
   absl::StatusOr<std::string> reference = script("bench/torchscript/pytorch_train.py");
-  for (const auto* found : {&models, &to_npy, &reference}) {
+  for (const auto* found : {&models, &to_npy, &to_tokens, &reference}) {
     if (!found->ok()) return Fail(found->status());
   }
 
@@ -106,10 +117,30 @@ int Run(const char* argv0) {
     }
     model_path = *dir + "/" + absl::GetFlag(FLAGS_example_model) + ".pt";
   }
-  if (absl::Status made = RunHelper("fashion_to_npy.py", {python, *to_npy, "--out", *dir + "/data"},
-                                   *dir + "/fashion_to_npy.log");
+  const bool tokens =
+      absl::GetFlag(FLAGS_tokens) || absl::GetFlag(FLAGS_example_model) == "char_lm";
+  const int seq_len = absl::GetFlag(FLAGS_seq_len);
+  const int eval_windows = absl::GetFlag(FLAGS_eval_windows);
+  if (absl::Status made =
+          tokens ? RunHelper("text_to_tokens.py", {python, *to_tokens, "--out", *dir + "/data"},
+                             *dir + "/text_to_tokens.log")
+                 : RunHelper("fashion_to_npy.py", {python, *to_npy, "--out", *dir + "/data"},
+                             *dir + "/fashion_to_npy.log");
       !made.ok()) {
     return Fail(made);
+  }
+  double unigram_entropy = 0;
+  if (tokens) {
+    const std::string corpus_path = *dir + "/data/corpus.json";
+    absl::StatusOr<std::string> corpus_text = ReadFileToString(corpus_path);
+    if (!corpus_text.ok()) return Fail(corpus_text.status());
+    absl::StatusOr<google::protobuf::Struct> corpus = ParseJsonObject(*corpus_text, corpus_path);
+    if (!corpus.ok()) return Fail(corpus.status());
+    if (absl::Status read = JsonNumbers(
+            *corpus, {JsonField{"unigram_entropy_nats", &unigram_entropy}}, corpus_path);
+        !read.ok()) {
+      return Fail(read);
+    }
   }
   const int steps = absl::GetFlag(FLAGS_steps);
   const int warmup = absl::GetFlag(FLAGS_warmup);
@@ -133,14 +164,24 @@ int Run(const char* argv0) {
   spec.mutable_model()->mutable_torchscript()->set_file_name(
       model_path.substr(model_path.find_last_of('/') + 1));
   v1::DatasetSpec& data = *spec.mutable_dataset();
-  data.set_format(v1::NPY);
-  data.set_train_path(*dir + "/data/train_x.npy");
-  data.set_train_labels_path(*dir + "/data/train_y.npy");
+  if (tokens) {
+    data.set_format(v1::TOKENS);
+    data.set_train_path(*dir + "/data/train_tokens.npy");
+    data.set_test_path(*dir + "/data/test_tokens.npy");
+    data.set_seq_len(static_cast<uint32_t>(seq_len));
+    data.set_test_limit(static_cast<uint64_t>(eval_windows));
+  } else {
+    data.set_format(v1::NPY);
+    data.set_train_path(*dir + "/data/train_x.npy");
+    data.set_train_labels_path(*dir + "/data/train_y.npy");
+  }
   spec.set_global_batch_size(static_cast<uint32_t>(batch));
   spec.set_max_steps(static_cast<uint64_t>(steps + warmup));
   spec.set_epochs(0);
   spec.mutable_optimizer()->set_type(v1::ADAM);
   spec.mutable_optimizer()->set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
+  // A constant rate, as torch.optim.Adam on the PyTorch side keeps it.
+  spec.mutable_optimizer()->mutable_schedule()->set_kind(v1::CONSTANT);
   engine::TrainerOptions options;
   options.replicas = 1;
   options.cpu_threads = threads;
@@ -163,17 +204,34 @@ int Run(const char* argv0) {
   const double ours = samples / ours_seconds;
   std::printf("tributary TorchScript replica: %.0f samples/s (%.2f s)\n", ours, ours_seconds);
   std::fflush(stdout);
+  double ours_test_loss = 0;
+  if (tokens) {
+    absl::StatusOr<engine::LossStats> evaluated = (*trainer)->Evaluate();
+    if (!evaluated.ok()) return Fail(evaluated.status());
+    ours_test_loss = evaluated->mean_loss();
+  }
 
   // PyTorch: the same file, data, batch, optimizer and threads.
   const std::string log = *dir + "/pytorch_train.log";
-  if (absl::Status ran = RunHelper(
-          "pytorch_train.py",
-          {python, *reference, "--model", model_path, "--train_x", *dir + "/data/train_x.npy",
-           "--train_y", *dir + "/data/train_y.npy", "--batch", absl::StrCat(batch), "--steps",
-           absl::StrCat(steps), "--warmup", absl::StrCat(warmup), "--threads",
-           absl::StrCat(threads), "--lr", absl::StrCat(absl::GetFlag(FLAGS_lr))},
-          log);
-      !ran.ok()) {
+  std::vector<std::string> pytorch = {python, *reference, "--model", model_path,
+                                      "--batch", absl::StrCat(batch), "--steps",
+                                      absl::StrCat(steps), "--warmup", absl::StrCat(warmup),
+                                      "--threads", absl::StrCat(threads), "--lr",
+                                      absl::StrCat(absl::GetFlag(FLAGS_lr))};
+  if (tokens) {
+    for (const std::string& arg :
+         {std::string("--tokens"), *dir + "/data/train_tokens.npy", std::string("--test_tokens"),
+          *dir + "/data/test_tokens.npy", std::string("--seq_len"), absl::StrCat(seq_len),
+          std::string("--eval_windows"), absl::StrCat(eval_windows)}) {
+      pytorch.push_back(arg);
+    }
+  } else {
+    for (const std::string& arg : {std::string("--train_x"), *dir + "/data/train_x.npy",
+                                   std::string("--train_y"), *dir + "/data/train_y.npy"}) {
+      pytorch.push_back(arg);
+    }
+  }
+  if (absl::Status ran = RunHelper("pytorch_train.py", pytorch, log); !ran.ok()) {
     return Fail(ran);
   }
   absl::StatusOr<std::string> text = ReadFileToString(log);
@@ -191,15 +249,29 @@ int Run(const char* argv0) {
   }
   std::printf("PyTorch %s in one process:      %.0f samples/s (%.2f s)\n", "1.13", theirs,
               theirs_seconds);
-  std::printf("ratio tributary / PyTorch: %.3f (goal >= 0.9)\n", ours / theirs);
+  std::printf("ratio tributary / PyTorch: %.3f (goal >= %s)\n", ours / theirs,
+              tokens ? "1.0" : "0.9");
+  double theirs_test_loss = 0;
+  if (tokens) {
+    if (absl::Status read =
+            JsonNumbers(*json, {JsonField{"test_loss", &theirs_test_loss}}, log);
+        !read.ok()) {
+      return Fail(read);
+    }
+    std::printf("validation loss per token after %d steps (%d windows of %d): tributary %.4f, "
+                "PyTorch %.4f (ratio %.4f); the corpus's unigram entropy %.4f\n",
+                steps + warmup, eval_windows, seq_len, ours_test_loss, theirs_test_loss,
+                ours_test_loss / theirs_test_loss, unigram_entropy);
+  }
   const MachineInfo after = DescribeMachine();
   std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   absl::PrintF(
       "{\"bench\": \"torchscript\", %s, \"model\": %s, \"batch\": %d, \"threads\": %d, "
       "\"steps\": %d, \"tributary_samples_per_second\": %.1f, "
-      "\"pytorch_samples_per_second\": %.1f, \"ratio\": %s}\n",
+      "\"pytorch_samples_per_second\": %.1f, \"ratio\": %s, \"tributary_test_loss\": %.5f, "
+      "\"pytorch_test_loss\": %.5f, \"unigram_entropy\": %.5f}\n",
       MachineJsonMembers(machine, after), JsonQuote(model_path), batch, threads, steps, ours,
-      theirs, RatioJson(ours, theirs));
+      theirs, RatioJson(ours, theirs), ours_test_loss, theirs_test_loss, unigram_entropy);
   return 0;
 }
 
