@@ -16,7 +16,9 @@ import debian_python
 
 debian_python.rerun_under_debian_python()
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from typing import Dict  # noqa: E402
 
 import live_cluster  # noqa: E402
 import tributary_client.export as export_lib  # noqa: E402
@@ -38,6 +40,25 @@ class Net(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.norm(self.fc1(x.flatten(1))))) * self.scale
+
+
+class Regressor(torch.nn.Module):
+    """Two float outputs per sample, its own squared-error loss and a named metric."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(FEATURES, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (self.fc(x) - y) ** 2
+
+    @torch.jit.export
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"mae": (self.fc(x) - y).abs().mean(1).sum()}
 
 
 class TorchScriptTest(unittest.TestCase):
@@ -129,6 +150,45 @@ class TorchScriptTest(unittest.TestCase):
             self.assertTrue(torch.equal(ours[name], theirs[name]), name)
         x = torch.randn(8, FEATURES)
         self.assertTrue(torch.equal(trained(x), reference(x)))
+
+
+    def test_own_loss_and_metrics_reach_the_client(self):
+        """A regression model (float targets, its own loss) trains; its test loss and
+        named metric come back in the job's result, progress and history."""
+        rng = np.random.default_rng(3)
+        weights = rng.normal(size=(FEATURES, 2)).astype(np.float32)
+        paths = {}
+        for split, n in (("train", 1024), ("test", 256)):
+            x = rng.normal(size=(n, FEATURES)).astype(np.float32)
+            y = (x @ weights + 0.5).astype(np.float32)
+            paths[split] = (os.path.join(self.dir, split + "_x.npy"),
+                            os.path.join(self.dir, split + "_y.npy"))
+            np.save(paths[split][0], x)
+            np.save(paths[split][1], y)
+        variance = float(np.load(paths["test"][1]).var())
+        model_path = os.path.join(self.dir, "regressor.pt")
+        torch.manual_seed(0)
+        torch.jit.script(Regressor()).save(model_path)
+        uploaded = self.client.upload_model(model_path)
+        spec = {
+            "name": "regression",
+            "dataset": {"format": "NPY", "trainPath": paths["train"][0],
+                        "trainLabelsPath": paths["train"][1], "testPath": paths["test"][0],
+                        "testLabelsPath": paths["test"][1]},
+            "globalBatchSize": 32, "epochs": 0, "maxSteps": 300, "evalIntervalSteps": 100,
+            "optimizer": {"type": "ADAM", "learningRate": 0.05}, "nodesMin": 2,
+        }
+        job = self.client.submit_job(spec, model=uploaded)
+        done = self.client.wait_for_job(job.job_id, timeout=240, check=True)
+        self.assertEqual(done.state, JobState.COMPLETED)
+        self.assertLess(done.result.test_accuracy, 0, "no accuracy for its own loss")
+        self.assertLess(done.result.test_loss, 0.1 * variance, "MSE well below the variance")
+        self.assertIn("mae", done.result.metrics)
+        self.assertLess(done.result.metrics["mae"], 0.5)
+        self.assertIn("mae", done.progress[-1].metrics)
+        history = self.client.get_job_history(job.job_id)
+        self.assertEqual([e.step for e in history.evaluations], [100, 200, 300])
+        self.assertEqual(history.evaluations[-1].metrics["mae"], done.result.metrics["mae"])
 
 
 if __name__ == "__main__":

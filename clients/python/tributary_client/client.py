@@ -301,6 +301,14 @@ class Client:
         latest one. GetJob; NOT_FOUND for an unknown id."""
         return self._call("GetJob", coordinator_pb2.GetJobRequest(job_id=_check_job_id(job_id)))
 
+    def get_job_history(self, job_id=None):
+        """A job's per-step history (a v1 JobHistory): its steps (loss, throughput, the
+        workers' timings), its evaluations (test accuracy, test loss and the model's named
+        `metrics`, by step) and its traffic. None means the active job, or else the latest
+        one. GetJobHistory; NOT_FOUND for an unknown id."""
+        return self._call("GetJobHistory",
+                          coordinator_pb2.GetJobHistoryRequest(job_id=_check_job_id(job_id)))
+
     def list_jobs(self):
         """Every job the coordinator keeps, newest first, without their progress
         history: a list of v1 Job. ListJobs."""
