@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "cli/job_flags.h"
+#include "common/malloc_thresholds.h"
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "proto/job.pb.h"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
                          "train_local: trains a model in one process (the SYNC reference).\n"
                          "Usage: train_local [--job_json=FILE|JSON] [--model=mlp] [--batch=64] "
                          "[--epochs=3] [--optimizer=adam] [--replicas=R] ...");
+  tributary::ReuseLargeBlocks();  // Large blocks every step: reused, not faulted in again.
   std::shared_ptr<const std::string> model_file;
   absl::StatusOr<JobSpec> submitted = tributary::cli::JobSpecFromFlags(&model_file);
   if (!submitted.ok()) return Fail(submitted.status());

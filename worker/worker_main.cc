@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "common/malloc_thresholds.h"
 #include "common/channel.h"
 #include "common/process.h"
 #include "common/service_host.h"
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
                          "worker: a Tributary training worker.\n"
                          "Usage: worker --coordinator=HOST:PORT [--node=NAME] "
                          "[--devices=auto|cpu|gpu|gpu:0,1] ...");
+  // LibTorch and the engine allocate and free the same large blocks every step.
+  if (!tributary::ReuseLargeBlocks()) LOG(WARNING) << "glibc refused the malloc thresholds";
   tributary::ShutdownSignal shutdown;
 
   absl::StatusOr<tributary::worker::DeviceRequest> devices =

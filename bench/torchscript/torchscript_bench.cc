@@ -29,6 +29,7 @@
 #include "bench/common/training_run.h"
 #include "bench/common/work_dir.h"
 #include "common/child_process.h"
+#include "common/malloc_thresholds.h"
 #include "common/process.h"
 #include "common/sha256.h"
 #include "common/tls.h"
@@ -281,5 +282,7 @@ int Run(const char* argv0) {
 int main(int argc, char** argv) {
   tributary::InitProcess(argc, argv, tributary::bench::kUsage);
   FLAGS_minloglevel = 1;
+  // As the worker and train_local do (PyTorch's Python side needs no such setting).
+  tributary::ReuseLargeBlocks();
   return tributary::bench::Run(argv[0]);
 }

@@ -1,15 +1,13 @@
 #include "services/parameter_server/malloc_tuning.h"
 
+#include "common/malloc_thresholds.h"
+
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 namespace tributary::ps {
 
@@ -35,12 +33,8 @@ bool TuneMallocForLargeMessages(char** argv, int arena_max) {
       }
     }
   }
-  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit; blocks below it
-  // (every partition up to 32 MiB) are reused from the heap.
-  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
-  // Give memory back only when 1 GiB sits free at the top of the heap.
-  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-  return mmap_ok && trim_ok;
+  // Every partition up to 32 MiB is reused from the heap.
+  return ReuseLargeBlocks();
 #else
   (void)argv;
   (void)arena_max;
