@@ -294,6 +294,14 @@ TEST(ValidateHistoryReportsTest, EveryBoundHoldsAtItsLimitAndRefusesOnePast) {
     evaluation->set_test_accuracy(1);
     evaluation->set_test_loss(std::nanf(""));  // A diverged model's loss is kept.
   }
+  // A model with its own loss: no accuracy (-1), and the most named metrics, the
+  // longest name among them.
+  request.mutable_evaluations(3)->set_test_accuracy(-1);
+  for (int i = 0; i + 1 < static_cast<int>(kMaxReportedMetrics); ++i) {
+    (*request.mutable_evaluations(1)->mutable_metrics())[absl::StrCat("metric_", i)] = -2.5;
+  }
+  (*request.mutable_evaluations(1)->mutable_metrics())[std::string(kMaxMetricNameBytes, 'x')] = 1;
+  *request.mutable_test_metrics() = request.evaluations(1).metrics();
   request.set_bytes_pushed(kMaxReportedBytes);
   request.set_bytes_pulled(kMaxReportedBytes);
   request.mutable_steps(0)->set_step(kMaxReportedStep);
@@ -340,6 +348,23 @@ TEST(ValidateHistoryReportsTest, EveryBoundHoldsAtItsLimitAndRefusesOnePast) {
        "evaluations[2].test_accuracy"},
       {"evaluation step", [](auto& r) { r.mutable_evaluations(4)->set_step(0); },
        "evaluations[4].step"},
+      {"accuracy -0.5", [](auto& r) { r.mutable_evaluations(2)->set_test_accuracy(-0.5f); },
+       "evaluations[2].test_accuracy: must be in [0, 1] (or -1: none)"},
+      {"metrics", [](auto& r) { (*r.mutable_evaluations(1)->mutable_metrics())["one_more"] = 1; },
+       "evaluations[1].metrics: at most 16 metrics, got 17"},
+      {"metric name",
+       [](auto& r) {
+         r.mutable_test_metrics()->clear();
+         (*r.mutable_test_metrics())["a b"] = 1;
+       },
+       "test_metrics: names of 1-64 letters, digits or '_', got 'a b'"},
+      {"long metric name",
+       [](auto& r) {
+         (*r.mutable_evaluations(0)->mutable_metrics())[std::string(kMaxMetricNameBytes + 1, 'x')] = 1;
+       },
+       "evaluations[0].metrics: names of 1-64"},
+      {"metric nan", [](auto& r) { (*r.mutable_evaluations(0)->mutable_metrics())["mae"] = std::nan(""); },
+       "evaluations[0].metrics[mae]: must be a finite number"},
   };
   for (const Case& bad : cases) {
     v1::HeartbeatRequest spoiled = request;
