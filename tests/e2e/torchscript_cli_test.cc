@@ -167,7 +167,9 @@ google::protobuf::Struct JsonFile(const std::string& path) {
   google::protobuf::Struct json;
   absl::StatusOr<std::string> text = ReadFileToString(path);
   EXPECT_TRUE(text.ok()) << text.status();
-  if (text.ok()) EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
+  if (text.ok()) {
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
+  }
   return json;
 }
 

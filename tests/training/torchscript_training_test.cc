@@ -129,27 +129,34 @@ TEST(TorchScriptTrainingTest, SyncEqualsOneReplicaOfTheSameFileAtSeveralWorldSiz
 // gradient sums by the global batch's token count, so SYNC at 2 nodes x 2 replicas
 // trains to the parameters of one replica of the same file; the model's metrics and
 // test loss reach the job (GetJob's result and progress, GetJobHistory).
+// The token-LM test job: token_lm.pt on the 50 ids of tokens_u2.npy (12 windows of
+// 4), 2 nodes x 2 replicas, batch 8, plain SGD at a constant rate: its step scales
+// with the gradient, so a wrong divisor (samples instead of tokens) shows at once
+// (Adam would hide it), and a resumed job's rate is the one it would have had.
+v1::JobSpec TokenJob(uint64_t steps) {
+  v1::JobSpec spec = TorchScriptJob("token_lm.pt", 8, steps, 2, 2);
+  char cwd[4096];
+  const std::string base = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : ".";
+  const std::string tokens = base + "/worker/engine/testdata/npy/tokens_u2.npy";
+  spec.mutable_dataset()->Clear();
+  spec.mutable_dataset()->set_format(v1::TOKENS);
+  spec.mutable_dataset()->set_train_path(tokens);
+  spec.mutable_dataset()->set_test_path(tokens);
+  spec.mutable_dataset()->set_seq_len(4);
+  spec.set_eval_interval_steps(5);
+  spec.mutable_optimizer()->set_type(v1::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  spec.mutable_optimizer()->mutable_schedule()->set_kind(v1::CONSTANT);
+  return WithDefaults(spec);
+}
+
 TEST(TorchScriptTrainingTest, OwnPerTokenLossSyncEqualsOneReplicaAndMetricsReachTheJob) {
   ClusterShape shape;
   shape.ps_shards = 2;
   shape.workers = 2;
   auto cluster = StartCluster("torchscript_tokens", shape);
   const uint64_t steps = 10;
-  v1::JobSpec spec = TorchScriptJob("token_lm.pt", 8, steps, 2, 2);
-  char cwd[4096];
-  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
-  const std::string tokens = std::string(cwd) + "/worker/engine/testdata/npy/tokens_u2.npy";
-  spec.mutable_dataset()->Clear();
-  spec.mutable_dataset()->set_format(v1::TOKENS);
-  spec.mutable_dataset()->set_train_path(tokens);  // 50 ids: 12 windows of 4.
-  spec.mutable_dataset()->set_test_path(tokens);
-  spec.mutable_dataset()->set_seq_len(4);
-  spec.set_eval_interval_steps(5);
-  // Plain SGD: its step scales with the gradient, so a wrong divisor (samples instead of
-  // tokens) shows at once (Adam would hide it).
-  spec.mutable_optimizer()->set_type(v1::SGD);
-  spec.mutable_optimizer()->set_learning_rate(0.5f);
-  spec = WithDefaults(spec);
+  const v1::JobSpec spec = TokenJob(steps);
   const v1::Job job = RunJob(*cluster, spec);
   ASSERT_EQ(job.state(), v1::COMPLETED) << job.state_reason();
   absl::StatusOr<cli::PulledParameters> pulled =
@@ -185,6 +192,37 @@ TEST(TorchScriptTrainingTest, OwnPerTokenLossSyncEqualsOneReplicaAndMetricsReach
     EXPECT_EQ(evaluation.metrics().count("token_accuracy"), 1u);
   }
   EXPECT_DOUBLE_EQ(history.evaluations(1).metrics().at("token_accuracy"), accuracy);
+}
+
+// A token job resumed from another's checkpoint goes on over the same windows: 6 steps,
+// then a job resuming it to step 10 ends where 10 uninterrupted steps end (the step,
+// its windows and the optimizer state come from the checkpoint and the seed).
+TEST(TorchScriptTrainingTest, ATokenJobResumesFromItsCheckpointOnTheSameWindows) {
+  ClusterShape shape;
+  shape.ps_shards = 2;
+  shape.workers = 2;
+  shape.worker_args = {"--noexit_after_job"};  // The same workers for both jobs.
+  auto cluster = StartCluster("torchscript_tokens_resume", shape);
+  v1::JobSpec first_spec = TokenJob(6);
+  first_spec.set_checkpoint_interval_steps(3);
+  const v1::Job first = RunJob(*cluster, first_spec);
+  ASSERT_EQ(first.state(), v1::COMPLETED) << first.state_reason();
+
+  v1::JobSpec resumed_spec = TokenJob(10);
+  resumed_spec.set_resume_from(first.job_id());
+  const v1::Job resumed = RunJob(*cluster, resumed_spec);
+  ASSERT_EQ(resumed.state(), v1::COMPLETED) << resumed.state_reason();
+  EXPECT_EQ(resumed.step(), 10u);
+  ASSERT_GT(resumed.progress_size(), 0);
+  EXPECT_GT(resumed.progress(0).step(), 6u) << "it began where the first job ended";
+  absl::StatusOr<cli::PulledParameters> pulled =
+      cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  const std::vector<float> expected = Reference(TokenJob(10), 10);
+  ASSERT_EQ(pulled->values.size(), expected.size());
+  EXPECT_LE(MaxRelativeDifference(pulled->values, expected), 1e-5);
+  // Ten steps are not six: the resumed job trained.
+  EXPECT_GT(MaxRelativeDifference(pulled->values, Reference(TokenJob(6), 6)), 1e-3);
 }
 
 TEST(TorchScriptTrainingTest, BuffersFollowNodeZeroAndComeBackOutInTheExport) {

@@ -260,7 +260,7 @@ absl::StatusOr<std::shared_ptr<const TokenStream>> TokenStream::Open(const std::
   };
   const std::string& descr = layout->header.descr;
   const char kind = descr.size() >= 3 ? descr[1] : '?';
-  if ((kind != 'u' && kind != 'i') || layout->element_bytes == 8 && kind == 'u') {
+  if ((kind != 'u' && kind != 'i') || (layout->element_bytes == 8 && kind == 'u')) {
     return bad(absl::StrCat("dtype '", descr,
                             "': token ids must be an integer array (uint8, uint16, int16, "
                             "uint32, int32 or int64)"));
