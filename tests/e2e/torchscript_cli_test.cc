@@ -85,15 +85,19 @@ Outcome Local(const std::string& name, std::vector<std::string> flags,
   return Command("local-" + name, argv, timeout);
 }
 
-google::protobuf::Struct Summary(const std::string& name) {
+// A JSON file's object (summary.json, the examples' corpus.json and targets.json).
+google::protobuf::Struct JsonFile(const std::string& path) {
   google::protobuf::Struct json;
-  absl::StatusOr<std::string> text =
-      ReadFileToString(absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "/summary.json"));
+  absl::StatusOr<std::string> text = ReadFileToString(path);
   EXPECT_TRUE(text.ok()) << text.status();
   if (text.ok()) {
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
   }
   return json;
+}
+
+google::protobuf::Struct Summary(const std::string& name) {
+  return JsonFile(absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "/summary.json"));
 }
 
 double Field(const google::protobuf::Struct& json, const std::string& key) {
@@ -160,17 +164,6 @@ TEST(TorchScriptCliTest, NpyFilesFromTheExampleScriptTrain) {
   const google::protobuf::Struct evaluated =
       Evaluate(exported, {"--x", data + "/test_x.npy", "--y", data + "/test_y.npy"});
   EXPECT_NEAR(Field(evaluated, "accuracy"), accuracy, 1e-4);
-}
-
-// A JSON file's object (the examples' corpus.json and targets.json).
-google::protobuf::Struct JsonFile(const std::string& path) {
-  google::protobuf::Struct json;
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (text.ok()) {
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &json).ok());
-  }
-  return json;
 }
 
 double Metric(const google::protobuf::Struct& summary, const std::string& name) {
