@@ -5,9 +5,9 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/model_metrics.h"
 #include "common/proto_time.h"
 
 namespace tributary::coordinator {
@@ -80,15 +80,14 @@ double LowerMedian(std::vector<double> values) {
 
 absl::Status CheckMetrics(const std::string& field,
                           const google::protobuf::Map<std::string, double>& metrics) {
-  if (metrics.size() > kMaxReportedMetrics) {
-    return Bad(field, absl::StrCat("at most ", kMaxReportedMetrics, " metrics"),
+  // The engine's own bounds (common/model_metrics.h): a worker reports no more.
+  if (metrics.size() > kMaxModelMetrics) {
+    return Bad(field, absl::StrCat("at most ", kMaxModelMetrics, " metrics"),
                absl::StrCat(metrics.size()));
   }
   for (const auto& [name, value] : metrics) {
-    bool valid = !name.empty() && name.size() <= kMaxMetricNameBytes;
-    for (char c : name) valid = valid && (absl::ascii_isalnum(c) || c == '_');
-    if (!valid) {
-      return Bad(field, absl::StrCat("names of 1-", kMaxMetricNameBytes, " letters, digits or '_'"),
+    if (!IsMetricName(name)) {
+      return Bad(field, MetricNameRule(),
                  absl::StrCat("'", absl::CHexEscape(name.substr(0, 80)), "'"));
     }
     if (!std::isfinite(value)) {

@@ -26,10 +26,6 @@ namespace tributary::coordinator {
 // .evaluations, .bytes_pushed/pulled); docs/security.md lists them.
 inline constexpr int kMaxStepReports = 1024;
 inline constexpr int kMaxEvaluationReports = 64;
-// A model's named metrics per evaluation, and the longest name (the worker's engine
-// reports no more: worker/engine/torchscript.cc).
-inline constexpr size_t kMaxReportedMetrics = 16;
-inline constexpr size_t kMaxMetricNameBytes = 64;
 inline constexpr uint64_t kMaxReportedStep = uint64_t{1} << 40;  // JobSpec max_steps' bound.
 inline constexpr uint32_t kMaxReportedSamples = 65536;           // global_batch_size's bound.
 inline constexpr double kMaxReportedSeconds = 86400;

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_metrics.h"
 #include "services/coordinator/history_file.h"
 
 namespace tributary::coordinator {
@@ -297,7 +298,7 @@ TEST(ValidateHistoryReportsTest, EveryBoundHoldsAtItsLimitAndRefusesOnePast) {
   // A model with its own loss: no accuracy (-1), and the most named metrics, the
   // longest name among them.
   request.mutable_evaluations(3)->set_test_accuracy(-1);
-  for (int i = 0; i + 1 < static_cast<int>(kMaxReportedMetrics); ++i) {
+  for (int i = 0; i + 1 < static_cast<int>(kMaxModelMetrics); ++i) {
     (*request.mutable_evaluations(1)->mutable_metrics())[absl::StrCat("metric_", i)] = -2.5;
   }
   (*request.mutable_evaluations(1)->mutable_metrics())[std::string(kMaxMetricNameBytes, 'x')] = 1;

@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <cctype>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -28,6 +27,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/model_metrics.h"
 
 namespace tributary::engine {
 namespace {
@@ -192,10 +192,6 @@ absl::StatusOr<at::Tensor> CheckLoss(const std::string& file, const c10::IValue&
   return loss;
 }
 
-// The longest metric name and the most metrics a model may report.
-constexpr size_t kMaxMetricName = 64;
-constexpr size_t kMaxMetrics = 16;
-
 // Adds what `metrics(x, y)` returned (a Dict[str, Tensor] of per-batch sums) into
 // `sums`, checking names and values.
 absl::Status AddMetrics(const std::string& file, const c10::IValue& output,
@@ -203,19 +199,16 @@ absl::Status AddMetrics(const std::string& file, const c10::IValue& output,
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model file ", file, ": metrics(x, y) ", what,
-        "; Tributary needs a Dict[str, Tensor] of at most ", kMaxMetrics,
-        " scalars summed over the batch, named by 1-", kMaxMetricName,
-        " letters, digits or '_'"));
+        "; Tributary needs a Dict[str, Tensor] of at most ", kMaxModelMetrics,
+        " scalars summed over the batch, ", MetricNameRule()));
   };
   if (!output.isGenericDict()) return bad(absl::StrCat("returns ", output.tagKind()));
   const c10::Dict<c10::IValue, c10::IValue> dict = output.toGenericDict();
-  if (dict.size() > kMaxMetrics) return bad(absl::StrCat("returns ", dict.size(), " entries"));
+  if (dict.size() > kMaxModelMetrics) return bad(absl::StrCat("returns ", dict.size(), " entries"));
   for (const auto& entry : dict) {
     if (!entry.key().isString()) return bad("has a key that is not a string");
     const std::string name = entry.key().toStringRef();
-    bool valid = !name.empty() && name.size() <= kMaxMetricName;
-    for (char c : name) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-    if (!valid) return bad(absl::StrCat("has a metric named '", name.substr(0, 80), "'"));
+    if (!IsMetricName(name)) return bad(absl::StrCat("has a metric named '", name.substr(0, 80), "'"));
     if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) {
       return bad(absl::StrCat("returns ",
                               entry.value().isTensor() ? TensorText(entry.value().toTensor())
