@@ -64,13 +64,36 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     if args.tokens:
-        train_language_model(args)
-        return
-    if not args.train_x or not args.train_y:
+        x, y = windows(args.tokens, args.seq_len)
+    elif args.train_x and args.train_y:
+        x = torch.from_numpy(np.load(args.train_x).astype(np.float32, copy=False))
+        y = torch.from_numpy(np.load(args.train_y).astype(np.int64, copy=False))
+    else:
         p.error("--train_x and --train_y (or --tokens)")
-    x = torch.from_numpy(np.load(args.train_x).astype(np.float32, copy=False))
-    y = torch.from_numpy(np.load(args.train_y).astype(np.int64, copy=False))
     model = torch.jit.load(args.model)
+
+    def losses(bx, by):
+        """The batch's unreduced losses: the model's own (a language model) or
+        Tributary's cross-entropy over its logits."""
+        if args.tokens:
+            return model.loss(bx, by)  # [N, T]
+        return F.cross_entropy(model(bx), by, reduction="none")  # [N]
+
+    result = train(args, model, x, y, losses)
+    if args.test_tokens:
+        tx, ty = windows(args.test_tokens, args.seq_len, args.eval_windows)
+        result["test_loss"] = test_loss(model, tx, ty, losses)
+    if args.test_x:
+        tx = torch.from_numpy(np.load(args.test_x).astype(np.float32, copy=False))
+        ty = torch.from_numpy(np.load(args.test_y).astype(np.int64, copy=False))
+        result["test_accuracy"] = test_accuracy(model, tx, ty)
+    print(json.dumps(result))
+
+
+def train(args, model, x, y, losses) -> dict:
+    """--warmup untimed steps, then the timed ones; each step takes the gradient of the
+    summed losses divided by their count (the mean over the batch's samples, or over
+    every token), as Tributary's PS divides the summed gradient by the reported count."""
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
     opt = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
@@ -80,35 +103,44 @@ def main() -> None:
     total = args.steps if args.steps > 0 else args.epochs * steps_per_epoch
     order = torch.randperm(n)
 
-    def step(i: int) -> None:
+    def step(i: int) -> int:
         j = i % steps_per_epoch
         ids = order[j * args.batch:(j + 1) * args.batch]
         opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(model(x[ids]), y[ids], reduction="sum")
-        loss.backward()
-        for q in params:  # Tributary divides the summed gradient by the batch.
-            q.grad.div_(len(ids))
+        batch_losses = losses(x[ids], y[ids])
+        batch_losses.sum().backward()
+        for q in params:
+            q.grad.div_(batch_losses.numel())
         opt.step()
+        return len(ids)
 
     for i in range(args.warmup):
         step(i)
     start = time.perf_counter()
-    samples = 0
-    for i in range(total):
-        step(args.warmup + i)
-        samples += min(args.batch, n - ((args.warmup + i) % steps_per_epoch) * args.batch)
+    samples = sum(step(args.warmup + i) for i in range(total))
     seconds = time.perf_counter() - start
-    result = {"samples_per_second": samples / seconds, "steps": total, "seconds": seconds,
-              "threads": args.threads, "test_accuracy": -1.0}
-    if args.test_x:
-        model.eval()
-        tx = torch.from_numpy(np.load(args.test_x).astype(np.float32, copy=False))
-        ty = torch.from_numpy(np.load(args.test_y).astype(np.int64, copy=False))
-        with torch.no_grad():
-            correct = sum(int((model(tx[k:k + 1000]).argmax(1) == ty[k:k + 1000]).sum())
-                          for k in range(0, tx.shape[0], 1000))
-        result["test_accuracy"] = correct / tx.shape[0]
-    print(json.dumps(result))
+    return {"samples_per_second": samples / seconds, "steps": total, "seconds": seconds,
+            "threads": args.threads, "test_accuracy": -1.0}
+
+
+def test_loss(model, tx, ty, losses) -> float:
+    """The mean loss per element over the test windows."""
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for k in range(0, tx.shape[0], 256):
+            batch_losses = losses(tx[k:k + 256], ty[k:k + 256])
+            total += float(batch_losses.double().sum())
+            count += batch_losses.numel()
+    return total / count
+
+
+def test_accuracy(model, tx, ty) -> float:
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(tx[k:k + 1000]).argmax(1) == ty[k:k + 1000]).sum())
+                      for k in range(0, tx.shape[0], 1000))
+    return correct / tx.shape[0]
 
 
 def windows(path: str, seq_len: int, limit: int = 0):
@@ -121,50 +153,6 @@ def windows(path: str, seq_len: int, limit: int = 0):
     span = starts[:, None] + torch.arange(seq_len + 1)[None, :]
     w = ids[span]
     return w[:, :-1].contiguous(), w[:, 1:].contiguous()
-
-
-def train_language_model(args) -> None:
-    x, y = windows(args.tokens, args.seq_len)
-    model = torch.jit.load(args.model)
-    model.train()
-    params = [q for q in model.parameters() if q.requires_grad]
-    opt = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
-           else torch.optim.SGD(params, lr=args.lr))
-    n = x.shape[0]
-    steps_per_epoch = (n + args.batch - 1) // args.batch
-    order = torch.randperm(n)
-
-    def step(i: int) -> int:
-        j = i % steps_per_epoch
-        ids = order[j * args.batch:(j + 1) * args.batch]
-        opt.zero_grad(set_to_none=False)
-        losses = model.loss(x[ids], y[ids])  # [N, T]
-        losses.sum().backward()
-        for q in params:  # The mean over every token of the batch, as Tributary takes it.
-            q.grad.div_(losses.numel())
-        opt.step()
-        return len(ids)
-
-    for i in range(args.warmup):
-        step(i)
-    start = time.perf_counter()
-    samples = 0
-    for i in range(args.steps):
-        samples += step(args.warmup + i)
-    seconds = time.perf_counter() - start
-    result = {"samples_per_second": samples / seconds, "steps": args.steps, "seconds": seconds,
-              "threads": args.threads, "test_accuracy": -1.0}
-    if args.test_tokens:
-        tx, ty = windows(args.test_tokens, args.seq_len, args.eval_windows)
-        model.eval()
-        total, count = 0.0, 0
-        with torch.no_grad():
-            for k in range(0, tx.shape[0], 256):
-                losses = model.loss(tx[k:k + 256], ty[k:k + 256])
-                total += float(losses.double().sum())
-                count += losses.numel()
-        result["test_loss"] = total / count
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ ABSL_FLAG(int, batch, 64, "Samples per step. Default: 64.");
 ABSL_FLAG(int, threads, 1,
           "Threads on each side: LibTorch intra-op and OpenBLAS for Tributary's replica, "
           "torch.set_num_threads and OPENBLAS_NUM_THREADS for PyTorch. Default: 1.");
+ABSL_FLAG(int, replicas, 1,
+          "Tributary's in-process replicas the batch is split over (ReplicaGroup, as a "
+          "worker's); --threads cores are shared among them (2 replicas, --threads=2: one "
+          "core each). PyTorch's side stays one process with --threads. Default: 1.");
 ABSL_FLAG(double, lr, 0.001, "Adam's learning rate on both sides. Default: 0.001.");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "The Python with torch and numpy that runs the PyTorch side. Default: "
@@ -69,7 +73,7 @@ constexpr char kUsage[] =
     "torchscript_bench: Tributary's TorchScript replica vs PyTorch training the same file in\n"
     "one process (same data, batch, Adam, threads).\n"
     "Usage: bazel run //bench/torchscript:torchscript_bench -- [--model_file=net.pt] "
-    "[--steps=200] [--threads=1]";
+    "[--example_model=char_lm] [--steps=200] [--threads=1] [--replicas=1]";
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "torchscript_bench: %s\n", status.ToString().c_str());
@@ -147,15 +151,23 @@ int Run(const char* argv0) {
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int batch = absl::GetFlag(FLAGS_batch);
   const int threads = absl::GetFlag(FLAGS_threads);
+  const int replicas = absl::GetFlag(FLAGS_replicas);
   if (steps < 1 || warmup < 0 || batch < 1 || threads < 1) {
     return Fail(absl::InvalidArgumentError("--steps, --batch and --threads must be >= 1"));
   }
+  if (replicas < 1 || replicas > threads || replicas > batch) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--replicas=%d: must be from 1 to --threads (%d) and --batch (%d)", replicas, threads,
+        batch)));
+  }
   std::printf("torchscript_bench: %s\n", MachineLine(machine).c_str());
-  std::printf("model %s, batch %d, Adam lr %g, %d threads, %d timed steps after %d\n",
-              model_path.c_str(), batch, absl::GetFlag(FLAGS_lr), threads, steps, warmup);
+  std::printf("model %s, batch %d, Adam lr %g, %d threads (tributary: %d replicas), %d timed "
+              "steps after %d\n",
+              model_path.c_str(), batch, absl::GetFlag(FLAGS_lr), threads, replicas, steps,
+              warmup);
   std::fflush(stdout);
 
-  // Tributary: the single-process trainer with one TorchScript replica.
+  // Tributary: the single-process trainer with --replicas TorchScript replicas.
   absl::StatusOr<std::shared_ptr<const std::string>> bytes =
       engine::ReadModelFile(model_path, engine::kDefaultMaxModelBytes);
   if (!bytes.ok()) return Fail(bytes.status());
@@ -184,7 +196,7 @@ int Run(const char* argv0) {
   // A constant rate, as torch.optim.Adam on the PyTorch side keeps it.
   spec.mutable_optimizer()->mutable_schedule()->set_kind(v1::CONSTANT);
   engine::TrainerOptions options;
-  options.replicas = 1;
+  options.replicas = static_cast<uint32_t>(replicas);
   options.cpu_threads = threads;
   options.torchscript_bytes = *bytes;
   absl::StatusOr<std::unique_ptr<engine::LocalTrainer>> trainer =
@@ -203,7 +215,8 @@ int Run(const char* argv0) {
   const double ours_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double ours = samples / ours_seconds;
-  std::printf("tributary TorchScript replica: %.0f samples/s (%.2f s)\n", ours, ours_seconds);
+  std::printf("tributary, %d TorchScript replica(s): %.0f samples/s (%.2f s)\n", replicas, ours,
+              ours_seconds);
   std::fflush(stdout);
   double ours_test_loss = 0;
   if (tokens) {
@@ -268,10 +281,11 @@ int Run(const char* argv0) {
   std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   absl::PrintF(
       "{\"bench\": \"torchscript\", %s, \"model\": %s, \"batch\": %d, \"threads\": %d, "
+      "\"replicas\": %d, "
       "\"steps\": %d, \"tributary_samples_per_second\": %.1f, "
       "\"pytorch_samples_per_second\": %.1f, \"ratio\": %s, \"tributary_test_loss\": %.5f, "
       "\"pytorch_test_loss\": %.5f, \"unigram_entropy\": %.5f}\n",
-      MachineJsonMembers(machine, after), JsonQuote(model_path), batch, threads, steps, ours,
+      MachineJsonMembers(machine, after), JsonQuote(model_path), batch, threads, replicas, steps, ours,
       theirs, RatioJson(ours, theirs), ours_test_loss, theirs_test_loss, unigram_entropy);
   return 0;
 }
