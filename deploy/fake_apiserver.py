@@ -40,6 +40,7 @@ RESOURCES = [
     # CustomResourceDefinitions of the Prometheus Operator.
     ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True),
     ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", True),
+    ("monitoring.coreos.com/v1", "prometheusrules", "PrometheusRule", True),
 ]
 
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "linux/amd64"}

@@ -1003,6 +1003,69 @@ class ServiceMonitorTest(unittest.TestCase):
             self.assertIn(named, result.stderr)
 
 
+class PrometheusRuleAndDashboardTest(unittest.TestCase):
+    def chart_file(self, name):
+        with open(os.path.join(os.path.dirname(ARGS.chart), "files", name)) as f:
+            return f.read()
+
+    def test_absent_by_default(self):
+        items = TOOLS.render()
+        self.assertEqual(by_kind(items, "PrometheusRule"), {})
+        self.assertNotIn("tributary-grafana-dashboard", by_kind(items, "ConfigMap"))
+
+    def test_the_rule_carries_the_rules_file_as_it_is(self):
+        items = TOOLS.render(sets=["metrics.prometheusRule.enabled=true",
+                                   "metrics.prometheusRule.labels.release=kube-prometheus"])
+        rule = one(items, "PrometheusRule", "tributary")
+        self.assertEqual(rule["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(rule["metadata"]["namespace"], NAMESPACE)
+        self.assertEqual(rule["metadata"]["labels"]["release"], "kube-prometheus")
+        self.assertEqual(rule["metadata"]["labels"]["app.kubernetes.io/component"], "metrics")
+        text = self.chart_file("prometheus-rules.yaml")
+        groups = rule["spec"]["groups"]
+        self.assertEqual([g["name"] for g in groups],
+                         re.findall(r"^  - name: (\S+)", text, flags=re.M))
+        rendered = [r.get("alert") or r.get("record") for g in groups for r in g["rules"]]
+        self.assertEqual(rendered, re.findall(r"^      - (?:alert|record): (\S+)", text,
+                                              flags=re.M))
+        # Every expression and annotation template survives the chart unchanged (Helm
+        # does not expand the alerts' own {{ $labels... }}).
+        squash = lambda t: re.sub(r"\s+", " ", t).strip()
+        for group in groups:
+            for r in group["rules"]:
+                self.assertIn(squash(r["expr"]), squash(text), r)
+                for value in r.get("annotations", {}).values():
+                    self.assertIn("{{", value + "{{", r)
+                    self.assertIn(squash(value)[:40], squash(text), r)
+        alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+        self.assertIn("{{ $labels.instance }}", alerts["TributaryStraggler"]["annotations"]["summary"])
+
+    def test_the_dashboard_configmap_is_labelled_for_grafanas_sidecar(self):
+        items = TOOLS.render(sets=["metrics.grafanaDashboard.enabled=true"])
+        config_map = one(items, "ConfigMap", "tributary-grafana-dashboard")
+        self.assertEqual(config_map["metadata"]["labels"]["grafana_dashboard"], "1")
+        dashboard = json.loads(config_map["data"]["tributary.json"])
+        self.assertEqual(dashboard, json.loads(self.chart_file("grafana-dashboard.json")))
+        self.assertEqual(dashboard["uid"], "tributary")
+        items = TOOLS.render(sets=["metrics.grafanaDashboard.enabled=true",
+                                   "metrics.grafanaDashboard.label=dashboards",
+                                   "metrics.grafanaDashboard.labelValue=tributary",
+                                   "metrics.grafanaDashboard.annotations.grafana_folder=ML"])
+        config_map = one(items, "ConfigMap", "tributary-grafana-dashboard")
+        self.assertEqual(config_map["metadata"]["labels"]["dashboards"], "tributary")
+        self.assertNotIn("grafana_dashboard", config_map["metadata"]["labels"])
+        self.assertEqual(config_map["metadata"]["annotations"]["grafana_folder"], "ML")
+
+    def test_bad_settings_are_refused(self):
+        for item, named in (("metrics.prometheusRule.enable=true", "enable"),
+                            ("metrics.grafanaDashboard.label=bad label", "label"),
+                            ("metrics.grafanaDashboard.labelValue=-x-", "labelValue")):
+            result = TOOLS.template(sets=[item], check=False)
+            self.assertNotEqual(result.returncode, 0, item)
+            self.assertIn("values don't meet the specifications of the schema", result.stderr)
+            self.assertIn(named, result.stderr)
+
+
 class ComponentImagesTest(unittest.TestCase):
     def images(self, items):
         found = {}

@@ -43,6 +43,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                            "Training steps this worker has completed in the job.")),
       samples_per_second_family_(Gauges(registry, "tributary_worker_samples_per_second",
                                         "This worker's recent training throughput.")),
+      samples_family_(prometheus::BuildCounter()
+                          .Name("tributary_worker_samples_total")
+                          .Help("Training samples this worker's replicas have trained on in "
+                                "the job (since this process joined it).")
+                          .Register(registry)),
       test_accuracy_family_(Gauges(registry, "tributary_worker_test_accuracy",
                                    "Latest test accuracy this worker measured (-1: none).")),
       training_loss_family_(Gauges(registry, "tributary_worker_training_loss",
@@ -71,6 +76,7 @@ void WorkerMetrics::StartJob(const std::string& job_id) {
   if (steps_ != nullptr) {
     steps_family_.Remove(steps_);
     samples_per_second_family_.Remove(samples_per_second_);
+    samples_family_.Remove(samples_);
     test_accuracy_family_.Remove(test_accuracy_);
     training_loss_family_.Remove(training_loss_);
     learning_rate_family_.Remove(learning_rate_);
@@ -83,6 +89,7 @@ void WorkerMetrics::StartJob(const std::string& job_id) {
   const std::map<std::string, std::string> labels = {{"job_id", job_id}};
   steps_ = &steps_family_.Add(labels);
   samples_per_second_ = &samples_per_second_family_.Add(labels);
+  samples_ = &samples_family_.Add(labels);
   test_accuracy_ = &test_accuracy_family_.Add(labels);
   training_loss_ = &training_loss_family_.Add(labels);
   learning_rate_ = &learning_rate_family_.Add(labels);

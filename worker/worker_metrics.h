@@ -4,6 +4,7 @@
 //   tributary_worker_steps_completed, tributary_worker_samples_per_second,
 //   tributary_worker_test_accuracy, tributary_worker_training_loss,
 //   tributary_worker_learning_rate (gauges)
+//   tributary_worker_samples_total (counter)
 //   tributary_worker_{step,push_wait,reduce,parameters_wait}_seconds (histograms)
 // Of the worker process:
 //   tributary_worker_generation (gauge)
@@ -33,6 +34,7 @@ class WorkerMetrics {
   // The current job's series (a job "" until StartJob).
   prometheus::Gauge& steps() { return *steps_; }
   prometheus::Gauge& samples_per_second() { return *samples_per_second_; }
+  prometheus::Counter& samples() { return *samples_; }
   prometheus::Gauge& test_accuracy() { return *test_accuracy_; }
   prometheus::Gauge& training_loss() { return *training_loss_; }
   prometheus::Gauge& learning_rate() { return *learning_rate_; }
@@ -49,6 +51,7 @@ class WorkerMetrics {
  private:
   prometheus::Family<prometheus::Gauge>& steps_family_;
   prometheus::Family<prometheus::Gauge>& samples_per_second_family_;
+  prometheus::Family<prometheus::Counter>& samples_family_;
   prometheus::Family<prometheus::Gauge>& test_accuracy_family_;
   prometheus::Family<prometheus::Gauge>& training_loss_family_;
   prometheus::Family<prometheus::Gauge>& learning_rate_family_;
@@ -60,6 +63,7 @@ class WorkerMetrics {
   std::string job_id_;
   prometheus::Gauge* steps_ = nullptr;
   prometheus::Gauge* samples_per_second_ = nullptr;
+  prometheus::Counter* samples_ = nullptr;
   prometheus::Gauge* test_accuracy_ = nullptr;
   prometheus::Gauge* training_loss_ = nullptr;
   prometheus::Gauge* learning_rate_ = nullptr;

@@ -501,6 +501,7 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
     const double samples_per_second =
         stats->step_seconds > 0 ? stats->loss.samples / stats->step_seconds : 0;
     throughput = throughput == 0 ? samples_per_second : 0.9 * throughput + 0.1 * samples_per_second;
+    metrics_.samples().Increment(static_cast<double>(stats->loss.samples));
     metrics_.step_seconds().Observe(stats->step_seconds);
     metrics_.push_wait_seconds().Observe(stats->push_wait_seconds);
     metrics_.reduce_seconds().Observe(stats->reduce_seconds);
