@@ -81,7 +81,11 @@ ABSL_FLAG(uint32_t, batch, 64, "Global batch size (samples per step, all replica
 ABSL_FLAG(uint32_t, epochs, 3, "Epochs; 0 = bounded by --max_steps only. Default: 3.");
 ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps; 0 = no cap. Default: 0.");
 ABSL_FLAG(uint64_t, eval_interval, 0,
-          "Evaluate on the test split every N steps; 0 = each epoch. Default: 0.");
+          "Evaluate every N steps and after the last step; 0 = about ten times a run. "
+          "Default: 0.");
+ABSL_FLAG(uint64_t, eval_samples, 0,
+          "Test samples each evaluation before the last step takes (the first of the test "
+          "split); 0 = 1000. The final evaluation takes the whole test split. Default: 0.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of initial parameters, data order and dropout. Default: 1.");
 
 // --- Optimizer ---
@@ -192,6 +196,7 @@ constexpr std::pair<const char*, const char*> kFlagOfField[] = {
     {"epochs", "epochs"},
     {"max_steps", "max_steps"},
     {"eval_interval_steps", "eval_interval"},
+    {"eval_samples", "eval_samples"},
     {"seed", "seed"},
     {"optimizer.type", "optimizer"},
     {"optimizer.learning_rate", "lr"},
@@ -455,6 +460,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(std::shared_ptr<const std::string>*
   if (use("epochs")) spec.set_epochs(absl::GetFlag(FLAGS_epochs));
   if (use("max_steps")) spec.set_max_steps(absl::GetFlag(FLAGS_max_steps));
   if (use("eval_interval")) spec.set_eval_interval_steps(absl::GetFlag(FLAGS_eval_interval));
+  if (use("eval_samples")) spec.set_eval_samples(absl::GetFlag(FLAGS_eval_samples));
   if (use("seed")) spec.set_seed(absl::GetFlag(FLAGS_seed));
 
   v1::OptimizerSpec& optimizer = *spec.mutable_optimizer();

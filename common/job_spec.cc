@@ -363,6 +363,16 @@ bool IsModelFileName(const std::string& name) {
   return true;
 }
 
+uint64_t EvalIntervalSteps(const v1::JobSpec& spec, uint64_t total_steps) {
+  if (spec.eval_interval_steps() > 0) return spec.eval_interval_steps();
+  return std::max<uint64_t>(1, (total_steps + kDefaultEvaluationsPerRun - 1) /
+                                   kDefaultEvaluationsPerRun);
+}
+
+uint64_t PeriodicEvalSamples(const v1::JobSpec& spec) {
+  return spec.eval_samples() > 0 ? spec.eval_samples() : kDefaultEvalSamples;
+}
+
 v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.name().empty()) spec.set_name("job");
   ModelDefaults(*spec.mutable_model());

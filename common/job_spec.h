@@ -56,6 +56,16 @@ inline constexpr char kTorchScriptModel[] = "torchscript";
 inline bool IsTorchScript(const v1::ModelSpec& model) { return model.name() == kTorchScriptModel; }
 
 inline constexpr uint32_t kMaxPendingTimeoutSeconds = 31536000;
+// Evaluations of a run when JobSpec.eval_interval_steps is 0, and the test samples of
+// each evaluation before the last step when JobSpec.eval_samples is 0.
+inline constexpr uint64_t kDefaultEvaluationsPerRun = 10;
+inline constexpr uint64_t kDefaultEvalSamples = 1000;
+
+// Steps between evaluations of a job of `total_steps`: its eval_interval_steps, or about
+// kDefaultEvaluationsPerRun a run (at least 1).
+uint64_t EvalIntervalSteps(const v1::JobSpec& spec, uint64_t total_steps);
+// Test samples an evaluation before the last step takes (the first of the split).
+uint64_t PeriodicEvalSamples(const v1::JobSpec& spec);
 // The longest JobSpec.init_from path.
 inline constexpr size_t kMaxInitFromBytes = 4096;
 

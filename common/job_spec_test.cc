@@ -366,5 +366,22 @@ TEST(JobSpecTest, PathsWithDotDotAreRefusedNamingTheField) {
   }
 }
 
+TEST(JobSpecTest, AboutTenEvaluationsARunOnAThousandTestSamplesUnlessAsked) {
+  v1::JobSpec spec;
+  EXPECT_EQ(EvalIntervalSteps(spec, 938), 94u);  // One Fashion-MNIST epoch: 10 evaluations.
+  EXPECT_EQ(EvalIntervalSteps(spec, 940), 94u);
+  EXPECT_EQ(EvalIntervalSteps(spec, 941), 95u);
+  EXPECT_EQ(EvalIntervalSteps(spec, 4), 1u);
+  EXPECT_EQ(EvalIntervalSteps(spec, 0), 1u);
+  EXPECT_EQ(EvalIntervalSteps(spec, uint64_t{1} << 40), ((uint64_t{1} << 40) + 9) / 10);
+  EXPECT_EQ(PeriodicEvalSamples(spec), 1000u);
+  spec.set_eval_interval_steps(50);
+  spec.set_eval_samples(200);
+  EXPECT_EQ(EvalIntervalSteps(spec, 938), 50u);
+  EXPECT_EQ(PeriodicEvalSamples(spec), 200u);
+  // WithDefaults leaves both to the worker, which knows the steps.
+  EXPECT_EQ(WithDefaults(v1::JobSpec()).eval_interval_steps(), 0u);
+}
+
 }  // namespace
 }  // namespace tributary

@@ -92,7 +92,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   const uint64_t log_interval = std::max<uint64_t>(1, absl::GetFlag(FLAGS_log_interval));
-  const uint64_t per_epoch = trainer.sampler().steps_per_epoch();
   const auto start = std::chrono::steady_clock::now();
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -111,9 +110,12 @@ int main(int argc, char** argv) {
                ? absl::StrCat(std::min<uint64_t>(epoch + 1, spec.epochs()), "/", spec.epochs())
                : absl::StrCat(epoch + 1);
   };
+  // As the cluster's rank 0 evaluates: before the last step on the test split's first
+  // samples, after it on all of them.
   auto evaluate = [&](uint64_t step, uint64_t epoch) -> absl::Status {
     const auto t = std::chrono::steady_clock::now();
-    absl::StatusOr<tributary::engine::LossStats> eval = trainer.Evaluate();
+    absl::StatusOr<tributary::engine::LossStats> eval =
+        trainer.Evaluate(trainer.done() ? 0 : tributary::PeriodicEvalSamples(spec));
     if (!eval.ok()) return eval.status();
     last_eval = *eval;
     evaluated = true;
@@ -149,9 +151,7 @@ int main(int argc, char** argv) {
       window = {};
       window_start = std::chrono::steady_clock::now();
     }
-    const bool epoch_end = done % per_epoch == 0;
-    const uint64_t interval = spec.eval_interval_steps();
-    const bool due = interval > 0 ? done % interval == 0 : epoch_end;
+    const bool due = done % tributary::EvalIntervalSteps(spec, trainer.total_steps()) == 0;
     if ((due || trainer.done()) && trainer.data().test.size() > 0) {
       const auto eval_start = std::chrono::steady_clock::now();
       if (absl::Status s = evaluate(done, result->epoch); !s.ok()) return Fail(s);

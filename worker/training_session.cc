@@ -535,12 +535,12 @@ void TrainingSession::Interrupt(const std::string& reason) {
   if (ps_ != nullptr) ps_->Interrupt(reason);
 }
 
-absl::StatusOr<engine::LossStats> TrainingSession::Evaluate() {
+absl::StatusOr<engine::LossStats> TrainingSession::Evaluate(uint64_t max_samples) {
   if (absl::Status updated = FinishUpdate(); !updated.ok()) return updated;
   if (data_.test.size() == 0) {
     return absl::FailedPreconditionError("the dataset has no test split");
   }
-  return replicas_->Evaluate(data_.test, options_.eval_batch_size);
+  return replicas_->Evaluate(data_.test, options_.eval_batch_size, max_samples);
 }
 
 }  // namespace tributary::worker

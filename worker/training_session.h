@@ -125,8 +125,9 @@ class TrainingSession {
   // The job's learning rate at `step` (its optimizer's schedule and warm-up).
   float LearningRate(uint64_t step) const;
 
-  // Loss and accuracy of the current parameters on the test split (after FinishUpdate).
-  absl::StatusOr<engine::LossStats> Evaluate();
+  // Loss and accuracy of the current parameters on the test split's first
+  // `max_samples` samples (0: all), after FinishUpdate.
+  absl::StatusOr<engine::LossStats> Evaluate(uint64_t max_samples = 0);
 
   uint64_t total_steps() const { return total_steps_; }
   uint64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }

@@ -415,7 +415,10 @@ bool WorkerRuntime::HoldIfPaused(TrainingSession& session, uint64_t step) {
 }
 
 void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) {
-  absl::StatusOr<engine::LossStats> evaluated = session.Evaluate();
+  // Before the last step, the first samples of the test split; after it, all of them.
+  const bool final = steps_done >= session.total_steps();
+  absl::StatusOr<engine::LossStats> evaluated =
+      session.Evaluate(final ? 0 : PeriodicEvalSamples(session.assignment().job()));
   if (!evaluated.ok()) {
     LOG_FIRST_N(WARNING, 1) << "no evaluation: " << evaluated.status();
     return;
@@ -469,9 +472,7 @@ bool WorkerRuntime::FinishUpdate(TrainingSession& session, uint64_t steps_done) 
 
 void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
   const v1::Assignment& assignment = session.assignment();
-  const uint64_t eval_interval = assignment.job().eval_interval_steps() > 0
-                                     ? assignment.job().eval_interval_steps()
-                                     : session.steps_per_epoch();
+  const uint64_t eval_interval = EvalIntervalSteps(assignment.job(), session.total_steps());
   const bool evaluates = assignment.global_rank() == 0;
   double throughput = 0;
   for (uint64_t step = first_step; step < session.total_steps(); ++step) {

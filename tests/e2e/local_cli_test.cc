@@ -25,6 +25,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/parameters.h"
 #include "common/channel.h"
@@ -32,6 +34,7 @@
 #include "common/cluster_auth.h"
 #include "common/tls.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "services/coordinator/history_file.h"
 #include "tests/e2e/local_run.h"
 #include "tests/e2e/test_binaries.h"
 
@@ -115,6 +118,54 @@ TEST(LocalCliTest, SyncEqualsTheSingleProcessTrainer) {
   }
   EXPECT_LE(worst / largest, 1e-5) << "distributed vs single process after 22 steps";
   EXPECT_GT(worst, 0) << "bit-identical is suspicious: were both files written by one side?";
+}
+
+TEST(LocalCliTest, ProgressTellsTheTruthOnAShortRun) {
+  // --progress_interval=120 on a job of a few seconds. The launcher's first poll used to
+  // come at the interval: it noticed the end up to 120 s late (and counted that in
+  // wall_seconds), and, never having seen the job RUNNING, printed "elapsed 00:00".
+  // Evaluations came once per epoch only: a one-epoch run showed no accuracy until the
+  // end. Now about ten a run, on the test split's first --eval_samples.
+  LocalRun run = StartLocal("slow_progress", {"--train_limit=20000", "--test_limit=2000",
+                                              "--eval_samples=500", "--epochs=2",
+                                              "--layers=784,64,10",
+                                              "--progress_interval=120"});
+  ASSERT_EQ(WaitForExit(run, absl::Minutes(5)), 0) << run.process->LogTail(30);
+  const google::protobuf::Struct summary = ReadJson(run.summary);
+  const double training = Number(summary, "training_seconds");
+  const double wall = Number(summary, "wall_seconds");
+  EXPECT_GT(training, 0);
+  // Start-up, the job, and the end noticed within a poll (0.5 s): nowhere near the
+  // interval, on however loaded a machine.
+  EXPECT_LT(wall, training + 60) << "the end was noticed at the next progress line";
+  // The last line says how long the job trained, by the job's own clock.
+  const std::string log = ReadFileToString(run.dir + "/tributary.log").value_or("");
+  std::string last;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "COMPLETED")) last = std::string(line);
+  }
+  EXPECT_TRUE(absl::StrContains(last, "step 626/626")) << log;  // 313 steps an epoch.
+  const int64_t s = static_cast<int64_t>(training + 0.5);
+  EXPECT_TRUE(absl::StrContains(last, absl::StrFormat("elapsed %02d:%02d", s / 60, s % 60)))
+      << "training_seconds " << training << ", the last line: " << last;
+
+  // Ten evaluations: every ceil(626 / 10) = 63 steps on the first 500 test samples (so
+  // each accuracy is a whole number of 500ths), then after step 626 on all 2000.
+  absl::StatusOr<v1::JobHistory> history = coordinator::LoadHistoryFile(
+      run.dir + "/cluster/coordinator-state", summary.fields().at("job_id").string_value());
+  ASSERT_TRUE(history.ok()) << history.status();
+  ASSERT_EQ(history->evaluations_size(), 10);
+  for (int i = 0; i < 9; ++i) {
+    const v1::EvaluationPoint& point = history->evaluations(i);
+    EXPECT_EQ(point.step(), 63u * (i + 1));
+    const double correct = point.test_accuracy() * 500;
+    EXPECT_NEAR(correct, std::round(correct), 1e-3) << "step " << point.step();
+  }
+  const v1::EvaluationPoint& final = history->evaluations(9);
+  EXPECT_EQ(final.step(), 626u);
+  EXPECT_FLOAT_EQ(final.test_accuracy(), Number(summary, "test_accuracy"));
+  // (Each of the nine is a multiple of 1/500 by chance with odds 1 in 4 if it were
+  // taken on all 2000: all nine, 4e-6.)
 }
 
 TEST(LocalCliTest, PauseResumeAndStopThroughTheApiWhileItRuns) {

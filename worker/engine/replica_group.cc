@@ -79,7 +79,8 @@ absl::StatusOr<LossStats> ReplicaGroup::ComputeGradientSum(const Dataset& data,
   return sum;
 }
 
-absl::StatusOr<LossStats> ReplicaGroup::Evaluate(const Dataset& data, int64_t batch_size) {
+absl::StatusOr<LossStats> ReplicaGroup::Evaluate(const Dataset& data, int64_t batch_size,
+                                                 uint64_t max_samples) {
   if (data.feature_size() != model().input.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset ", data.source, ": ", data.feature_size(), " features per sample, model ",
@@ -87,8 +88,11 @@ absl::StatusOr<LossStats> ReplicaGroup::Evaluate(const Dataset& data, int64_t ba
   }
   std::vector<uint64_t> ids;
   LossStats total;
-  for (int64_t start = 0; start < data.size(); start += batch_size) {
-    const int64_t count = std::min(batch_size, data.size() - start);
+  const int64_t size = max_samples > 0 && max_samples < static_cast<uint64_t>(data.size())
+                           ? static_cast<int64_t>(max_samples)
+                           : data.size();
+  for (int64_t start = 0; start < size; start += batch_size) {
+    const int64_t count = std::min(batch_size, size - start);
     ids.resize(count);
     for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<uint64_t>(start + i);
     absl::Status status = RunOnAll([&](int i) -> absl::Status {

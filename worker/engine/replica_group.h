@@ -40,9 +40,11 @@ class ReplicaGroup {
                                                const std::vector<uint64_t>& samples,
                                                const DropoutKey& key, float* grad_sum);
 
-  // Loss and accuracy over the whole dataset, in chunks of batch_size samples, each
-  // chunk split over the replicas. Replicas must hold the parameters to evaluate.
-  absl::StatusOr<LossStats> Evaluate(const Dataset& data, int64_t batch_size);
+  // Loss and accuracy over the dataset's first `max_samples` samples (0: all of them),
+  // in chunks of batch_size samples, each chunk split over the replicas. Replicas must
+  // hold the parameters to evaluate.
+  absl::StatusOr<LossStats> Evaluate(const Dataset& data, int64_t batch_size,
+                                     uint64_t max_samples = 0);
 
   // Calls SetParameters(host, 0, num_parameters) on every replica.
   absl::Status SetParameters(const float* host);

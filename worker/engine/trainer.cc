@@ -167,13 +167,13 @@ absl::StatusOr<StepResult> LocalTrainer::Step() {
   return result;
 }
 
-absl::StatusOr<LossStats> LocalTrainer::Evaluate() {
+absl::StatusOr<LossStats> LocalTrainer::Evaluate(uint64_t max_samples) {
   if (data_.test.size() == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("trainer: dataset ", data_.train.source, " has no test split"));
   }
   if (absl::Status s = group_->SetParameters(parameters_.data()); !s.ok()) return s;
-  return group_->Evaluate(data_.test, options_.eval_batch_size);
+  return group_->Evaluate(data_.test, options_.eval_batch_size, max_samples);
 }
 
 absl::StatusOr<LossStats> LocalTrainer::EvaluateTrain() {

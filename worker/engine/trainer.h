@@ -58,9 +58,10 @@ class LocalTrainer {
   // Runs step() and advances. FAILED_PRECONDITION once every step has run.
   absl::StatusOr<StepResult> Step();
 
-  // Loss and accuracy of the current parameters on the test split (FAILED_PRECONDITION
-  // when there is none) or on the training split.
-  absl::StatusOr<LossStats> Evaluate();
+  // Loss and accuracy of the current parameters on the test split's first
+  // `max_samples` samples (0: all; FAILED_PRECONDITION when there is none) or on the
+  // training split.
+  absl::StatusOr<LossStats> Evaluate(uint64_t max_samples = 0);
   absl::StatusOr<LossStats> EvaluateTrain();
 
   uint64_t step() const { return step_; }

@@ -2,7 +2,8 @@
 conversion of what the servers answer (errors, streams, partitions, progress) against
 in-process fake servers built from the generated servicers.
 
-  client_unit_test.py --cli=BIN   (the real `tributary`, for `auth-header`)
+  client_unit_test.py --cli=BIN --token_model=PT   (the real `tributary`, for
+  `auth-header` and `spec`; a TorchScript file for `spec --model_file`)
 """
 import argparse
 import array
@@ -11,6 +12,7 @@ import dataclasses
 import hashlib
 import os
 import pickle
+import re
 import stat
 import subprocess
 import sys
@@ -204,6 +206,112 @@ class JobSpecTest(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             specs.name_model_file(specs.job_spec({"model": {"name": "cnn"}}), model)
         self.assertIn("'cnn'", str(e.exception))
+
+
+class CliNamesTest(unittest.TestCase):
+    """A dict may use the CLI's job flags: the same fields, the same values, as
+    `tributary spec` makes of them."""
+
+    # Each dict a set of flags `tributary spec` accepts together.
+    FLAG_SETS = [
+        {"dataset": "npy", "train_npy": "x.npy", "train_labels_npy": "y.npy",
+         "test_npy": "tx.npy", "test_labels_npy": "ty.npy", "batch": 128, "epochs": 2,
+         "optimizer": "adam", "lr": 0.01, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
+         "lr_schedule": "step", "lr_step_size": 100, "lr_gamma": 0.5, "warmup_steps": 10,
+         "train_limit": 500, "test_limit": 50, "job_devices": "cpu"},
+        {"dataset": "tokens", "train_tokens": "t.npy", "test_tokens": "v.npy", "seq_len": 32,
+         "mode": "local_sgd", "sync_every": 4, "outer_optimizer": "momentum", "outer_lr": 0.7,
+         "outer_momentum": 0.8, "outer_nesterov": True, "wire_dtype": "bfloat16",
+         "replicas": 2, "nodes_min": 2, "nodes_max": 3},
+        {"dataset": "csv", "train_csv": "a.csv", "test_csv": "b.csv", "label_column": 3,
+         "csv_header": True, "model": "cnn", "conv_channels": "8,16", "input_shape": "1,28,28",
+         "layers": "64,10", "dropout": 0.25, "mode": "bounded", "staleness": 2,
+         "job_name": "named", "seed": 7, "max_steps": 50, "eval_interval": 10,
+         "eval_samples": 200,
+         "checkpoint_interval": 20, "checkpoint_dir": "/tmp/c", "pending_timeout": 30,
+         "partition_bytes": 65536, "optimizer": "momentum", "momentum": 0.5,
+         "nesterov": True, "weight_decay": 0.01, "lr_schedule": "cosine", "min_lr": 0.001},
+        {"dataset": "synthetic", "synthetic_train": 100, "synthetic_test": 20,
+         "synthetic_features": 8, "synthetic_classes": 3, "layers": [8, 4, 3],
+         "normalize": True, "resume": "job-1-abcd", "mode": "async", "optimizer": "adamw"},
+        {"dataset": "idx", "data_dir": "/data/fashion", "init_from": "params.f32",
+         "model": "logreg", "layers": "784,10"},
+    ]
+
+    @staticmethod
+    def field(message, path):
+        """The value at a proto3 JSON path ("dataset.trainPath") of a message."""
+        for name in path.split("."):
+            snake = "".join("_" + c.lower() if c.isupper() else c for c in name)
+            message = getattr(message, snake)
+        return list(message) if hasattr(message, "__len__") and not isinstance(
+            message, (str, bytes)) else message
+
+    def cli_spec(self, flags):
+        words = []
+        for name, value in flags.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, list):
+                value = ",".join(str(v) for v in value)
+            words.append("--%s=%s" % (name, value))
+        if flags.get("dataset") == "tokens":  # Only a model of the user's own takes tokens.
+            words.append("--model_file=" + ARGS.token_model)
+        result = subprocess.run([ARGS.cli, "spec", *words], capture_output=True, text=True,
+                                timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return specs.job_spec(result.stdout)
+
+    def test_every_job_flag_has_a_name(self):
+        helpfull = subprocess.run([ARGS.cli, "--helpfull"], capture_output=True, text=True,
+                                  timeout=60).stdout
+        section = helpfull.split("Flags from cli/job_flags.cc:", 1)[1].split("Flags from", 1)[0]
+        flags = set(re.findall(r"^\s+--(\w+)", section, re.M))
+        self.assertGreater(len(flags), 50)
+        named = set(tributary_client.CLI_NAMES) | set(specs._NOT_FIELDS)
+        self.assertEqual(named, flags)
+
+    def test_each_flag_sets_the_field_tributary_spec_sets(self):
+        covered = set()
+        for flags in self.FLAG_SETS:
+            with self.subTest(flags=flags):
+                ours = specs.job_spec(flags)
+                theirs = self.cli_spec(flags)
+                for name in flags:
+                    path = tributary_client.CLI_NAMES[name][0]
+                    self.assertEqual(self.field(ours, path), self.field(theirs, path),
+                                     "%s (%s)" % (name, path))
+                    covered.add(name)
+        self.assertEqual(covered, set(tributary_client.CLI_NAMES))
+
+    def test_flags_and_fields_mix_and_shared_names_go_by_value(self):
+        spec = specs.job_spec({"batch": 32, "dataset": {"format": "NPY"}, "train_npy": "x.npy",
+                               "mode": "LOCAL_SGD", "sync_every": 2, "model": "mlp"})
+        self.assertEqual((spec.global_batch_size, spec.dataset.format, spec.dataset.train_path,
+                          spec.mode, spec.sync_every, spec.model.name),
+                         (32, job_pb2.NPY, "x.npy", job_pb2.LOCAL_SGD, 2, "mlp"))
+        self.assertEqual(specs.job_spec({"mode": "local_sgd"}).mode, job_pb2.LOCAL_SGD)
+        self.assertEqual(specs.job_spec({"optimizer": {"type": "ADAM"}, "lr": 0.5}).optimizer,
+                         specs.job_spec({"optimizer": "adam", "lr": 0.5}).optimizer)
+
+    def test_flag_refusals_name_the_flag(self):
+        for spec, texts in [
+                ({"batch": 32, "globalBatchSize": 64}, ["'batch'", "globalBatchSize"]),
+                ({"batch": 32, "global_batch_size": 64}, ["'batch'", "global_batch_size"]),
+                ({"train_npy": "x", "train_csv": "y"}, ["train_npy", "train_csv"]),
+                ({"mode": "eventually"}, ["mode", "sync, async, bounded, local_sgd",
+                                          "eventually"]),
+                ({"dataset": "parquet"}, ["dataset", "parquet"]),
+                ({"layers": "784,a,10"}, ["layers", "784,a,10"]),
+                ({"layers": "784,0"}, ["layers"]),
+                ({"model_file": "net.pt"}, ["model_file", "upload_model"]),
+                ({"job_json": "{}"}, ["job_json"]),
+                ({"epochz": 1}, ["epochz", "CLI_NAMES"])]:
+            with self.subTest(spec=spec):
+                with self.assertRaises(ValueError) as e:
+                    specs.job_spec(spec)
+                for text in texts:
+                    self.assertIn(text, str(e.exception))
 
 
 class DocumentationTest(unittest.TestCase):
@@ -630,5 +738,7 @@ def io_bytes(module):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--cli", required=True)
+    parser.add_argument("--token_model", required=True,
+                        help="a TorchScript language model, for `tributary spec` on token data")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest)

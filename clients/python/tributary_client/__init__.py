@@ -23,7 +23,7 @@ from .credentials import read_cluster_secret, role_credential
 from .errors import JobFailedError, TributaryError, WaitTimeoutError
 from .export import ExportResult
 from .parameters import Parameters, PartitionInfo, load_parameters
-from .specs import job_spec, to_dict
+from .specs import CLI_NAMES, job_spec, to_dict
 
 __version__ = "0.1.0"
 
@@ -35,6 +35,7 @@ OptimizerType = _job_pb2.OptimizerType
 DatasetFormat = _job_pb2.DatasetFormat
 
 __all__ = [
+    "CLI_NAMES",
     "Client",
     "DatasetFormat",
     "ExportResult",
