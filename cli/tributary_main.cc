@@ -781,10 +781,10 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
     const std::string line = ProgressLine(job, TrainingSeconds(job));
     if (tty) {
       std::cout << "\r\033[K" << line << std::flush;
-    } else if (now - last_line > std::max(interval, absl::Seconds(10)) ||
+    } else if (now - last_line >= std::max(interval, absl::Seconds(10)) ||
                IsTerminal(job.state())) {
       std::cout << line << std::endl;
-      last_line = absl::Now();
+      last_line = now;
     }
     if (IsTerminal(job.state())) {
       if (tty) std::cout << "\n";

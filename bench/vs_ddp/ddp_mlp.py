@@ -9,9 +9,10 @@ dataset.normalize is set), Linear -> ReLU (-> Dropout) layers, softmax cross-ent
 the same optimizer, learning rate, schedule and weight decay, a global batch split over
 the processes (the first ones take the remainder), an epoch's short last batch kept, the
 gradient of the global batch mean (each process scales its loss sum by
-world_size / global_batch), evaluation on the test set at each epoch's end (or every
-eval_interval_steps) by rank 0. Initial values come from torch's default init seeded
-with the job's seed, not from Tributary's.
+world_size / global_batch), evaluation by rank 0 every eval_interval_steps (0: about
+ten times a run, every ceil(steps / 10)) on the test set's first eval_samples (0: 1000)
+and after the last step on all of it. Initial values come from torch's default init
+seeded with the job's seed, not from Tributary's.
 
 Prints evaluations as they come and, last, one JSON line (rank 0):
   processes, threads, steps, batch, samples, test_accuracy, test_loss, final_loss,
@@ -242,7 +243,10 @@ def train(rank, args, spec, data):
     total = epochs * per_epoch if epochs > 0 else max_steps
     if max_steps > 0 and max_steps < total:
         total = max_steps
-    eval_interval = int(spec.get("eval_interval_steps", 0))
+    # As Tributary's rank 0 evaluates (common/job_spec.h EvalIntervalSteps,
+    # PeriodicEvalSamples): about ten times a run on the first 1000 test samples.
+    eval_interval = int(spec.get("eval_interval_steps", 0)) or max(1, (total + 9) // 10)
+    eval_samples = int(spec.get("eval_samples", 0)) or 1000
     if rank == 0:
         gflops = sgemm_gflops()
         blas = blas_library()
@@ -280,9 +284,10 @@ def train(rank, args, spec, data):
         done = step + 1
         if done == total:
             last_loss = torch.tensor([loss_sum.item(), float(hi - lo)])
-        due = done % eval_interval == 0 if eval_interval > 0 else done % per_epoch == 0
+        due = done % eval_interval == 0
         if rank == 0 and (due or done == total) and len(test_x) > 0:
-            last = evaluate(module, test_x, test_y)
+            n = len(test_x) if done == total else min(eval_samples, len(test_x))
+            last = evaluate(module, test_x[:n], test_y[:n])
             seconds = time.time() - start
             evaluations.append({"step": done, "accuracy": round(last[0], 4),
                                 "seconds": round(seconds, 3)})

@@ -147,17 +147,30 @@ void Checkpointer::Loop() {
 }
 
 void Checkpointer::Restored(const std::string& path, const CheckpointMeta& meta) {
-  absl::MutexLock lock(&last_mu_);
-  restored_from_ = path;
-  last_path_ = path;
-  last_step_ = meta.step();
-  last_time_ = absl::FromUnixMicros(meta.written_unix_micros());
-  last_written_micros_ = meta.written_unix_micros();
+  {
+    absl::MutexLock lock(&last_mu_);
+    restored_from_ = path;
+    last_path_ = path;
+    last_step_ = meta.step();
+    last_time_ = absl::FromUnixMicros(meta.written_unix_micros());
+    last_written_micros_ = std::max(last_written_micros_, meta.written_unix_micros());
+  }
+  metrics_.last_checkpoint_timestamp_seconds.Set(
+      static_cast<double>(meta.written_unix_micros()) / 1e6);
+  RefreshGauges();
 }
 
-void Checkpointer::ClearRestored() {
-  absl::MutexLock lock(&last_mu_);
-  restored_from_.clear();
+void Checkpointer::FreshJob() {
+  {
+    absl::MutexLock lock(&last_mu_);
+    restored_from_.clear();
+    last_path_.clear();
+    last_step_ = 0;
+    last_time_ = absl::InfinitePast();
+    // last_written_micros_ stays: write times only go forward.
+  }
+  metrics_.checkpoint_age_seconds.Set(-1);
+  metrics_.last_checkpoint_timestamp_seconds.Set(0);
 }
 
 std::string Checkpointer::restored_from() const {

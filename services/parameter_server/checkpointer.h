@@ -57,9 +57,12 @@ class Checkpointer {
   // Blocks until the queued checkpoints are written (tests, shutdown).
   void Flush();
 
-  // The shard now holds the job of the checkpoint at `path` / a job from a worker.
+  // The shard now holds the job of the checkpoint at `path`.
   void Restored(const std::string& path, const CheckpointMeta& meta);
-  void ClearRestored();
+  // The shard now holds a new job from the workers: nothing of the previous job's
+  // checkpoints is its (last(), tributary_ps_checkpoint_age_seconds -1 and
+  // tributary_ps_last_checkpoint_timestamp_seconds 0 until it writes its first).
+  void FreshJob();
   std::string restored_from() const;
 
   // The last on-demand checkpoint, when it is of this job, generation and step.

@@ -127,8 +127,15 @@ TEST_F(CheckpointerTest, ARestoredCheckpointIsTheLastOne) {
   EXPECT_EQ(checkpointer.restored_from(), "/ckpt/shard-0/x.tpc");
   EXPECT_EQ(checkpointer.last().step, 42u);
   EXPECT_DOUBLE_EQ(checkpointer.last().age_seconds, 30.0);
-  checkpointer.ClearRestored();
+  EXPECT_DOUBLE_EQ(metrics_.checkpoint_age_seconds.Value(), 30.0);
+  EXPECT_DOUBLE_EQ(metrics_.last_checkpoint_timestamp_seconds.Value(),
+                   absl::ToUnixMicros(clock_.Now() - absl::Seconds(30)) / 1e6);
+  checkpointer.FreshJob();
+  EXPECT_EQ(metrics_.checkpoint_age_seconds.Value(), -1);
+  EXPECT_EQ(metrics_.last_checkpoint_timestamp_seconds.Value(), 0);
   EXPECT_EQ(checkpointer.restored_from(), "");
+  EXPECT_EQ(checkpointer.last().path, "");
+  EXPECT_EQ(checkpointer.last().age_seconds, -1);
 }
 
 }  // namespace

@@ -302,7 +302,7 @@ absl::Status ParameterShard::InstallJob(InitSession& session,
       std::move(source), *session.optimizer_, MakeAggregator(session.spec_.mode(), Context()));
   if (!job.ok()) return job.status();
   InstallLocked(*std::move(job));
-  checkpointer_.ClearRestored();
+  checkpointer_.FreshJob();
   LOG(INFO) << "shard " << job_->shard_index << ": installed job '" << job_->job_id << "' ("
             << PlanName(job_->plan) << ", " << job_->partitions.size() << " of "
             << job_->plan.partitions_size() << " partitions, "

@@ -438,6 +438,8 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
     auto ended = shard.EndJob(request);
     ASSERT_TRUE(ended.ok()) << ended.status();
     EXPECT_THAT(ended->final_checkpoint(), HasSubstr("step-000000000001"));
+    EXPECT_GE(shard.Status().checkpoint_age_seconds(), 0);
+    EXPECT_GT(shard.metrics().last_checkpoint_timestamp_seconds.Value(), 0);
     // The ended job is still shown (its final parameters can be pulled), marked ended.
     EXPECT_EQ(shard.Status().job_id(), "job-1");
     EXPECT_TRUE(shard.Status().job_ended());
@@ -447,6 +449,11 @@ TEST(ShardCheckpointTest, EndJobWritesAFinalCheckpointThatIsNotRestored) {
     auto init = shard.Init(next, InitialValues(next, std::vector<float>(64, 1)));
     ASSERT_TRUE(init.ok()) << init.status();
     EXPECT_TRUE(init->created());
+    // The new job has written no checkpoint: the last job's is not its own (an alert
+    // on checkpoint age would otherwise count from the previous job's end).
+    EXPECT_EQ(shard.Status().checkpoint_age_seconds(), -1.0);
+    EXPECT_EQ(shard.metrics().checkpoint_age_seconds.Value(), -1);
+    EXPECT_EQ(shard.metrics().last_checkpoint_timestamp_seconds.Value(), 0);
     // The ended job's final parameters still come out (from its final checkpoint).
     EXPECT_EQ(AllValues(shard, "job-1"), final_values);
   }

@@ -45,9 +45,9 @@ SHARDS = 2
 BATCH = 64
 TRAIN_SAMPLES = 60000  # Fashion-MNIST's training set.
 SCRAPE_SECONDS = 1
-RATE_WINDOW = "10s"  # The window of the rate checks against the job's own figures.
+RATE_WINDOW = "20s"  # The window of the rate checks against the job's own figures.
 START_TIMEOUT = 180
-TRAIN_SECONDS = 12  # Of training watched before the figures are compared.
+TRAIN_SECONDS = 24  # Of training watched before the figures are compared.
 
 
 def die(message):
@@ -306,9 +306,9 @@ class PrometheusScrapeTest(unittest.TestCase):
         wait_for("the job to train", lambda: job_figures(c.status())["step"] > 50, START_TIMEOUT)
         window = float(RATE_WINDOW.rstrip("s"))
         time.sleep(max(0.0, TRAIN_SECONDS - window))
-        cls.before, cls.before_time = job_figures(c.status()), time.time()
+        cls.before, cls.before_time = cls.figures_now()
         time.sleep(window)
-        cls.after, cls.after_time = job_figures(c.status()), time.time()
+        cls.after, cls.after_time = cls.figures_now()
         cls.job_id = cls.after["job_id"]
         if cls.after["state"] != "RUNNING" or cls.after["step"] <= cls.before["step"]:
             die("the job did not train through the window: %s then %s" % (cls.before, cls.after))
@@ -324,6 +324,14 @@ class PrometheusScrapeTest(unittest.TestCase):
         cls.paused_time = time.time()
         cls.served = {name: http_get("http://%s/metrics" % target)
                       for name, target in c.targets.items()}
+
+    @classmethod
+    def figures_now(cls):
+        """The job's figures and when they held: the middle of the status call (a CLI
+        process and an RPC, up to a second or two on a loaded machine)."""
+        start = time.time()
+        figures = job_figures(cls.cluster.status())
+        return figures, (start + time.time()) / 2
 
     @classmethod
     def tearDownClass(cls):
@@ -351,11 +359,11 @@ class PrometheusScrapeTest(unittest.TestCase):
         self.assertGreater(job, 0)
         print("samples/s: Prometheus %.0f, the job %.0f (%.3f)"
               % (prometheus, job, prometheus / job))
-        # Scrapes and status calls are up to a second apart on a 10 s window.
+        # Scrapes (1 s) and status calls (their middle) are up to a second off on 20 s.
         self.assertAlmostEqual(prometheus / job, 1.0, delta=0.3,
                                msg="Prometheus %.0f samples/s, the job %.0f" % (prometheus, job))
         # The chart's recording rule gives the same over its own window.
-        recorded = c.one('tributary:job_samples_per_second:rate1m{job_id="%s"}' % self.job_id,
+        recorded = c.one('tributary:job_samples_per_second:rate2m{job_id="%s"}' % self.job_id,
                          self.after_time)
         self.assertGreater(recorded, 0)
 

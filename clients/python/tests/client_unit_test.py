@@ -7,6 +7,7 @@ in-process fake servers built from the generated servicers.
 """
 import argparse
 import array
+import copy
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -293,6 +294,12 @@ class CliNamesTest(unittest.TestCase):
         self.assertEqual(specs.job_spec({"mode": "local_sgd"}).mode, job_pb2.LOCAL_SGD)
         self.assertEqual(specs.job_spec({"optimizer": {"type": "ADAM"}, "lr": 0.5}).optimizer,
                          specs.job_spec({"optimizer": "adam", "lr": 0.5}).optimizer)
+        # The caller's dicts stay as they were: the same one serves twice.
+        mine = {"optimizer": {"type": "ADAM"}, "lr": 0.5, "dataset": {"format": "NPY"},
+                "train_npy": "x.npy"}
+        before = copy.deepcopy(mine)
+        self.assertEqual(specs.job_spec(mine), specs.job_spec(mine))
+        self.assertEqual(mine, before)
 
     def test_flag_refusals_name_the_flag(self):
         for spec, texts in [
@@ -304,7 +311,9 @@ class CliNamesTest(unittest.TestCase):
                 ({"dataset": "parquet"}, ["dataset", "parquet"]),
                 ({"layers": "784,a,10"}, ["layers", "784,a,10"]),
                 ({"layers": "784,0"}, ["layers"]),
-                ({"model_file": "net.pt"}, ["model_file", "upload_model"]),
+                ({"model_file": "net.pt"}, ["model_file", "model=PATH"]),
+                ({"dataset": "csv", "train_npy": "x.npy"}, ["train_npy", "NPY", "CSV"]),
+                ({"train_tokens": "t.npy"}, ["train_tokens", "TOKENS", "IDX"]),
                 ({"job_json": "{}"}, ["job_json"]),
                 ({"epochz": 1}, ["epochz", "CLI_NAMES"])]:
             with self.subTest(spec=spec):

@@ -12,6 +12,7 @@ names and with their values (CLI_NAMES lists them): {"train_npy": "x.npy",
 given. Unlike the CLI, fields left out take the coordinator's defaults, not the flags'.
 """
 
+import copy
 import json
 
 from google.protobuf import json_format
@@ -135,8 +136,9 @@ CLI_NAMES = {
 
 # Flags of the CLI that name no field: what to do instead.
 _NOT_FIELDS = {
-    "model_file": "upload the file with Client.upload_model and pass what it answers "
-                  "(submit_job(spec, model_file=...) names it in the spec)",
+    "model_file": "pass the file to submit_job(spec, model=PATH), which uploads it and "
+                  "names it in the spec (or upload it with Client.upload_model and pass "
+                  "the ModelFile it answers as model=)",
     "job_json": "pass the JSON itself (a str) or its parsed dict",
 }
 
@@ -161,8 +163,18 @@ def _is_flag(key, value):
     return False  # The same value either way: left to the JSON mapping.
 
 
+# Each data format's own flags, refused with another format as the CLI refuses them.
+_FORMAT_FLAGS = {
+    "NPY": ("train_npy", "train_labels_npy", "test_npy", "test_labels_npy"),
+    "TOKENS": ("train_tokens", "test_tokens", "seq_len"),
+    "CSV": ("train_csv", "test_csv"),
+}
+
+
 def _from_flags(spec):
-    """`spec` with its CLI flag names turned into the JobSpec fields they set."""
+    """A copy of `spec` with its CLI flag names turned into the JobSpec fields they set
+    (the caller's dicts are left as they are)."""
+    spec = copy.deepcopy(spec)
     fields, flags = {}, {}
     for key, value in spec.items():
         if key in _NOT_FIELDS:
@@ -196,6 +208,16 @@ def _from_flags(spec):
                                  % (flag, ".".join(parents + [name]), path))
         set_by[path] = flag
         node[leaf] = convert(value)
+    dataset = fields.get("dataset")
+    given = dataset.get("format") if isinstance(dataset, dict) else None
+    if isinstance(given, int) and given in job_pb2.DatasetFormat.values():
+        given = job_pb2.DatasetFormat.Name(given)  # The JSON mapping takes enum numbers too.
+    for format_name, own in _FORMAT_FLAGS.items():
+        for flag in own:
+            if flag in flags and given != format_name:
+                raise ValueError("job spec: %r needs dataset %r (\"dataset\": \"%s\"); the "
+                                 "spec's is %r" % (flag, format_name, format_name.lower(),
+                                                   given or "IDX, the default"))
     return fields
 
 
