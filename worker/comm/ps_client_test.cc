@@ -239,6 +239,14 @@ TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
   ASSERT_TRUE(client->Open().ok());
   std::vector<float> params = job.initial;
   ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
+  // The client holds every update of step 1; the shard counts a partition's step as done
+  // a moment after it sent the update. Checkpointed before that, the checkpoint would be
+  // the (consistent) one of step 1 and the restarted shard would wait for step 1 again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (shard.shard().Status().step() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(shard.shard().Status().step(), 2u);
   ASSERT_TRUE(shard.shard().Checkpoint().ok());
   const int port = shard.port();
   shard.Stop();
