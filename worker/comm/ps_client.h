@@ -1,9 +1,12 @@
 // The node leader's client of the parameter server shards, in ps-lite's three
 // verbs: Push a partition's gradient sum, Pull current values, and Wait for a
-// partition's update. One PushPull stream per shard, carrying raw messages
+// partition's update. Each shard is reached over PushPull lanes (push_pull_lane.h:
+// the TCP data plane or the gRPC stream), carrying raw messages
 // (common/partition_codec.h): a push goes out from the caller's buffer without a
 // copy, and an update is kept as the slices it arrived in until WaitUpdated writes it
-// into the caller's parameters. Partitions complete independently.
+// into the caller's parameters (or lands there directly). Partitions complete
+// independently. PsClient keeps the partitions' state, the expectations and the
+// retries: a lane whose connection broke is replaced and its pushes sent again.
 //
 //   PsClient ps(identity, plan, shards, channel_options, v1::SYNC, v1::FLOAT32);
 //   ps.Open();
@@ -11,9 +14,6 @@
 //   ps.WaitUpdated(p, step, timeout, params.data() + plan.partitions(p).offset());
 #ifndef TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
 #define TRIBUTARY_WORKER_COMM_PS_CLIENT_H_
-
-#include <grpcpp/channel.h>
-#include <grpcpp/client_context.h>
 
 #include <atomic>
 #include <cstdint>
@@ -30,31 +30,13 @@
 #include "common/partition_codec.h"
 #include "proto/coordinator.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "worker/comm/lane_keeper.h"
 #include "worker/comm/ps_connection.h"
+#include "worker/comm/push_pull_lane.h"
+#include "worker/comm/shard_calls.h"
 
 namespace tributary::worker {
 
-// Who is pushing: from the worker's Assignment.
-struct PsIdentity {
-  std::string job_id;
-  uint64_t generation = 0;
-  uint32_t node_rank = 0;
-  // The generation's node count and resume step, for InitPartitions: a shard that
-  // holds no job installs it at this generation. 0 nodes: a tool outside any
-  // generation (the shard then assumes the job's nodes_min).
-  uint32_t num_nodes = 0;
-  uint64_t resume_step = 0;
-  // Assignment.node_credential, sent as x-tributary-node on InitPartitions and
-  // PushPull when not empty.
-  std::string node_credential;
-};
-
-// How PushPull's messages travel (the worker's --ps_transport).
-enum class PsTransport {
-  kAuto,  // The shard's TCP data plane when it runs one (OpenDataPlane), else gRPC.
-  kTcp,   // The TCP data plane only: a shard without one is an error.
-  kGrpc,  // The gRPC PushPull stream.
-};
 // "auto", "tcp", "grpc"; INVALID_ARGUMENT naming the value otherwise.
 absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name);
 const char* PsTransportName(PsTransport transport);
@@ -64,7 +46,7 @@ const char* PsTransportName(PsTransport transport);
 // reconnecting.
 inline constexpr absl::Duration kDefaultPsRetryBudget = absl::Seconds(60);
 
-class PsClient : public PsConnection {
+class PsClient : public PsConnection, private LaneKeeper::Owner, private DirectReceiver {
  public:
   // plan: the job's partition plan; shards: the Assignment's shard map (index order).
   // streams_per_shard: PushPull streams to each shard, each on its own connection,
@@ -121,9 +103,9 @@ class PsClient : public PsConnection {
 
   uint64_t bytes_pushed() const override { return bytes_pushed_; }
   uint64_t bytes_pulled() const override { return bytes_pulled_; }
-  int reconnects() const { return reconnects_; }
-  // Streams (lanes) connected now over the TCP data plane.
-  int tcp_lanes() const { return tcp_lanes_; }
+  int reconnects() const { return lanes_->reconnects(); }
+  // Lanes connected now over the TCP data plane.
+  int tcp_lanes() const { return lanes_->tcp_lanes(); }
   // Updates received straight into an ExpectUpdateInto destination.
   uint64_t direct_updates() const { return direct_updates_; }
   // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.
@@ -133,14 +115,12 @@ class PsClient : public PsConnection {
   // (not because the shard runs none) tries the data plane again after this long,
   // doubling after each failed try up to kMaxDataPlaneRetry, and moves back to it
   // once it answers. Call before Open.
-  void set_data_plane_retry(absl::Duration first) { first_data_plane_retry_ = first; }
+  void set_data_plane_retry(absl::Duration first) { lanes_->set_first_data_plane_retry(first); }
   static constexpr absl::Duration kDefaultDataPlaneRetry = absl::Seconds(10);
   static constexpr absl::Duration kMaxDataPlaneRetry = absl::Minutes(10);
   const v1::PartitionPlan& plan() const { return plan_; }
 
  private:
-  struct Shard;
-  struct Lane;
   // A push as sent (and sent again after a reconnect).
   struct Outgoing {
     uint64_t step = 0;
@@ -157,65 +137,37 @@ class PsClient : public PsConnection {
     PartitionValuesView values;
     bool has_values = false;
     // ExpectUpdateInto: where the update of step expect_step may be received, whether
-    // the reader is receiving into it now, and whether it did (values.data is then
-    // empty: the update lies in expect_dst).
+    // a lane is receiving into it now, and whether it did (values.data is then empty:
+    // the update lies in expect_dst).
     float* expect_dst = nullptr;
     uint64_t expect_step = 0;
     bool receiving_direct = false;
-    Lane* receiving_lane = nullptr;  // Where it is being received from.
+    PushPullLane* receiving_lane = nullptr;  // Where it is being received from.
     bool received_direct = false;
     float* received_at = nullptr;  // Where it was received.
   };
 
+  // LaneKeeper::Owner: the lanes' updates into the partitions' state.
+  void OnUpdate(const std::string& lane, absl::Status decoded, ReceivedMessage& received,
+                PartitionValuesView& values) override;
+  void Reconnected(const std::vector<uint32_t>& partitions) override;
+  void Failed(absl::Status status) override;
+  // DirectReceiver: the awaited updates of expected partitions, straight into place.
+  float* Claim(PushPullLane& lane, const PartitionValuesView& head,
+               uint64_t data_bytes) override;
+  void Landed(const PartitionValuesView& head, uint64_t data_bytes,
+              const absl::Status& read) override;
+
   // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
   // (counted from the first attempt) runs out. The attempt's errors name the shard.
   absl::Status WithRetries(const std::function<absl::Status()>& attempt);
-  absl::StatusOr<uint64_t> InitShard(Shard& shard, const v1::JobSpec& spec, uint64_t total_steps,
-                                     const float* params);
-  // One Pull from one shard into params; marks the partitions it sent in `seen`.
-  absl::StatusOr<uint64_t> PullShard(Shard& shard, float* params, std::vector<bool>& seen);
-  // Connects the lane: the TCP data plane or a gRPC stream, as transport_ says.
-  absl::Status ConnectLane(Lane& lane);
-  // OpenDataPlane on the lane's shard, then the TCP connection and its hello: the
-  // connected socket. `trouble` says whose the failure is.
-  enum class DataPlaneTrouble {
-    kNone,              // None, or the shard runs no data plane (FAILED_PRECONDITION).
-    kShardUnreachable,  // OpenDataPlane itself got no answer: retry later.
-    kRefused,           // The shard refused the caller (credentials, job id).
-    kDataPort,          // The data port, its admission or the tickets failed it.
-  };
-  absl::StatusOr<int> ConnectData(Lane& lane, DataPlaneTrouble* trouble);
-  void ReadLoop(Lane* lane);
-  // `auto`: tries the data plane again for lanes that fell back to gRPC, when due; on
-  // success it hands the connection to the lane's reader and ends the gRPC stream.
-  void ProbeLoop();
-  struct ReadEnd {
-    absl::Status status;     // How the stream ended (OK: the shard finished it).
-    bool received = false;   // Whether any update came before.
-  };
-  ReadEnd ReadGrpc(Lane& lane, ReceivedMessage& received, PartitionValuesView& values);
-  ReadEnd ReadTcp(Lane& lane, ReceivedMessage& received, PartitionValuesView& values);
-  // An update read on `lane` (decoded: its status) into the partition's state.
-  void Store(Lane& lane, absl::Status decoded, ReceivedMessage& received,
-             PartitionValuesView& values);
-  // Writes one push; a broken stream is the reader's to notice (it reconnects and
-  // sends every push still awaiting its update again).
-  void WritePush(Lane& lane, uint32_t partition, const Outgoing& push);
-  // Writes again every push of the lane's partitions still awaiting its update (after
-  // the lane reconnected).
-  void ResendAwaited(Lane& lane);
-  // Writes pulled values into params (Pull); an error for values that do not fit the plan.
-  absl::Status StoreValues(const v1::PartitionValues& values, float* params);
-  // The same check for an update: partition known, FLOAT32, the partition's length.
-  absl::Status CheckValues(const PartitionValuesView& values) const;
+  // Writes one push on its partition's lane.
+  void WritePush(uint32_t partition, const Outgoing& push);
   // Drops every expectation, after any receive into one has ended.
   void DropExpectationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The partition's expected destination for an update with these fields, marked as
-  // being received into; null when the update is not the awaited one or does not fit.
-  float* DirectTargetLocked(Lane& lane, const PartitionValuesView& head, uint64_t data_bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string ShardName(const Shard& shard) const;
-  std::string LaneName(const Lane& lane) const;
+  // Sets failure_ unless it is set already.
+  void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardRef RefOf(const LaneKeeper::ShardLink& shard) const;
 
   const PsIdentity identity_;
   const v1::PartitionPlan plan_;
@@ -225,15 +177,12 @@ class PsClient : public PsConnection {
   const absl::Duration retry_budget_;
   const int streams_per_shard_;
   const PsTransport transport_;
-  absl::Duration first_data_plane_retry_ = kDefaultDataPlaneRetry;
-  std::thread prober_;  // ProbeLoop, with `auto`.
-  uint64_t max_values_frame_ = 0;  // Largest update frame accepted on the data plane.
-  std::vector<std::unique_ptr<Shard>> shards_;
-  std::vector<std::unique_ptr<Lane>> lanes_;  // streams_per_shard_ per shard, in order.
-  std::vector<Lane*> lane_of_;                // By partition id.
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
+  std::vector<LaneKeeper::ShardLink> shards_;  // The shard map, in order.
   // Pushes narrowed to a FLOAT16/BFLOAT16 wire dtype, one region per partition (at
   // the partition's offset, in wire bytes), sent from here.
   std::vector<char> narrowed_;
+  std::unique_ptr<LaneKeeper> lanes_;
 
   absl::Mutex mu_;
   std::vector<PartitionState> partitions_ ABSL_GUARDED_BY(mu_);
@@ -242,11 +191,8 @@ class PsClient : public PsConnection {
 
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
-  std::atomic<int> reconnects_{0};
   std::atomic<int> rpc_retries_{0};
-  std::atomic<int> tcp_lanes_{0};
   std::atomic<uint64_t> direct_updates_{0};
-  std::atomic<bool> closed_{false};  // Close() began: a new connection is shut at once.
 };
 
 }  // namespace tributary::worker

@@ -15,6 +15,21 @@
 
 namespace tributary::worker {
 
+// Who is pushing: from the worker's Assignment.
+struct PsIdentity {
+  std::string job_id;
+  uint64_t generation = 0;
+  uint32_t node_rank = 0;
+  // The generation's node count and resume step, for InitPartitions: a shard that
+  // holds no job installs it at this generation. 0 nodes: a tool outside any
+  // generation (the shard then assumes the job's nodes_min).
+  uint32_t num_nodes = 0;
+  uint64_t resume_step = 0;
+  // Assignment.node_credential, sent as x-tributary-node on InitPartitions and
+  // PushPull when not empty.
+  std::string node_credential;
+};
+
 class PsConnection {
  public:
   virtual ~PsConnection() = default;

@@ -17,7 +17,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "services/parameter_server/parameter_shard.h"
-#include "worker/comm/ps_client.h"
 #include "worker/comm/ps_connection.h"
 
 namespace tributary::ps::testing {

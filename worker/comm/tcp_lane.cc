@@ -1,0 +1,215 @@
+#include "worker/comm/tcp_lane.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/cluster_auth.h"
+#include "common/data_plane_wire.h"
+#include "common/grpc_status.h"
+
+namespace tributary::worker {
+namespace {
+
+constexpr absl::Duration kConnectTimeout = absl::Seconds(10);
+
+// The shard's answer to the hello: a status frame.
+absl::Status Admission(int fd, absl::string_view ticket) {
+  auto hello = data_plane::EncodeHello(ticket);
+  iovec piece = {hello.data(), hello.size()};
+  absl::Status admitted = data_plane::WriteAll(fd, &piece, 1, "data plane hello");
+  if (!admitted.ok()) return admitted;
+  data_plane::SetReceiveTimeout(fd, kConnectTimeout);
+  absl::StatusOr<data_plane::FrameHeader> header =
+      data_plane::ReadFrameHeader(fd, 0, "data plane admission");
+  if (!header.ok()) return header.status();
+  if (header->kind != data_plane::kStatus) {
+    return absl::InvalidArgumentError("the shard answered the hello with a message");
+  }
+  std::string payload(header->length, '\0');
+  admitted = data_plane::ReadFull(fd, payload.data(), payload.size(), "data plane admission");
+  if (!admitted.ok()) return admitted;
+  return data_plane::ParseStatusPayload(payload);
+}
+
+// OpenDataPlane: a ticket and the data port, or the error with whose it is.
+absl::StatusOr<v1::OpenDataPlaneResponse> OpenDataPlane(const TcpLane::Target& target,
+                                                        ConnectAbort& abort,
+                                                        DataPlaneTrouble* trouble) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kConnectTimeout));
+  if (!target.identity->node_credential.empty()) {
+    context.AddMetadata(kNodeCredentialMetadata, target.identity->node_credential);
+  }
+  // Close() cancels the call rather than wait for its deadline.
+  if (!abort.BeginCall(&context)) return absl::CancelledError("PS client closed");
+  v1::OpenDataPlaneRequest request;
+  request.set_job_id(target.identity->job_id);
+  request.set_generation(target.identity->generation);
+  request.set_node_rank(target.identity->node_rank);
+  v1::OpenDataPlaneResponse response;
+  absl::Status opened = FromGrpcStatus(target.stub->OpenDataPlane(&context, request, &response),
+                                       absl::StrCat("OpenDataPlane on ", target.name));
+  abort.EndCall();
+  if (opened.ok()) return response;
+  switch (opened.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+      *trouble = DataPlaneTrouble::kShardUnreachable;
+      return absl::UnavailableError(opened.message());
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnimplemented:
+      *trouble = DataPlaneTrouble::kNone;
+      return opened;
+    case absl::StatusCode::kResourceExhausted:  // Too many tickets now: later.
+      *trouble = DataPlaneTrouble::kDataPort;
+      return absl::UnavailableError(opened.message());
+    default:  // A refusal of the caller: gRPC's PushPull would refuse it too.
+      *trouble = DataPlaneTrouble::kRefused;
+      return opened;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
+                                                          ConnectAbort& abort,
+                                                          DirectReceiver* direct,
+                                                          DataPlaneTrouble* trouble) {
+  *trouble = DataPlaneTrouble::kDataPort;
+  if (target.stub == nullptr) {
+    *trouble = DataPlaneTrouble::kRefused;
+    return absl::InvalidArgumentError(absl::StrCat(target.name, ": no channel"));
+  }
+  absl::StatusOr<v1::OpenDataPlaneResponse> response = OpenDataPlane(target, abort, trouble);
+  if (!response.ok()) return response.status();
+  // From here on every failure is the data port's (or the network's): UNAVAILABLE.
+  *trouble = DataPlaneTrouble::kDataPort;
+  absl::StatusOr<std::string> host = data_plane::HostOf(target.address);
+  if (!host.ok()) return absl::UnavailableError(host.status().message());
+  if (response->port() == 0 || response->port() > 65535 ||
+      response->ticket().size() != data_plane::kTicketBytes) {
+    return absl::UnavailableError(
+        absl::StrCat("OpenDataPlane on ", target.name, ": port ", response->port(),
+                     " and a ticket of ", response->ticket().size(), " bytes (expected ",
+                     data_plane::kTicketBytes, ")"));
+  }
+  absl::StatusOr<int> fd =
+      data_plane::Connect(*host, static_cast<int>(response->port()), kConnectTimeout);
+  if (!fd.ok()) return absl::UnavailableError(fd.status().message());
+  // Close() shuts the socket down while it waits for admission.
+  if (!abort.BeginAdmission(*fd)) {
+    ::close(*fd);
+    return absl::CancelledError("PS client closed");
+  }
+  absl::Status admitted = Admission(*fd, response->ticket());
+  abort.EndAdmission();
+  if (!admitted.ok()) {
+    ::close(*fd);
+    // Closed unanswered (the shard's connection limit, a restart), an expired ticket,
+    // a timeout: all worth another ticket later (or gRPC, in auto).
+    return absl::UnavailableError(absl::StrCat("data plane of ", target.name, " at ", *host, ":",
+                                               response->port(), ": ", admitted.message()));
+  }
+  data_plane::SetReceiveTimeout(*fd, absl::ZeroDuration());
+  // A shard that stops reading fails a push after this long instead of holding it.
+  data_plane::SetSendTimeout(*fd, target.send_timeout);
+  *trouble = DataPlaneTrouble::kNone;
+  return Adopt(*fd, target.name, target.max_values_frame, direct);
+}
+
+std::unique_ptr<TcpLane> TcpLane::Adopt(int fd, const std::string& name,
+                                        uint64_t max_values_frame, DirectReceiver* direct) {
+  return std::unique_ptr<TcpLane>(new TcpLane(
+      fd, absl::StrCat("PushPull to ", name, " (data plane)"), max_values_frame, direct));
+}
+
+TcpLane::~TcpLane() { ::close(fd_); }
+
+void TcpLane::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+
+bool TcpLane::Write(const PushHeader& header, const char* data, size_t bytes) {
+  // Frame header, message head and the data where it lies, in one sendmsg: when it
+  // returns, the kernel holds the bytes and the caller may reuse its buffer.
+  std::string head = GradientPushHead(header, bytes);
+  auto frame = data_plane::EncodeFrameHeader(data_plane::kMessage, head.size() + bytes);
+  iovec pieces[3] = {{frame.data(), frame.size()},
+                     {head.data(), head.size()},
+                     {const_cast<char*>(data), bytes}};
+  if (data_plane::WriteAll(fd_, pieces, bytes == 0 ? 2 : 3, "PushPull push").ok()) return true;
+  Shutdown();  // The reader sees it and the lane is replaced.
+  return false;
+}
+
+LaneRead TcpLane::ReceiveDirect(const char* prefix, size_t prefix_size, size_t data_offset,
+                                uint64_t message_size, const PartitionValuesView& head,
+                                float* into, absl::Status* status) {
+  char* bytes = reinterpret_cast<char*>(into);
+  const size_t in_prefix = prefix_size - data_offset;
+  std::memcpy(bytes, prefix + data_offset, in_prefix);
+  absl::Status read =
+      data_plane::ReadFull(fd_, bytes + in_prefix, message_size - data_offset - in_prefix, what_);
+  direct_->Landed(head, message_size - data_offset, read);
+  if (!read.ok()) {
+    *status = absl::UnavailableError(read.message());
+    return LaneRead::kEnded;
+  }
+  return LaneRead::kLanded;
+}
+
+LaneRead TcpLane::Read(ReceivedMessage& received, PartitionValuesView& values,
+                       absl::Status* status) {
+  absl::StatusOr<data_plane::FrameHeader> header =
+      data_plane::ReadFrameHeader(fd_, max_values_frame_, what_);
+  if (!header.ok()) {
+    // The shard closed without a status, or the socket broke: reconnect. A frame too
+    // large is the shard's fault and stays INVALID_ARGUMENT.
+    *status = absl::IsInvalidArgument(header.status())
+                  ? header.status()
+                  : absl::UnavailableError(header.status().message());
+    return LaneRead::kEnded;
+  }
+  // The message's first bytes: when they show the awaited update of a partition
+  // expected into the parameters, its data is received straight there.
+  char prefix[64];
+  const size_t prefix_size = std::min<uint64_t>(sizeof(prefix), header->length);
+  if (absl::Status read = data_plane::ReadFull(fd_, prefix, prefix_size, what_); !read.ok()) {
+    *status = absl::UnavailableError(read.message());
+    return LaneRead::kEnded;
+  }
+  PartitionValuesView head;
+  size_t data_offset = 0;
+  if (direct_ != nullptr && header->kind == data_plane::kMessage &&
+      ParseValuesHead(absl::string_view(prefix, prefix_size), header->length, &head,
+                      &data_offset)) {
+    if (float* into = direct_->Claim(*this, head, header->length - data_offset)) {
+      return ReceiveDirect(prefix, prefix_size, data_offset, header->length, head, into, status);
+    }
+  }
+  std::vector<char>& bytes = received.bytes;
+  bytes.resize(header->length);  // The capacity stays from update to update.
+  std::memcpy(bytes.data(), prefix, prefix_size);
+  if (absl::Status read =
+          data_plane::ReadFull(fd_, bytes.data() + prefix_size, bytes.size() - prefix_size, what_);
+      !read.ok()) {
+    *status = absl::UnavailableError(read.message());
+    return LaneRead::kEnded;
+  }
+  if (header->kind == data_plane::kStatus) {
+    absl::Status ended =
+        data_plane::ParseStatusPayload(absl::string_view(bytes.data(), bytes.size()));
+    *status = ended.ok() ? ended
+                         : absl::Status(ended.code(), absl::StrCat(what_, ": ", ended.message()));
+    return LaneRead::kEnded;
+  }
+  *status = DecodePartitionValues(absl::string_view(bytes.data(), bytes.size()), &received,
+                                  &values);
+  return LaneRead::kMessage;
+}
+
+}  // namespace tributary::worker

@@ -1,0 +1,195 @@
+// TcpLane over a socketpair: the shard's end is played by the test, frame by frame,
+// so the lane's reading and writing is checked without a shard or gRPC.
+#include "worker/comm/tcp_lane.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "common/data_plane_wire.h"
+#include "common/partition_codec.h"
+
+namespace tributary::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TcpLaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    shard_fd_ = fds[1];
+    lane_fd_ = fds[0];
+  }
+  void TearDown() override { ::close(shard_fd_); }
+
+  std::unique_ptr<TcpLane> MakeLane(DirectReceiver* direct = nullptr,
+                                    uint64_t max_frame = 1 << 20) {
+    return TcpLane::Adopt(lane_fd_, "PS shard 0 at test:1", max_frame, direct);
+  }
+
+  // The shard sends partition `id`'s update for `step` as one data-plane frame.
+  void SendUpdate(uint32_t id, uint64_t step, const std::vector<float>& data) {
+    v1::PartitionValues values;
+    values.set_partition_id(id);
+    values.set_dtype(v1::FLOAT32);
+    values.set_step(step);
+    values.set_version(step);
+    values.set_data(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+    // As the shard's data plane writes it: every field but the data, then the data.
+    std::string bytes = PartitionValuesHead(values) + values.data();
+    auto frame = data_plane::EncodeFrameHeader(data_plane::kMessage, bytes.size());
+    iovec pieces[2] = {{frame.data(), frame.size()}, {bytes.data(), bytes.size()}};
+    ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 2, "test update").ok());
+  }
+
+  int shard_fd_ = -1;
+  int lane_fd_ = -1;
+};
+
+TEST_F(TcpLaneTest, WritesAPushAsOneFrameTheShardDecodes) {
+  auto lane = MakeLane();
+  std::vector<float> grad = {1.5f, -2.0f, 3.25f};
+  PushHeader header;
+  header.job_id = "job-1";
+  header.generation = 4;
+  header.step = 7;
+  header.partition_id = 2;
+  header.dtype = v1::FLOAT32;
+  header.sample_count = 64;
+  header.steps = 1;
+  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grad.data()),
+                          grad.size() * sizeof(float)));
+  absl::StatusOr<data_plane::FrameHeader> frame =
+      data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(frame->kind, data_plane::kMessage);
+  std::vector<char> bytes(frame->length);
+  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, bytes.data(), bytes.size(), "test").ok());
+  ReceivedMessage received;
+  GradientPushView push;
+  ASSERT_TRUE(DecodeGradientPush(absl::string_view(bytes.data(), bytes.size()), &received, &push)
+                  .ok());
+  EXPECT_EQ(push.job_id, "job-1");
+  EXPECT_EQ(push.generation, 4u);
+  EXPECT_EQ(push.step, 7u);
+  EXPECT_EQ(push.partition_id, 2u);
+  EXPECT_EQ(push.sample_count, 64u);
+  std::vector<float> got(3);
+  CopyFloatsInto(push.data, got.data());
+  EXPECT_EQ(got, grad);
+}
+
+TEST_F(TcpLaneTest, ReadsAnUpdateAsAMessageThenTheShardsEndingStatus) {
+  auto lane = MakeLane();
+  SendUpdate(1, 5, {0.5f, 0.25f});
+  ASSERT_TRUE(data_plane::WriteStatusFrame(
+                  shard_fd_, absl::FailedPreconditionError("stale generation 3"))
+                  .ok());
+  ReceivedMessage received;
+  PartitionValuesView values;
+  absl::Status status;
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kMessage);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(values.partition_id, 1u);
+  EXPECT_EQ(values.step, 5u);
+  std::vector<float> got(2);
+  CopyFloatsInto(values.data, got.data());
+  EXPECT_EQ(got, (std::vector<float>{0.5f, 0.25f}));
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kEnded);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("PS shard 0 at test:1"));
+  EXPECT_THAT(status.message(), HasSubstr("stale generation 3"));
+}
+
+// Claims partition 0's update into `into`, and records what landed.
+class OneDestination : public DirectReceiver {
+ public:
+  explicit OneDestination(float* into) : into_(into) {}
+  float* Claim(PushPullLane&, const PartitionValuesView& head, uint64_t data_bytes) override {
+    claimed_bytes = data_bytes;
+    return head.partition_id == 0 ? into_ : nullptr;
+  }
+  void Landed(const PartitionValuesView& head, uint64_t, const absl::Status& read) override {
+    landed_step = head.step;
+    landed = read;
+  }
+  uint64_t claimed_bytes = 0;
+  uint64_t landed_step = 0;
+  absl::Status landed = absl::UnknownError("not landed");
+
+ private:
+  float* into_;
+};
+
+TEST_F(TcpLaneTest, AClaimedUpdateLandsInPlaceAndOthersStayMessages) {
+  std::vector<float> params(3, 0.0f);
+  OneDestination direct(params.data());
+  auto lane = MakeLane(&direct);
+  SendUpdate(0, 9, {1.0f, 2.0f, 3.0f});
+  SendUpdate(1, 9, {4.0f});
+  ReceivedMessage received;
+  PartitionValuesView values;
+  absl::Status status;
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kLanded);
+  EXPECT_EQ(params, (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  EXPECT_EQ(direct.claimed_bytes, 12u);
+  EXPECT_EQ(direct.landed_step, 9u);
+  EXPECT_TRUE(direct.landed.ok()) << direct.landed;
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kMessage);
+  EXPECT_EQ(values.partition_id, 1u);
+}
+
+TEST_F(TcpLaneTest, AFrameOverTheLimitIsTheShardsFaultAndNotRetried) {
+  auto lane = MakeLane(nullptr, /*max_frame=*/16);
+  SendUpdate(0, 1, std::vector<float>(100, 1.0f));
+  ReceivedMessage received;
+  PartitionValuesView values;
+  absl::Status status;
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kEnded);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+TEST_F(TcpLaneTest, ShutdownEndsABlockedReadAsUnavailable) {
+  auto lane = MakeLane();
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    lane->Shutdown();
+  });
+  ReceivedMessage received;
+  PartitionValuesView values;
+  absl::Status status;
+  EXPECT_EQ(lane->Read(received, values, &status), LaneRead::kEnded);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  stopper.join();
+  // A write on a shut lane fails instead of blocking.
+  PushHeader header;
+  header.job_id = "job-1";
+  float one = 1.0f;
+  EXPECT_FALSE(lane->Write(header, reinterpret_cast<const char*>(&one), sizeof(one)));
+}
+
+TEST(ConnectAbortTest, AbortFailsEveryLaterBeginAndShutsTheAdmittingSocket) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  ConnectAbort abort;
+  ASSERT_TRUE(abort.BeginAdmission(fds[0]));
+  abort.Abort();
+  char byte;
+  EXPECT_EQ(::recv(fds[0], &byte, 1, 0), 0);  // Shut down: reads end at once.
+  abort.EndAdmission();
+  EXPECT_TRUE(abort.aborted());
+  EXPECT_FALSE(abort.BeginAdmission(fds[0]));
+  grpc::ClientContext context;
+  EXPECT_FALSE(abort.BeginCall(&context));
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+}  // namespace
+}  // namespace tributary::worker
