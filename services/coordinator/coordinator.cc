@@ -288,237 +288,94 @@ void Coordinator::FormationFailed(const std::string& reason) {
                                absl::FormatDuration(options_.formation_timeout), "): ", reason));
 }
 
-absl::Status Coordinator::RestoreFromEarlierJob(const std::string& job_id, const v1::JobSpec& spec,
-                                               const std::vector<v1::ShardInfo>& shards,
-                                               uint32_t num_nodes) {
-  v1::RestoreJobRequest request;
-  request.set_job_id(job_id);
-  *request.mutable_job() = spec;
-  request.set_from_job_id(spec.resume_from());
-  request.set_num_nodes(num_nodes);
-  request.set_num_shards(static_cast<uint32_t>(shards.size()));
-  request.set_list_only(true);
-  // The steps every shard holds an intact checkpoint of; the newest of them.
-  std::optional<std::set<uint64_t>> common;
-  std::vector<std::string> held;
-  for (const v1::ShardInfo& shard : shards) {
-    absl::StatusOr<v1::RestoreJobResponse> listed = shard_client_->RestoreJob(shard, request);
-    if (!listed.ok()) return listed.status();
-    const std::set<uint64_t> steps(listed->steps().begin(), listed->steps().end());
-    held.push_back(absl::StrCat("shard ", shard.shard_index(), ": ",
-                                steps.empty() ? std::string("none")
-                                              : absl::StrJoin(steps, ",")));
-    if (!common.has_value()) {
-      common = steps;
-    } else {
-      std::set<uint64_t> both;
-      for (uint64_t step : steps) {
-        if (common->count(step) > 0) both.insert(step);
-      }
-      common = std::move(both);
-    }
-  }
-  if (!common.has_value() || common->empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "job ", job_id, " resumes job ", spec.resume_from(),
-        ", but no step has an intact checkpoint of it on every PS shard (",
-        absl::StrJoin(held, "; "), "); its checkpoints must be in this job's checkpoint "
-        "directory"));
-  }
-  request.set_list_only(false);
-  request.set_step(*common->rbegin());
-  for (const v1::ShardInfo& shard : shards) {
-    absl::StatusOr<v1::RestoreJobResponse> restored = shard_client_->RestoreJob(shard, request);
-    if (!restored.ok()) return restored.status();
-  }
-  absl::MutexLock lock(&mu_);
-  if (v1::Job* job = jobs_.Find(job_id); job != nullptr) {
-    jobs_.Transition(*job, job->state(),
-                     absl::StrCat("resumes job ", spec.resume_from(),
-                                  " from its checkpoint of step ", request.step(),
-                                  " on every PS shard"),
-                     clock_->Now());
-  }
-  return absl::OkStatus();
-}
-
 void Coordinator::FormGenerationIfDue() {
-  std::string job_id;
-  v1::JobSpec spec;
+  FormationInput input;
   GenerationPlan plan;
-  std::vector<v1::ShardInfo> shards;
   std::map<std::string, uint64_t> worker_sequences;
   {
     absl::MutexLock lock(&mu_);
     std::optional<GenerationPlan> due = PlanFormationLocked(clock_->Now());
     if (!due) return;
     plan = std::move(*due);
-    job_id = jobs_.Active()->job_id();
-    spec = jobs_.Active()->spec();
-    shards = shards_.Map();
+    input.job_id = jobs_.Active()->job_id();
+    input.spec = jobs_.Active()->spec();
+    input.shards = shards_.Map();
     for (const auto& [id, assignment] : plan.assignments) {
       worker_sequences[id] = workers_.Find(id)->sequence;
     }
   }
-
-  // 1. Where the shards stand: the resume step and the newest generation they saw.
-  std::vector<v1::ShardStatus> statuses;
-  for (const v1::ShardInfo& shard : shards) {
-    absl::StatusOr<v1::ShardStatus> status = shard_client_->GetShardStatus(shard);
-    if (!status.ok()) return FormationFailed(std::string(status.status().message()));
-    status->set_shard_index(shard.shard_index());
-    if (!status->job_id().empty() && status->job_id() != job_id) {
-      // A job this coordinator no longer runs (it ended while the shard was away, or a
-      // coordinator without --state_dir forgot it): free the shard for the active one.
-      absl::Status ended = shard_client_->EndJob(shard, status->job_id());
-      if (!ended.ok() && !absl::IsNotFound(ended)) {
-        return FormationFailed(absl::StrCat("PS shard ", shard.shard_index(), " at ",
-                                            shard.address(), " holds job ", status->job_id(),
-                                            " and did not end it: ", ended.message()));
-      }
-      status->clear_job_id();
+  input.num_nodes = plan.node_names.size();
+  input.reserve_generation = [this](uint64_t newest_seen) {
+    uint64_t generation;
+    {
+      absl::MutexLock lock(&mu_);
+      generation = std::max(last_generation_, newest_seen) + 1;
+      last_generation_ = generation;
+      MarkDirtyLocked(true);
     }
-    statuses.push_back(*std::move(status));
-  }
-  const uint32_t num_nodes = plan.node_names.size();
-
-  // 1b. A job that resumes an earlier one, before it ever formed a generation, on
-  // shards of which some hold nothing of it yet (none, or a restore that failed part
-  // way): every shard installs its checkpoint of the newest step all of them hold (a
-  // shard that installed it already lists just that step and keeps it).
-  const bool never_formed = std::all_of(
-      statuses.begin(), statuses.end(),
-      [&](const v1::ShardStatus& status) {
-        return status.job_id() != job_id || status.generation() == 0;
-      });
-  const bool some_empty = std::any_of(statuses.begin(), statuses.end(),
-                                      [](const v1::ShardStatus& s) { return s.job_id().empty(); });
-  if (!spec.resume_from().empty() && never_formed && some_empty) {
-    absl::Status restored = RestoreFromEarlierJob(job_id, spec, shards, num_nodes);
-    if (!restored.ok()) return FormationFailed(std::string(restored.message()));
-    for (v1::ShardStatus& status : statuses) {
-      const v1::ShardInfo& shard = shards[&status - statuses.data()];
-      absl::StatusOr<v1::ShardStatus> now = shard_client_->GetShardStatus(shard);
-      if (!now.ok()) return FormationFailed(std::string(now.status().message()));
-      now->set_shard_index(shard.shard_index());
-      status = *std::move(now);
-    }
-  }
-  absl::StatusOr<ResumePoint> resume = ResumePointOf(job_id, statuses);
-  if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
-
-  // 2. A generation number nobody has seen; on disk before any shard hears of it.
-  uint64_t generation = 0;
-  const bool fence = !resume->holding.empty();
-  {
-    absl::MutexLock lock(&mu_);
-    generation = std::max(last_generation_, resume->newest_generation) + 1;
-    last_generation_ = generation;
-    MarkDirtyLocked(true);
-  }
-  SaveState().IgnoreError();  // Logged inside; the generation goes ahead regardless.
-
-  // 2b. Fence: the members of the ended generation may still be pushing, and a shard
-  // told the resume step late would have moved on past what it can roll back. Every
-  // shard holding the job first begins the new generation where it stands (ending
-  // the old one there); only then are the steps read that the resume step comes from.
-  if (fence) {
-    for (const v1::ShardInfo& shard : shards) {
-      if (std::find(resume->holding.begin(), resume->holding.end(), shard.shard_index()) ==
-          resume->holding.end()) {
-        continue;
-      }
-      v1::BeginGenerationRequest request;
-      request.set_job_id(job_id);
-      request.set_generation(generation);
-      request.set_num_nodes(num_nodes);
-      request.set_fence(true);
-      absl::StatusOr<v1::BeginGenerationResponse> fenced =
-          shard_client_->BeginGeneration(shard, request);
-      if (!fenced.ok()) {
-        return FormationFailed(absl::StrCat("fencing for generation ", generation,
-                                            " on PS shard ", shard.shard_index(), " at ",
-                                            shard.address(), ": ", fenced.status().message()));
-      }
-    }
-    for (v1::ShardStatus& status : statuses) {
-      const v1::ShardInfo& shard = shards[&status - statuses.data()];
-      absl::StatusOr<v1::ShardStatus> now = shard_client_->GetShardStatus(shard);
-      if (!now.ok()) return FormationFailed(std::string(now.status().message()));
-      now->set_shard_index(shard.shard_index());
-      if (status.job_id().empty()) now->clear_job_id();
-      status = *std::move(now);
-    }
-    resume = ResumePointOf(job_id, statuses);
-    if (!resume.ok()) return FormationFailed(std::string(resume.status().message()));
-  }
-  const uint64_t resume_step = resume->step;
-
-  // 3. Every shard learns the generation before any worker does. A shard holding no
-  // job yet refuses: the workers' InitPartitions installs it at this generation.
-  std::vector<uint32_t> installing;
-  std::vector<std::string> credential_digests;  // What the shards check each node against.
+    SaveState().IgnoreError();  // Logged inside; the generation goes ahead regardless.
+    return generation;
+  };
   if (options_.node_credential) {
-    for (uint32_t rank = 0; rank < num_nodes; ++rank) {
-      credential_digests.push_back(
-          CredentialDigest(options_.node_credential(job_id, generation, rank)));
-    }
+    input.node_credential = [this, job_id = input.job_id](uint64_t generation, uint32_t rank) {
+      return options_.node_credential(job_id, generation, rank);
+    };
   }
-  for (const v1::ShardInfo& shard : shards) {
-    v1::BeginGenerationRequest request;
-    request.set_job_id(job_id);
-    request.set_generation(generation);
-    request.set_num_nodes(num_nodes);
-    request.set_resume_step(resume_step);
-    for (const std::string& digest : credential_digests) request.add_node_credential_sha256(digest);
-    absl::StatusOr<v1::BeginGenerationResponse> begun =
-        shard_client_->BeginGeneration(shard, request);
-    if (begun.ok()) continue;
-    const bool fresh_shard = std::find(resume->empty.begin(), resume->empty.end(),
-                                       shard.shard_index()) != resume->empty.end();
-    if (absl::IsFailedPrecondition(begun.status()) && fresh_shard && resume_step == 0) {
-      installing.push_back(shard.shard_index());
-      continue;
+  input.note = [this, job_id = input.job_id](const std::string& event) {
+    absl::MutexLock lock(&mu_);
+    if (v1::Job* job = jobs_.Find(job_id); job != nullptr) {
+      jobs_.Transition(*job, job->state(), event, clock_->Now());
     }
-    return FormationFailed(absl::StrCat("BeginGeneration(generation ", generation, ", resume step ",
-                                        resume_step, ") on PS shard ", shard.shard_index(), " at ",
-                                        shard.address(), ": ", begun.status().message()));
-  }
+  };
+  // The shard calls, outside the lock.
+  absl::StatusOr<FormedGeneration> formed = GenerationFormation(*shard_client_).Form(input);
+  if (!formed.ok()) return FormationFailed(std::string(formed.status().message()));
 
-  // 4. Hand out the assignments, unless the world changed meanwhile.
   absl::MutexLock lock(&mu_);
-  v1::Job* job = jobs_.Active();
-  std::string changed;
-  if (job == nullptr || job->job_id() != job_id) {
-    changed = "the job ended";
-  } else if (job->state() != v1::PENDING && job->state() != v1::RENDEZVOUS) {
-    changed = absl::StrCat("the job became ", v1::JobState_Name(job->state()));
-  } else if (generation_.active) {
-    changed = "another generation formed";
-  } else {
-    for (const auto& [id, sequence] : worker_sequences) {
-      const WorkerRecord* worker = workers_.Find(id);
-      if (worker == nullptr || worker->sequence != sequence || worker->failed_job == job_id) {
-        changed = absl::StrCat("worker ", id, " left or failed");
-        break;
-      }
-    }
-    const std::vector<v1::ShardInfo> now_shards = shards_.Map();
-    bool same_shards = now_shards.size() == shards.size();
-    for (size_t i = 0; same_shards && i < now_shards.size(); ++i) {
-      same_shards = now_shards[i].address() == shards[i].address();
-    }
-    if (changed.empty() && !same_shards) changed = "a PS shard registered again";
-  }
+  const std::string changed =
+      ChangedWhileFormingLocked(input.job_id, input.shards, worker_sequences);
   if (!changed.empty()) {
-    LOG(INFO) << "generation " << generation << " abandoned while forming: " << changed;
+    LOG(INFO) << "generation " << formed->number << " abandoned while forming: " << changed;
     planner_.Abandoned();
     RequestWorkLocked();
     return;
   }
+  CommitGenerationLocked(*formed, input.shards, std::move(plan));
+}
 
+std::string Coordinator::ChangedWhileFormingLocked(
+    const std::string& job_id, const std::vector<v1::ShardInfo>& shards,
+    const std::map<std::string, uint64_t>& worker_sequences) {
+  const v1::Job* job = jobs_.Active();
+  if (job == nullptr || job->job_id() != job_id) return "the job ended";
+  if (job->state() != v1::PENDING && job->state() != v1::RENDEZVOUS) {
+    return absl::StrCat("the job became ", v1::JobState_Name(job->state()));
+  }
+  if (generation_.active) return "another generation formed";
+  for (const auto& [id, sequence] : worker_sequences) {
+    const WorkerRecord* worker = workers_.Find(id);
+    if (worker == nullptr || worker->sequence != sequence || worker->failed_job == job_id) {
+      return absl::StrCat("worker ", id, " left or failed");
+    }
+  }
+  const std::vector<v1::ShardInfo> now_shards = shards_.Map();
+  bool same_shards = now_shards.size() == shards.size();
+  for (size_t i = 0; same_shards && i < now_shards.size(); ++i) {
+    same_shards = now_shards[i].address() == shards[i].address();
+  }
+  return same_shards ? std::string() : "a PS shard registered again";
+}
+
+void Coordinator::CommitGenerationLocked(const FormedGeneration& formed,
+                                         const std::vector<v1::ShardInfo>& shards,
+                                         GenerationPlan plan) {
+  v1::Job* job = jobs_.Active();
+  const std::string job_id = job->job_id();
+  const uint64_t generation = formed.number;
+  const uint64_t resume_step = formed.resume_step;
+  const uint32_t num_nodes = plan.node_names.size();
   const absl::Time now = clock_->Now();
-  const bool restart_from_zero = resume->holding.empty() && job->step() > 0;
+  const bool restart_from_zero = formed.from_scratch && job->step() > 0;
   generation_ = Generation();
   generation_.number = generation;
   generation_.job_id = job_id;
@@ -562,8 +419,8 @@ void Coordinator::FormGenerationIfDue() {
   if (restart_from_zero) {
     absl::StrAppend(&reason, " (the PS shards hold no state of this job: training restarts)");
   }
-  if (!installing.empty()) {
-    absl::StrAppend(&reason, "; shard(s) ", absl::StrJoin(installing, ", "),
+  if (!formed.installing.empty()) {
+    absl::StrAppend(&reason, "; shard(s) ", absl::StrJoin(formed.installing, ", "),
                     " get the job at this generation from the workers' InitPartitions");
   }
   jobs_.Transition(*job, v1::RENDEZVOUS, reason, now);

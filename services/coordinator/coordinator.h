@@ -3,6 +3,7 @@
 //   worker_registry.h      who is registered and what each last reported
 //   job_book.h             jobs, their state machine, events, progress and result
 //   generation_planner.h   when a generation forms and where it resumes
+//   generation_formation.h the shard calls that form it (status, restore, fence, begin)
 //   failure_policy.h       when trouble ends a generation or fails the job
 //   shard_directory.h      which PS shard serves which index, as last polled
 //   state_snapshotter.h    what survives a restart, and when it is written
@@ -13,9 +14,10 @@
 // methods (Tick, PollShards, ExpireRendezvousDeadlines) that CoordinatorDriver runs on
 // threads and unit tests call directly.
 //
-// Forming a generation (FormGenerationIfDue) asks every shard for its status (resume
-// step = the lowest step of the shards holding the job, 0 for a fresh job), then calls
-// BeginGeneration on every shard, and only then hands out the assignments.
+// Forming a generation (FormGenerationIfDue): the planner says when and with whom
+// (under the lock), GenerationFormation (generation_formation.h) makes the shard calls
+// (outside it: the resume step, a restore, the fence, BeginGeneration on every shard),
+// and only then are the assignments handed out (under the lock again).
 #ifndef TRIBUTARY_SERVICES_COORDINATOR_COORDINATOR_H_
 #define TRIBUTARY_SERVICES_COORDINATOR_COORDINATOR_H_
 
@@ -37,6 +39,7 @@
 #include "services/coordinator/cluster_status_view.h"
 #include "services/coordinator/coordinator_handler.h"
 #include "services/coordinator/failure_policy.h"
+#include "services/coordinator/generation_formation.h"
 #include "services/coordinator/generation_planner.h"
 #include "services/coordinator/job_book.h"
 #include "services/coordinator/job_history.h"
@@ -193,12 +196,20 @@ class Coordinator : public CoordinatorHandler {
   // form, or nullopt.
   std::optional<GenerationPlan> PlanFormationLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The locked plan, GenerationFormation's shard calls outside the lock, then the
+  // locked commit.
   void FormGenerationIfDue();
-  // For a job with JobSpec.resume_from: every shard installs its checkpoint of the
-  // newest step all of them hold of the earlier job (the event log says which).
-  absl::Status RestoreFromEarlierJob(const std::string& job_id, const v1::JobSpec& spec,
-                                     const std::vector<v1::ShardInfo>& shards,
-                                     uint32_t num_nodes);
+  // Why a generation formed outside the lock may not be handed out (the job ended or
+  // changed state, a worker left, a shard registered again); empty when it may.
+  std::string ChangedWhileFormingLocked(const std::string& job_id,
+                                        const std::vector<v1::ShardInfo>& shards,
+                                        const std::map<std::string, uint64_t>& worker_sequences)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the formed generation the running one: rendezvous ids, assignments, the
+  // job's step and event.
+  void CommitGenerationLocked(const FormedGeneration& formed,
+                              const std::vector<v1::ShardInfo>& shards, GenerationPlan plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormationFailed(const std::string& reason);
   // Rule A, after `worker_id` reported WORKER_FAILED with `error` for `generation`.
   void ApplySameErrorRuleLocked(const std::string& worker_id, uint64_t generation,
