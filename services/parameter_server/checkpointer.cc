@@ -21,7 +21,8 @@ Checkpointer::~Checkpointer() {
   thread_.join();
 }
 
-absl::StatusOr<v1::CheckpointResponse> Checkpointer::Write(const ShardCheckpoint& const_snapshot,
+absl::StatusOr<v1::CheckpointResponse> Checkpointer::Write(const Exclusive& /*exclusive*/,
+                                                           const ShardCheckpoint& const_snapshot,
                                                            const std::string& dir) {
   ShardCheckpoint snapshot = const_snapshot;
   {
@@ -131,10 +132,10 @@ void Checkpointer::Loop() {
       busy_ = true;
     }
     {
-      absl::MutexLock writer_lock(&writer_mu_);
+      Exclusive exclusive = Exclusively();
       std::optional<absl::StatusOr<Pending>> pending = take_(step);
       if (pending.has_value() && pending->ok()) {
-        (void)Write((*pending)->snapshot, (*pending)->dir);  // Logged and counted inside.
+        (void)Write(exclusive, (*pending)->snapshot, (*pending)->dir);  // Logged and counted inside.
       } else if (pending.has_value()) {
         metrics_.checkpoints_error.Increment();
         LOG(ERROR) << "periodic checkpoint of step " << step << " failed: " << pending->status();

@@ -40,13 +40,25 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Taken before the shard's own lock by whatever takes and writes a snapshot or
-  // replaces the job, so that checkpoints are written one at a time and in order.
-  absl::Mutex& writer_mutex() { return writer_mu_; }
-  // Writes `snapshot` (writer lock held): counted, logged, the oldest pruned.
-  absl::StatusOr<v1::CheckpointResponse> Write(const ShardCheckpoint& snapshot,
-                                               const std::string& dir)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
+  // Exclusive use of the checkpoints while it lives: taken before the shard's own
+  // lock by whatever takes and writes a snapshot, restores one or replaces the job, so
+  // that checkpoints are written one at a time and in order, and none is written of
+  // a job being replaced. The writer thread holds one while it writes.
+  class [[nodiscard]] Exclusive {
+   public:
+    Exclusive(const Exclusive&) = delete;
+    Exclusive& operator=(const Exclusive&) = delete;
+
+   private:
+    friend class Checkpointer;
+    explicit Exclusive(absl::Mutex* mu) : lock_(mu) {}
+    absl::MutexLock lock_;
+  };
+  Exclusive Exclusively() { return Exclusive(&writer_mu_); }
+  // Writes `snapshot`: counted, logged, the oldest pruned.
+  absl::StatusOr<v1::CheckpointResponse> Write(const Exclusive& exclusive,
+                                               const ShardCheckpoint& snapshot,
+                                               const std::string& dir);
 
   // Queues a periodic checkpoint of `step` for the writer thread.
   void Request(uint64_t step);

@@ -61,8 +61,8 @@ TEST_F(CheckpointerTest, WritesKeepsTheNewestAndRemembersTheLast) {
   Checkpointer checkpointer(2, metrics_, &clock_, [this](uint64_t step) { return Take(step); });
   EXPECT_EQ(checkpointer.last().age_seconds, -1);
   for (uint64_t step : {10, 20, 30}) {
-    absl::MutexLock lock(&checkpointer.writer_mutex());
-    absl::StatusOr<v1::CheckpointResponse> written = checkpointer.Write(Small(step), dir_);
+    Checkpointer::Exclusive exclusive = checkpointer.Exclusively();
+    absl::StatusOr<v1::CheckpointResponse> written = checkpointer.Write(exclusive, Small(step), dir_);
     ASSERT_TRUE(written.ok()) << written.status();
     EXPECT_EQ(written->step(), step);
     EXPECT_THAT(written->path(), HasSubstr("step-0000000000" + std::to_string(step)));
@@ -79,9 +79,9 @@ TEST_F(CheckpointerTest, WritesKeepsTheNewestAndRemembersTheLast) {
 
 TEST_F(CheckpointerTest, NamesNeverRepeatWhenTheClockStandsStill) {
   Checkpointer checkpointer(5, metrics_, &clock_, [this](uint64_t step) { return Take(step); });
-  absl::MutexLock lock(&checkpointer.writer_mutex());
-  auto first = checkpointer.Write(Small(7), dir_);
-  auto second = checkpointer.Write(Small(7), dir_);
+  Checkpointer::Exclusive exclusive = checkpointer.Exclusively();
+  auto first = checkpointer.Write(exclusive, Small(7), dir_);
+  auto second = checkpointer.Write(exclusive, Small(7), dir_);
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_NE(first->path(), second->path());
 }
@@ -112,8 +112,8 @@ TEST_F(CheckpointerTest, PeriodicRequestsAreWrittenOnTheWritersThread) {
 
 TEST_F(CheckpointerTest, AFailedWriteIsCountedAndLeavesTheLastAlone) {
   Checkpointer checkpointer(5, metrics_, &clock_, [this](uint64_t step) { return Take(step); });
-  absl::MutexLock lock(&checkpointer.writer_mutex());
-  EXPECT_FALSE(checkpointer.Write(Small(1), "/proc/no-such-dir").ok());
+  Checkpointer::Exclusive exclusive = checkpointer.Exclusively();
+  EXPECT_FALSE(checkpointer.Write(exclusive, Small(1), "/proc/no-such-dir").ok());
   EXPECT_EQ(metrics_.checkpoints_error.Value(), 1);
   EXPECT_EQ(checkpointer.last().path, "");
 }

@@ -35,6 +35,7 @@
 #include "services/parameter_server/aggregator.h"
 #include "services/parameter_server/checkpoint_file.h"
 #include "services/parameter_server/checkpointer.h"
+#include "services/parameter_server/shard_restorer.h"
 #include "services/parameter_server/shard_job.h"
 #include "services/parameter_server/shard_metrics.h"
 #include "services/parameter_server/sink_table.h"
@@ -212,8 +213,8 @@ class ParameterShard {
   // or INVALID_ARGUMENT naming the path and the root for a directory outside.
   absl::StatusOr<std::string> JobCheckpointDir(const v1::JobSpec& spec) const;
   std::optional<absl::StatusOr<Checkpointer::Pending>> PeriodicSnapshot(uint64_t step);
-  absl::Status InstallCheckpoint(const std::string& path, ShardCheckpoint checkpoint)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes a job read back from a checkpoint the installed one.
+  void InstallRestoredLocked(RestoredJob restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pull of a job this shard no longer holds, from its newest checkpoint under dir;
   // NOT_FOUND when there is none.
   absl::StatusOr<std::vector<std::shared_ptr<const v1::PartitionValues>>> PullFromCheckpoint(
@@ -243,6 +244,9 @@ class ParameterShard {
   StepCensus partitions_at_step_ ABSL_GUARDED_BY(steps_mu_);
   uint64_t last_reported_step_ ABSL_GUARDED_BY(steps_mu_) = 0;
 
+  // Reads the checkpoints back (RestoreJob, start-up, rewind).
+  const ShardRestorer restorer_{
+      [this](v1::TrainingMode mode) { return MakeAggregator(mode, Context()); }};
   // Last: its writer thread calls back into the shard, so it stops first.
   Checkpointer checkpointer_;
 };

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -268,7 +266,7 @@ std::optional<absl::StatusOr<Checkpointer::Pending>> ParameterShard::PeriodicSna
 }
 
 absl::StatusOr<v1::CheckpointResponse> ParameterShard::Checkpoint() {
-  absl::MutexLock writer_lock(&checkpointer_.writer_mutex());
+  Checkpointer::Exclusive exclusive = checkpointer_.Exclusively();
   absl::StatusOr<ShardCheckpoint> snapshot;
   std::string dir;
   {
@@ -300,7 +298,7 @@ absl::StatusOr<v1::CheckpointResponse> ParameterShard::Checkpoint() {
     snapshot = Snapshot(step, /*job_ended=*/false);
   }
   if (!snapshot.ok()) return snapshot.status();
-  absl::StatusOr<v1::CheckpointResponse> written = checkpointer_.Write(*snapshot, dir);
+  absl::StatusOr<v1::CheckpointResponse> written = checkpointer_.Write(exclusive, *snapshot, dir);
   if (written.ok()) checkpointer_.RememberOnDemand(snapshot->meta.job_id(), *written);
   return written;
 }
@@ -340,56 +338,44 @@ absl::StatusOr<uint32_t> ParameterShard::RewindToCheckpointLocked(uint64_t step)
   }
   const std::string dir = CheckpointDirLocked();
   if (dir.empty()) return absl::NotFoundError("the shard has no checkpoint directory");
-  const std::string shard_dir = ShardDirectory(dir, job.shard_index);
-  // The step is in the file name (checkpoint_file.cc); the meta is checked below.
-  const std::string marker = absl::StrFormat("-step-%012d", step);
-  for (const std::string& path : ListCheckpoints(shard_dir)) {
-    if (path.find(marker) == std::string::npos) continue;
-    absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(path);
-    if (!read.ok()) {
-      LOG(WARNING) << "rewind to step " << step << ": skipping " << read.status();
-      continue;
-    }
-    const CheckpointMeta& meta = read->meta;
-    if (meta.job_id() != job.job_id || meta.plan().fingerprint() != job.plan.fingerprint() ||
-        meta.shard_index() != job.shard_index || meta.step() != step ||
-        meta.partitions_size() != static_cast<int>(job.partitions.size())) {
-      LOG(WARNING) << "rewind to step " << step << ": " << path << " is of job '" << meta.job_id()
-                   << "' shard " << meta.shard_index() << " step " << meta.step()
-                   << ", not this job's; skipping";
-      continue;
-    }
-    const int slots = job.optimizer.state_slots();
-    for (int i = 0; i < meta.partitions_size(); ++i) {
-      ShardPartition& p = *job.partitions[i];
-      if (meta.partitions(i).id() != p.id ||
-          read->partitions[i].state.size() != p.length * static_cast<size_t>(slots)) {
-        return absl::DataLossError(
-            absl::StrCat(path, ": partition entry ", i, " does not match partition ", p.id));
-      }
-    }
-    for (int i = 0; i < meta.partitions_size(); ++i) {
-      ShardPartition& p = *job.partitions[i];
-      absl::MutexLock partition_lock(&p.mu);
-      p.Retire(std::move(p.values));
-      p.values = std::const_pointer_cast<v1::PartitionValues>(read->partitions[i].values);
-      p.state = std::move(read->partitions[i].state);
-      p.prev_values.reset();
-      p.step = step;
-    }
-    LOG(WARNING) << "shard " << job.shard_index << ": rewound job '" << job.job_id << "' to step "
-                 << step << " from " << path << " (another shard resumed from its checkpoint)";
-    return static_cast<uint32_t>(meta.partitions_size());
+  absl::StatusOr<LoadedCheckpoint> read = restorer_.OfStep(
+      ShardDirectory(dir, job.shard_index), job.job_id, job.shard_index, step,
+      &job.plan.fingerprint());
+  if (!read.ok()) return read.status();
+  const CheckpointMeta& meta = read->checkpoint.meta;
+  const int slots = job.optimizer.state_slots();
+  if (meta.partitions_size() != static_cast<int>(job.partitions.size())) {
+    return absl::DataLossError(absl::StrCat(read->path, ": ", meta.partitions_size(),
+                                            " partitions, the job holds ",
+                                            job.partitions.size()));
   }
-  return absl::NotFoundError(
-      absl::StrCat("no intact checkpoint of step ", step, " in ", shard_dir));
+  for (int i = 0; i < meta.partitions_size(); ++i) {
+    ShardPartition& p = *job.partitions[i];
+    if (meta.partitions(i).id() != p.id ||
+        read->checkpoint.partitions[i].state.size() != p.length * static_cast<size_t>(slots)) {
+      return absl::DataLossError(
+          absl::StrCat(read->path, ": partition entry ", i, " does not match partition ", p.id));
+    }
+  }
+  for (int i = 0; i < meta.partitions_size(); ++i) {
+    ShardPartition& p = *job.partitions[i];
+    absl::MutexLock partition_lock(&p.mu);
+    p.Retire(std::move(p.values));
+    p.values = std::const_pointer_cast<v1::PartitionValues>(read->checkpoint.partitions[i].values);
+    p.state = std::move(read->checkpoint.partitions[i].state);
+    p.prev_values.reset();
+    p.step = step;
+  }
+  LOG(WARNING) << "shard " << job.shard_index << ": rewound job '" << job.job_id << "' to step "
+               << step << " from " << read->path << " (another shard resumed from its checkpoint)";
+  return static_cast<uint32_t>(meta.partitions_size());
 }
 
 // ---------------------------------------------------------------------------------
 // EndJob and restore
 
 absl::StatusOr<v1::EndJobResponse> ParameterShard::EndJob(const v1::EndJobRequest& request) {
-  absl::MutexLock writer_lock(&checkpointer_.writer_mutex());
+  Checkpointer::Exclusive exclusive = checkpointer_.Exclusively();
   absl::StatusOr<ShardCheckpoint> snapshot;
   std::string dir;
   {
@@ -406,7 +392,7 @@ absl::StatusOr<v1::EndJobResponse> ParameterShard::EndJob(const v1::EndJobReques
   v1::EndJobResponse response;
   if (!dir.empty()) {
     if (!snapshot.ok()) return snapshot.status();
-    absl::StatusOr<v1::CheckpointResponse> written = checkpointer_.Write(*snapshot, dir);
+    absl::StatusOr<v1::CheckpointResponse> written = checkpointer_.Write(exclusive, *snapshot, dir);
     if (!written.ok()) return written.status();  // Keep the job: EndJob can be retried.
     response.set_final_checkpoint(written->path());
   }
@@ -448,7 +434,7 @@ absl::StatusOr<v1::RestoreJobResponse> ParameterShard::RestoreJob(
   }
   absl::StatusOr<std::string> dir = JobCheckpointDir(spec);
   if (!dir.ok()) return dir.status();
-  absl::MutexLock writer_lock(&checkpointer_.writer_mutex());
+  Checkpointer::Exclusive exclusive = checkpointer_.Exclusively();
   absl::MutexLock lock(&mu_);
   v1::RestoreJobResponse response;
   if (job_ != nullptr) {
@@ -474,176 +460,45 @@ absl::StatusOr<v1::RestoreJobResponse> ParameterShard::RestoreJob(
         absl::StrCat(what, ": this shard has no index yet (not registered)"));
   }
   const std::string shard_dir = ShardDirectory(*dir, static_cast<uint32_t>(shard_index_));
-  // The earlier job's intact checkpoints, newest first; the step is in the file name,
-  // the meta checked once read.
-  constexpr int kMaxListed = 64;
-  std::optional<LoadedCheckpoint> chosen;
-  for (const std::string& path : ListCheckpoints(shard_dir)) {
-    if (!request.list_only() &&
-        path.find(absl::StrFormat("-step-%012d", request.step())) == std::string::npos) {
-      continue;
+  if (request.list_only()) {
+    constexpr int kMaxListed = 64;
+    for (uint64_t step : restorer_.Steps(shard_dir, request.from_job_id(),
+                                         static_cast<uint32_t>(shard_index_), kMaxListed)) {
+      response.add_steps(step);
     }
-    absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(path);
-    if (!read.ok()) {
-      LOG(WARNING) << what << ": skipping " << read.status();
-      continue;
-    }
-    const CheckpointMeta& meta = read->meta;
-    if (meta.job_id() != request.from_job_id() ||
-        meta.shard_index() != static_cast<uint32_t>(shard_index_)) {
-      continue;
-    }
-    if (request.list_only()) {
-      if (response.steps_size() < kMaxListed) response.add_steps(meta.step());
-      continue;
-    }
-    if (meta.step() != request.step()) continue;
-    chosen = LoadedCheckpoint{path, *std::move(read)};
-    break;
+    return response;
   }
-  if (request.list_only()) return response;
-  if (!chosen.has_value()) {
-    return absl::NotFoundError(absl::StrCat(what, ": no intact checkpoint of step ",
-                                            request.step(), " of job '", request.from_job_id(),
-                                            "' in ", shard_dir));
-  }
-  // The earlier job's parameters, state, plan and step, as the new job: its plan must
-  // be the one this job's workers will make (same model, partition_bytes and shards).
-  CheckpointMeta& meta = chosen->checkpoint.meta;
-  const v1::JobSpec earlier = WithDefaults(meta.job());
-  std::string differs;
-  if (!google::protobuf::util::MessageDifferencer::Equals(earlier.model(), spec.model())) {
-    differs = absl::StrCat("model ", earlier.model().ShortDebugString(), ", this job's ",
-                           spec.model().ShortDebugString());
-  } else if (meta.plan().partition_bytes() != spec.partition_bytes()) {
-    differs = absl::StrCat("partition_bytes ", meta.plan().partition_bytes(), ", this job's ",
-                           spec.partition_bytes());
-  } else if (request.num_shards() != 0 && meta.plan().num_shards() != request.num_shards()) {
-    differs = absl::StrCat(meta.plan().num_shards(), " PS shards, this job's ",
-                           request.num_shards());
-  }
-  if (!differs.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": the checkpoint ", chosen->path, " is of a job with ", differs,
-                     ": resume with the earlier job's model, partition_bytes and shards, or "
-                     "start from its parameters alone (init_from)"));
-  }
-  absl::StatusOr<Optimizer> optimizer = Optimizer::Create(PsOptimizerSpec(spec), 1);
-  if (!optimizer.ok()) return optimizer.status();
-  for (const PartitionCheckpoint& partition : meta.partitions()) {
-    if (static_cast<int>(partition.state_slots()) != optimizer->state_slots()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the checkpoint ", chosen->path, " holds ", partition.state_slots(),
-          " optimizer state slot(s) per parameter (", v1::OptimizerType_Name(PsOptimizerSpec(meta.job()).type()),
-          "), this job's PS optimizer ", v1::OptimizerType_Name(PsOptimizerSpec(spec).type()),
-          " needs ", optimizer->state_slots(),
-          ": resume with the same optimizer, or start from the parameters alone (init_from)"));
-    }
-  }
-  meta.set_job_id(request.job_id());
-  *meta.mutable_job() = spec;
-  meta.set_generation(0);
-  meta.set_num_nodes(request.num_nodes() > 0 ? request.num_nodes() : spec.nodes_min());
-  meta.set_job_ended(false);
-  if (absl::Status installed = InstallCheckpoint(chosen->path, std::move(chosen->checkpoint));
-      !installed.ok()) {
-    return installed;
-  }
+  absl::StatusOr<RestoredJob> restored = restorer_.ForResume(
+      request, spec, shard_dir, static_cast<uint32_t>(shard_index_), what);
+  if (!restored.ok()) return restored.status();
+  response.set_restored_from(restored->path);
+  InstallRestoredLocked(*std::move(restored));
   LOG(INFO) << "shard " << shard_index_ << ": job '" << request.job_id() << "' resumes job '"
             << request.from_job_id() << "' at step " << request.step() << " from "
-            << chosen->path;
+            << response.restored_from();
   response.set_step(ShardStepLocked());
-  response.set_restored_from(chosen->path);
   return response;
 }
 
 absl::StatusOr<std::string> ParameterShard::RestoreFromCheckpointDirectory() {
   if (options_.checkpoint_dir.empty()) return std::string();
-  absl::MutexLock writer_lock(&checkpointer_.writer_mutex());
+  Checkpointer::Exclusive exclusive = checkpointer_.Exclusively();
   absl::MutexLock lock(&mu_);
-  int index = shard_index_;
-  if (index < 0) {
-    const std::vector<uint32_t> shards = ShardsWithCheckpoints(options_.checkpoint_dir);
-    if (shards.empty()) return std::string();
-    if (shards.size() > 1) {
-      LOG(WARNING) << options_.checkpoint_dir << " holds checkpoints of shards "
-                   << absl::StrJoin(shards, ",")
-                   << "; pass --shard_index to restore one of them. Starting empty.";
-      return std::string();
-    }
-    index = static_cast<int>(shards[0]);
-  }
-  const std::string shard_dir = ShardDirectory(options_.checkpoint_dir, index);
-  std::optional<LoadedCheckpoint> loaded = LoadNewestCheckpoint(shard_dir, nullptr);
-  if (!loaded.has_value()) {
-    LOG(INFO) << "no intact checkpoint in " << shard_dir << "; starting empty";
-    return std::string();
-  }
-  if (loaded->checkpoint.meta.job_ended()) {
-    LOG(INFO) << "newest checkpoint " << loaded->path << " is the final one of ended job '"
-              << loaded->checkpoint.meta.job_id() << "'; starting empty";
-    return std::string();
-  }
-  if (absl::Status installed = InstallCheckpoint(loaded->path, std::move(loaded->checkpoint));
-      !installed.ok()) {
-    return installed;
-  }
-  return loaded->path;
+  absl::StatusOr<std::optional<RestoredJob>> restored =
+      restorer_.AtStartup(options_.checkpoint_dir, shard_index_);
+  if (!restored.ok()) return restored.status();
+  if (!restored->has_value()) return std::string();
+  const std::string path = (*restored)->path;
+  InstallRestoredLocked(**std::move(restored));
+  return path;
 }
 
-absl::Status ParameterShard::InstallCheckpoint(const std::string& path,
-                                               ShardCheckpoint checkpoint) {
-  const CheckpointMeta& meta = checkpoint.meta;
-  auto corrupt = [&](const std::string& what) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", what));
-  };
-  if (absl::Status valid = ValidatePartitionPlan(meta.plan()); !valid.ok()) {
-    return corrupt(std::string(valid.message()));
-  }
-  absl::StatusOr<Optimizer> optimizer =
-      Optimizer::Create(PsOptimizerSpec(meta.job()), meta.total_steps());
-  if (!optimizer.ok()) return corrupt(std::string(optimizer.status().message()));
-  const std::vector<uint32_t> owned = PartitionsOfShard(meta.plan(), meta.shard_index());
-  if (owned.size() != static_cast<size_t>(meta.partitions_size()) || meta.num_nodes() == 0 ||
-      meta.num_nodes() > kMaxNodes) {
-    return corrupt(absl::StrCat("holds ", meta.partitions_size(), " partitions for ",
-                                meta.num_nodes(), " nodes, the plan gives shard ",
-                                meta.shard_index(), " ", owned.size()));
-  }
-  std::unique_ptr<Aggregator> aggregator = MakeAggregator(meta.job().mode(), Context());
-  JobSource source;
-  source.job_id = meta.job_id();
-  source.spec = meta.job();
-  source.plan = meta.plan();
-  source.total_steps = meta.total_steps();
-  source.shard_index = meta.shard_index();
-  source.generation = meta.generation();
-  source.num_nodes = meta.num_nodes();
-  const int slots = optimizer->state_slots();
-  for (int i = 0; i < meta.partitions_size(); ++i) {
-    const PartitionCheckpoint& info = meta.partitions(i);
-    const v1::Partition& spec = meta.plan().partitions(static_cast<int>(owned[i]));
-    if (info.id() != spec.id() || info.length() != spec.length() ||
-        static_cast<int>(info.state_slots()) != slots) {
-      return corrupt(absl::StrCat("partition entry ", i, " (id ", info.id(), ", length ",
-                                  info.length(), ", ", info.state_slots(),
-                                  " state slots) does not match the plan and optimizer"));
-    }
-    JobSource::Seed& seed = source.partitions.emplace_back();
-    seed.partition = spec;
-    seed.values = std::const_pointer_cast<v1::PartitionValues>(checkpoint.partitions[i].values);
-    seed.state = std::move(checkpoint.partitions[i].state);
-    seed.step = aggregator->RestoredStep(*seed.values, info.step());
-    seed.skipped_non_finite = info.skipped_non_finite();
-  }
-  absl::StatusOr<std::unique_ptr<ShardJob>> job =
-      BuildShardJob(std::move(source), *std::move(optimizer), std::move(aggregator));
-  if (!job.ok()) return corrupt(std::string(job.status().message()));
-  InstallLocked(*std::move(job));
-  checkpointer_.Restored(path, meta);
+void ParameterShard::InstallRestoredLocked(RestoredJob restored) {
+  const uint64_t step = restored.meta.step();
+  InstallLocked(std::move(restored.job));
+  checkpointer_.Restored(restored.path, restored.meta);
   LOG(INFO) << "shard " << job_->shard_index << ": restored job '" << job_->job_id << "' at step "
-            << meta.step() << ", generation " << meta.generation() << " from " << path;
-  return absl::OkStatus();
+            << step << ", generation " << restored.meta.generation() << " from " << restored.path;
 }
 
 }  // namespace tributary::ps
