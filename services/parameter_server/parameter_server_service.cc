@@ -532,79 +532,80 @@ grpc::ServerUnaryReactor* ParameterServerService::GetShardStatus(
   return reactor;
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
-    grpc::CallbackServerContext* context, const v1::CheckpointRequest* /*request*/,
-    v1::CheckpointResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), *context,
-                                       Role::kCoordinator | Role::kOperator, "Checkpoint");
+// The control calls that run on the control lane (they write files or wait for a job
+// to install): who may make each, and what of the shard answers it.
+template <typename Request, typename Response>
+struct ControlCall {
+  const char* name;
+  RoleSet roles;
+  absl::StatusOr<Response> (*run)(ParameterShard& shard, const Request& request);
+};
+
+namespace {
+
+constexpr ControlCall<v1::CheckpointRequest, v1::CheckpointResponse> kCheckpointCall{
+    "Checkpoint", Role::kCoordinator | Role::kOperator,
+    [](ParameterShard& shard, const v1::CheckpointRequest&) { return shard.Checkpoint(); }};
+constexpr ControlCall<v1::BeginGenerationRequest, v1::BeginGenerationResponse> kBeginCall{
+    "BeginGeneration", OnlyRole(Role::kCoordinator),
+    [](ParameterShard& shard, const v1::BeginGenerationRequest& request) {
+      return shard.BeginGeneration(request);
+    }};
+constexpr ControlCall<v1::EndJobRequest, v1::EndJobResponse> kEndJobCall{
+    "EndJob", OnlyRole(Role::kCoordinator),
+    [](ParameterShard& shard, const v1::EndJobRequest& request) { return shard.EndJob(request); }};
+constexpr ControlCall<v1::RestoreJobRequest, v1::RestoreJobResponse> kRestoreJobCall{
+    "RestoreJob", OnlyRole(Role::kCoordinator),
+    [](ParameterShard& shard, const v1::RestoreJobRequest& request) {
+      return shard.RestoreJob(request);
+    }};
+
+}  // namespace
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* ParameterServerService::Control(
+    grpc::CallbackServerContext* context, const Request* request, Response* response,
+    const ControlCall<Request, Response>& call, absl::FunctionRef<absl::Status()> admit) {
+  if (absl::Status allowed = Authorize(auth_.get(), *context, call.roles, call.name);
       !allowed.ok()) {
     return Refuse(context, allowed);
   }
+  if (absl::Status admitted = admit(); !admitted.ok()) return Refuse(context, admitted);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Submit(0, [this, reactor, response] {
-    absl::StatusOr<v1::CheckpointResponse> result = shard_->Checkpoint();
+  control_.Submit(0, [this, reactor, request, response, run = call.run] {
+    absl::StatusOr<Response> result = run(*shard_, *request);
     if (result.ok()) *response = *std::move(result);
     reactor->Finish(ToGrpcStatus(result.status()));
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
+    grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
+    v1::CheckpointResponse* response) {
+  return Control(context, request, response, kCheckpointCall);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::BeginGeneration(
     grpc::CallbackServerContext* context, const v1::BeginGenerationRequest* request,
     v1::BeginGenerationResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), *context,
-                                       OnlyRole(Role::kCoordinator), "BeginGeneration");
-      !allowed.ok()) {
-    return Refuse(context, allowed);
-  }
-  if (auth_ != nullptr) {
-    // Noted first: a shard that holds no job yet refuses, and the workers' InitPartitions
-    // installs the job at this generation with these credentials.
-    if (absl::Status noted = node_credentials_.Note(*request); !noted.ok()) {
-      return Refuse(context, noted);
-    }
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Submit(0, [this, reactor, request, response] {
-    absl::StatusOr<v1::BeginGenerationResponse> result = shard_->BeginGeneration(*request);
-    if (result.ok()) *response = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
+  return Control(context, request, response, kBeginCall, [&] {
+    // Noted first: a shard that holds no job yet refuses, and the workers'
+    // InitPartitions installs the job at this generation with these credentials.
+    return auth_ == nullptr ? absl::OkStatus() : node_credentials_.Note(*request);
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::EndJob(grpc::CallbackServerContext* context,
                                                          const v1::EndJobRequest* request,
                                                          v1::EndJobResponse* response) {
-  if (absl::Status allowed = Authorize(auth_.get(), *context,
-                                       OnlyRole(Role::kCoordinator), "EndJob");
-      !allowed.ok()) {
-    return Refuse(context, allowed);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Submit(0, [this, reactor, request, response] {
-    absl::StatusOr<v1::EndJobResponse> result = shard_->EndJob(*request);
-    if (result.ok()) *response = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
-  });
-  return reactor;
+  return Control(context, request, response, kEndJobCall);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::RestoreJob(
     grpc::CallbackServerContext* context, const v1::RestoreJobRequest* request,
     v1::RestoreJobResponse* response) {
-  if (absl::Status allowed =
-          Authorize(auth_.get(), *context, OnlyRole(Role::kCoordinator), "RestoreJob");
-      !allowed.ok()) {
-    return Refuse(context, allowed);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Submit(0, [this, reactor, request, response] {
-    absl::StatusOr<v1::RestoreJobResponse> result = shard_->RestoreJob(*request);
-    if (result.ok()) *response = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
-  });
-  return reactor;
+  return Control(context, request, response, kRestoreJobCall);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::OpenDataPlane(

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/cluster_auth.h"
@@ -36,6 +37,9 @@ using ParameterServerCallbackBase = v1::ParameterServer::WithCallbackMethod_Init
                             v1::ParameterServer::WithCallbackMethod_RestoreJob<
                                 v1::ParameterServer::WithCallbackMethod_OpenDataPlane<
                                     v1::ParameterServer::Service>>>>>>>>>;
+
+template <typename Request, typename Response>
+struct ControlCall;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -90,6 +94,14 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                                           v1::OpenDataPlaneResponse* response) override;
 
  private:
+  // One control call (Checkpoint, BeginGeneration, EndJob, RestoreJob), as its entry
+  // in the table of them says: authorized, then `admit`ted, then run on the control
+  // lane and finished from there.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Control(
+      grpc::CallbackServerContext* context, const Request* request, Response* response,
+      const ControlCall<Request, Response>& call,
+      absl::FunctionRef<absl::Status()> admit = [] { return absl::OkStatus(); });
   // The node credentials a stream must present; null without cluster credentials.
   const NodeCredentialBook* NodeCredentials() const;
 
