@@ -70,10 +70,25 @@ void Col2Im(const LayerSpec& l, const S* dcol, int64_t ld, S* dx) {
   }
 }
 
+// A convolution as matrix products over chunks of samples: W is [oc, ckk], the
+// im2col columns of a chunk of g samples [ckk, g*ohw].
+struct ConvShape {
+  int64_t ckk = 0;    // Inputs per output position: channels x kernel x kernel.
+  int64_t ohw = 0;    // Output positions per channel.
+  int64_t oc = 0;     // Output channels.
+  int64_t chunk = 0;  // Samples per product.
+};
+
 // Samples whose im2col columns go into one matrix product: large products keep the
 // threads busy with few hand-offs; the cap bounds the scratch at ~4 MiB (float).
-int64_t ConvChunk(int64_t ckk, int64_t ohw, int64_t n) {
-  return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 20) / (ckk * ohw)));
+ConvShape ConvShapeOf(const LayerSpec& l, int64_t n) {
+  ConvShape shape;
+  shape.ckk = l.in.channels * l.kernel * l.kernel;
+  shape.ohw = l.out.height * l.out.width;
+  shape.oc = l.out.channels;
+  shape.chunk =
+      std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 20) / (shape.ckk * shape.ohw)));
+  return shape;
 }
 
 }  // namespace
@@ -177,10 +192,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
       case LayerKind::kConv2d: {
         // For a chunk of g samples: out[oc, g*ohw] = W[oc, ckk] col[ckk, g*ohw] + b,
         // then each sample's [oc, ohw] block is copied to its place in y.
-        const int64_t ckk = l.in.channels * l.kernel * l.kernel;
-        const int64_t ohw = l.out.height * l.out.width;
-        const int64_t oc = l.out.channels;
-        const int64_t chunk = ConvChunk(ckk, ohw, n);
+        const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
         col_.resize(ckk * chunk * ohw);
         dcol_.resize(oc * chunk * ohw);
         ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
@@ -346,10 +358,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
       case LayerKind::kConv2d: {
         // Per chunk of g samples, with dout gathered to [oc, g*ohw]:
         // dW += dout col^T, db += row sums, dcol = W^T dout scattered back by Col2Im.
-        const int64_t ckk = l.in.channels * l.kernel * l.kernel;
-        const int64_t ohw = l.out.height * l.out.width;
-        const int64_t oc = l.out.channels;
-        const int64_t chunk = ConvChunk(ckk, ohw, n);
+        const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
         col_.resize(ckk * chunk * ohw);
         dcol_.resize(ckk * chunk * ohw);
         dout_.resize(oc * chunk * ohw);
