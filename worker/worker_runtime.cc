@@ -21,20 +21,7 @@
 namespace tributary::worker {
 namespace {
 
-// What one heartbeat may carry (the coordinator refuses more: proto/coordinator.proto).
-constexpr size_t kMaxStepReports = 1024;
-constexpr size_t kMaxEvaluationReports = 64;
-
-// Keeps a report list within `limit` by dropping every other one of the older entries
-// (the newest stays), so that a long interval keeps its shape at a coarser resolution.
-template <typename Report>
-void ThinReports(std::vector<Report>& reports, size_t limit) {
-  if (reports.size() <= limit) return;
-  std::vector<Report> kept;
-  for (size_t i = 0; i + 1 < reports.size(); i += 2) kept.push_back(std::move(reports[i]));
-  kept.push_back(std::move(reports.back()));
-  reports.swap(kept);
-}
+const RealClock kRealClock;
 
 }  // namespace
 
@@ -42,13 +29,19 @@ WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& regist
                              std::unique_ptr<CoordinatorLink> link)
     : options_(std::move(options)),
       link_(std::move(link)),
+      control_(options_.clock != nullptr ? options_.clock : &kRealClock),
+      inputs_(options_.data_root, options_.node_name, options_.model_fetch_timeout),
       metrics_(registry) {}
 
-
 WorkerRuntime::~WorkerRuntime() {
-  stopping_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
+
+bool WorkerRuntime::ShuttingDown() const { return shutdown_ != nullptr && shutdown_->requested(); }
 
 void WorkerRuntime::SetEndpoint(const std::string& host, int grpc_port, int http_port) {
   options_.advertise_host = host;
@@ -66,19 +59,15 @@ absl::Status WorkerRuntime::Register() {
   for (int gpu : options_.devices.gpus) request.add_requested_gpus(gpu);
   request.set_pid(getpid());
   request.set_version(kVersion);
-  const absl::Time give_up = absl::Now() + options_.register_timeout;
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : kRealClock;
+  const absl::Time give_up = clock.Now() + options_.register_timeout;
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   while (true) {
     absl::StatusOr<v1::RegisterWorkerResponse> response = link_->RegisterWorker(request);
     if (response.ok()) {
       absl::MutexLock lock(&mu_);
       worker_id_ = response->worker_id();
-      if (response->heartbeat_interval_ms() > 0) {
-        heartbeat_interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
-      }
-      if (response->has_assignment() && response->assignment().generation() > 0) {
-        pending_ = response->assignment();
-      }
+      control_.Registered(*response);
       LOG(INFO) << "registered with the coordinator at " << options_.coordinator_address << " as "
                 << worker_id_ << " (node " << options_.node_name << ", " << devices_.size()
                 << " device(s))";
@@ -86,7 +75,7 @@ absl::Status WorkerRuntime::Register() {
     }
     const absl::Status& status = response.status();
     if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return status;
-    if (absl::Now() > give_up || (shutdown_ != nullptr && shutdown_->requested())) {
+    if (clock.Now() > give_up || ShuttingDown()) {
       return absl::Status(status.code(),
                           absl::StrCat("the coordinator at ", options_.coordinator_address,
                                        " did not answer within ",
@@ -99,59 +88,56 @@ absl::Status WorkerRuntime::Register() {
   }
 }
 
+v1::HeartbeatRequest WorkerRuntime::HeartbeatRequestLocked() {
+  v1::HeartbeatRequest request;
+  request.set_worker_id(worker_id_);
+  request.set_generation(control_.current().generation());
+  request.set_job_id(control_.current().job_id());
+  request.set_phase(progress_.phase);
+  request.set_step(progress_.step);
+  request.set_epoch(progress_.epoch);
+  request.set_loss(progress_.loss);
+  request.set_test_accuracy(progress_.test_accuracy);
+  request.set_test_loss(progress_.test_loss);
+  request.set_test_accuracy_step(progress_.test_accuracy_step);
+  for (const auto& [name, value] : progress_.test_metrics) {
+    (*request.mutable_test_metrics())[name] = value;
+  }
+  request.set_samples_per_second(progress_.samples_per_second);
+  request.set_step_seconds(progress_.step_seconds);
+  request.set_push_wait_seconds(progress_.push_wait_seconds);
+  request.set_error(progress_.error);
+  request.set_steps_per_epoch(progress_.steps_per_epoch);
+  request.set_total_steps(progress_.total_steps);
+  request.set_holding_at_step(progress_.holding_at_step);
+  // A paused worker moves no samples: its last throughput would mislead.
+  if (progress_.phase == v1::WORKER_PAUSED) request.set_samples_per_second(0);
+  reports_.MoveInto(request);
+  // This generation's traffic (counted from zero when it began, under mu_ too).
+  request.set_bytes_pushed(bytes_pushed_.session());
+  request.set_bytes_pulled(bytes_pulled_.session());
+  if (control_.paused() && progress_.phase == v1::WORKER_TRAINING) {
+    // Asked to pause while a step runs: it will hold at the boundary after it at the
+    // earliest, which the coordinator needs to know to name the common boundary.
+    request.set_phase(v1::WORKER_PAUSING);
+    request.set_holding_at_step(progress_.next_boundary);
+  }
+  return request;
+}
+
 void WorkerRuntime::SendHeartbeat() {
   v1::HeartbeatRequest request;
   {
     absl::MutexLock lock(&mu_);
-    request.set_worker_id(worker_id_);
-    request.set_generation(current_.generation());
-    request.set_job_id(current_.job_id());
-    request.set_phase(progress_.phase);
-    request.set_step(progress_.step);
-    request.set_epoch(progress_.epoch);
-    request.set_loss(progress_.loss);
-    request.set_test_accuracy(progress_.test_accuracy);
-    request.set_test_loss(progress_.test_loss);
-    request.set_test_accuracy_step(progress_.test_accuracy_step);
-    for (const auto& [name, value] : progress_.test_metrics) {
-      (*request.mutable_test_metrics())[name] = value;
-    }
-    request.set_samples_per_second(progress_.samples_per_second);
-    request.set_step_seconds(progress_.step_seconds);
-    request.set_push_wait_seconds(progress_.push_wait_seconds);
-    request.set_error(progress_.error);
-    request.set_steps_per_epoch(progress_.steps_per_epoch);
-    request.set_total_steps(progress_.total_steps);
-    request.set_holding_at_step(progress_.holding_at_step);
-    // A paused worker moves no samples: its last throughput would mislead.
-    if (progress_.phase == v1::WORKER_PAUSED) request.set_samples_per_second(0);
-    for (v1::StepReport& report : step_reports_) *request.add_steps() = std::move(report);
-    for (v1::EvaluationReport& report : evaluation_reports_) {
-      *request.add_evaluations() = std::move(report);
-    }
-    step_reports_.clear();
-    evaluation_reports_.clear();
-    // This generation's traffic (counted from zero when it began, under mu_ too).
-    request.set_bytes_pushed(bytes_pushed_.session());
-    request.set_bytes_pulled(bytes_pulled_.session());
-    if (paused_ && progress_.phase == v1::WORKER_TRAINING) {
-      // Asked to pause while a step runs: it will hold at the boundary after it at the
-      // earliest, which the coordinator needs to know to name the common boundary.
-      request.set_phase(v1::WORKER_PAUSING);
-      request.set_holding_at_step(progress_.next_boundary);
-    }
+    request = HeartbeatRequestLocked();
   }
   absl::StatusOr<v1::HeartbeatResponse> answer = link_->Heartbeat(request);
   if (!answer.ok() && !absl::IsNotFound(answer.status()) &&
       !absl::IsPermissionDenied(answer.status()) && !absl::IsInvalidArgument(answer.status())) {
     // Not delivered: the reports go with the next heartbeat (if still this generation).
     absl::MutexLock lock(&mu_);
-    if (current_.generation() == request.generation()) {
-      step_reports_.insert(step_reports_.begin(), request.steps().begin(), request.steps().end());
-      evaluation_reports_.insert(evaluation_reports_.begin(), request.evaluations().begin(),
-                                 request.evaluations().end());
-      ThinReports(step_reports_, kMaxStepReports);
-      ThinReports(evaluation_reports_, kMaxEvaluationReports);
+    if (control_.current().generation() == request.generation()) {
+      reports_.PutBack(request);
     }
   }
   // The coordinator forgot us (it restarted, or we were silent too long), or does not
@@ -171,70 +157,27 @@ void WorkerRuntime::SendHeartbeat() {
     LOG_EVERY_N(WARNING, 10) << answer.status().message();
     return;
   }
-  const v1::HeartbeatResponse& response = *answer;
   absl::MutexLock lock(&mu_);
-  if (response.heartbeat_interval_ms() > 0) {
-    heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
-  }
-  switch (response.action()) {
-    case v1::ACTION_RENDEZVOUS:
-      if (response.assignment().generation() >
-          std::max(current_.generation(), pending_.generation())) {
-        LOG(INFO) << "new assignment: generation " << response.assignment().generation()
-                  << (response.message().empty() ? "" : " (" + response.message() + ")");
-        pending_ = response.assignment();
-        job_stopped_ = false;
-      }
-      paused_ = false;
-      pause_at_.reset();
-      break;
-    case v1::ACTION_PAUSE:
-      if (!paused_) LOG(INFO) << "pausing: " << response.message();
-      paused_ = true;
-      if (response.has_pause_at_step() && pause_at_ != response.pause_at_step()) {
-        LOG(INFO) << "every worker pauses before step " << response.pause_at_step();
-        pause_at_ = response.pause_at_step();
-      }
-      break;
-    case v1::ACTION_CONTINUE:
-      if (paused_) LOG(INFO) << "resuming";
-      paused_ = false;
-      pause_at_.reset();
-      break;
-    case v1::ACTION_STOP:
-      // The answer names the job of the generation this heartbeat reported: by now the
-      // worker may have left it for the next job's assignment, which it must not stop.
-      if (request.generation() != current_.generation() ||
-          pending_.generation() > current_.generation()) {
-        break;
-      }
-      if (!job_stopped_ && current_.generation() > 0) {
-        LOG(INFO) << "job ended: " << response.message();
-      }
-      job_stopped_ = true;
-      paused_ = false;
-      pause_at_.reset();
-      break;
-    default:
-      break;
+  if (const std::string changed = control_.Answered(*answer, request.generation());
+      !changed.empty()) {
+    LOG(INFO) << changed;
   }
   // A wait for the PS ends now rather than at its timeout.
   InterruptSessionLocked();
 }
 
 void WorkerRuntime::HeartbeatLoop() {
-  while (!stopping_) {
-    SendHeartbeat();
-    absl::Duration interval;
+  while (true) {
     {
       absl::MutexLock lock(&mu_);
-      interval = heartbeat_interval_;
+      if (stopping_) return;
+      control_.HeartbeatSent();
     }
-    // Sleep in slices so that stopping is prompt.
-    const absl::Time next = absl::Now() + interval;
-    while (!stopping_ && absl::Now() < next) {
-      absl::SleepFor(std::min(absl::Milliseconds(50), next - absl::Now()));
-    }
+    SendHeartbeat();
+    absl::MutexLock lock(&mu_);
+    // Until the next one is due, or at once when the worker stops.
+    const absl::Duration wait = control_.NextHeartbeat() - control_.clock().Now();
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait)) return;
   }
 }
 
@@ -248,26 +191,16 @@ void WorkerRuntime::ForgetJob() {
   std::string job_id;
   {
     absl::MutexLock lock(&mu_);
-    job_id = current_.job_id();
-    current_ = v1::Assignment();
-    pending_ = v1::Assignment();
+    job_id = control_.current().job_id();
+    control_.ForgetJob();
     progress_ = Progress();
-    step_reports_.clear();
-    evaluation_reports_.clear();
+    reports_.Clear();
     reduce_backend_ = "none";
     replica_devices_.clear();
     replica_batches_.clear();
     replica_seconds_.clear();
-    job_stopped_ = false;
-    paused_ = false;
-    pause_at_.reset();
   }
-  // Only this thread (Run's) touches the job's inputs.
-  datasets_.reset();
-  datasets_key_.clear();
-  model_file_.reset();
-  model_sha256_.clear();
-  initial_parameters_.Clear();
+  inputs_.Forget();  // Only this thread (Run's) touches the job's inputs.
   metrics_.StartJob("");
   metrics_.generation.Set(0);
   LOG(INFO) << "job " << job_id << " is over: idle until the next assignment";
@@ -278,111 +211,22 @@ std::string WorkerRuntime::Interruption() {
   return InterruptionLocked();
 }
 
-std::string WorkerRuntime::InterruptionLocked() {
-  if (shutdown_ != nullptr && shutdown_->requested()) return "shutting down";
-  if (pending_.generation() > current_.generation()) {
-    return absl::StrCat("new generation ", pending_.generation());
-  }
-  if (job_stopped_) return "job stopped";
-  return "";
-}
+std::string WorkerRuntime::InterruptionLocked() { return control_.Interruption(ShuttingDown()); }
 
 void WorkerRuntime::InterruptSessionLocked() {
   if (active_session_ == nullptr) return;
   if (std::string why = InterruptionLocked(); !why.empty()) active_session_->Interrupt(why);
 }
 
-absl::StatusOr<std::shared_ptr<const std::string>> WorkerRuntime::ModelFileFor(
-    const v1::JobSpec& spec) {
-  if (!IsTorchScript(spec.model())) return std::shared_ptr<const std::string>();
-  const v1::TorchScriptFile& file = spec.model().torchscript();
-  if (!engine::BuiltWithTorch()) {
-    return absl::UnavailableError(absl::StrCat(
-        "model file ", file.file_name(), ": worker ", options_.node_name,
-        " was built without LibTorch and cannot run TorchScript models (", engine::TorchDescription(),
-        ")"));
-  }
-  if (model_file_ != nullptr && model_sha256_ == file.sha256()) return model_file_;
-  const absl::Time start = absl::Now();
-  absl::StatusOr<std::shared_ptr<const std::string>> fetched =
-      link_->FetchModel(file, options_.model_fetch_timeout);
-  if (!fetched.ok()) return fetched.status();
-  model_file_ = *fetched;
-  model_sha256_ = file.sha256();
-  LOG(INFO) << "fetched model file " << file.file_name() << " (" << model_file_->size()
-            << " bytes, SHA-256 " << model_sha256_.substr(0, 12) << "...) in "
-            << absl::FormatDuration(absl::Now() - start);
-  return model_file_;
-}
-
-absl::StatusOr<v1::DatasetSpec> WorkerRuntime::ConfinedDataset(const v1::DatasetSpec& dataset) const {
-  char cwd[PATH_MAX];
-  const std::string base = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
-  v1::DatasetSpec confined = dataset;
-  struct Field {
-    const char* name;
-    std::string* value;
-  };
-  for (const Field& field :
-       {Field{"dataset.directory", confined.mutable_directory()},
-        Field{"dataset.train_path", confined.mutable_train_path()},
-        Field{"dataset.test_path", confined.mutable_test_path()},
-        Field{"dataset.train_labels_path", confined.mutable_train_labels_path()},
-        Field{"dataset.test_labels_path", confined.mutable_test_labels_path()}}) {
-    if (field.value->empty()) continue;
-    absl::StatusOr<std::string> path =
-        ConfinePath(field.name, *field.value, base, options_.data_root, "--data_root");
-    if (!path.ok()) return path.status();
-    *field.value = *std::move(path);
-  }
-  return confined;
-}
-
-absl::StatusOr<std::shared_ptr<const std::vector<float>>> WorkerRuntime::InitialParametersFor(
-    const v1::JobSpec& spec) {
-  if (spec.init_from().empty()) return std::shared_ptr<const std::vector<float>>();
-  char cwd[PATH_MAX];
-  const std::string base = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
-  absl::StatusOr<std::string> path =
-      ConfinePath("init_from", spec.init_from(), base, options_.data_root, "--data_root");
-  if (!path.ok()) return path.status();
-  // Bounded like a model: at most kMaxModelParameters floats (checked again against
-  // the model's count when the session starts). Kept while the file is unchanged.
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> values =
-      initial_parameters_.Read(*path, kMaxModelParameters * sizeof(float));
-  if (!values.ok()) return values.status();
-  LOG(INFO) << "initial parameters: " << (*values)->size() << " from " << *path;
-  return values;
-}
-
-absl::StatusOr<const engine::Datasets*> WorkerRuntime::DatasetsFor(const v1::JobSpec& spec) {
-  const std::string key = absl::StrCat(spec.dataset().SerializeAsString(), "/", spec.seed());
-  if (datasets_ == nullptr || datasets_key_ != key) {
-    const absl::Time start = absl::Now();
-    absl::StatusOr<v1::DatasetSpec> confined = ConfinedDataset(spec.dataset());
-    if (!confined.ok()) return confined.status();
-    absl::StatusOr<engine::Datasets> loaded = engine::LoadDatasets(*confined, spec.seed());
-    if (!loaded.ok()) return loaded.status();
-    datasets_ = std::make_unique<engine::Datasets>(*std::move(loaded));
-    datasets_key_ = key;
-    LOG(INFO) << "loaded " << datasets_->train.size() << " training and " << datasets_->test.size()
-              << " test samples from " << datasets_->train.source << " in "
-              << absl::FormatDuration(absl::Now() - start);
-  }
-  return datasets_.get();
-}
-
 void WorkerRuntime::HoldAt(v1::WorkerPhase phase, uint64_t step) {
   absl::MutexLock lock(&mu_);
-  if (!paused_) return;
+  if (!control_.paused()) return;
   const v1::WorkerPhase previous = progress_.phase;
   progress_.phase = phase;
   progress_.holding_at_step = step;
   progress_.next_boundary = step;
   auto release = [this, phase]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !paused_ || (phase == v1::WORKER_PAUSING && pause_at_.has_value()) || job_stopped_ ||
-           pending_.generation() > current_.generation() ||
-           (shutdown_ != nullptr && shutdown_->requested());
+    return control_.Released(phase, ShuttingDown());
   };
   // Woken by a heartbeat's answer, or by the shutdown watcher (it takes mu_).
   mu_.Await(absl::Condition(&release));
@@ -391,26 +235,25 @@ void WorkerRuntime::HoldAt(v1::WorkerPhase phase, uint64_t step) {
 }
 
 bool WorkerRuntime::HoldIfPaused(TrainingSession& session, uint64_t step) {
-  // ASYNC nodes never wait for each other's pushes: each pauses where it is.
   const bool independent = session.assignment().job().mode() == v1::ASYNC;
   while (true) {
-    std::optional<uint64_t> boundary;
+    WorkerControl::AtBoundary what;
     {
       absl::MutexLock lock(&mu_);
-      if (!paused_) return true;
-      boundary = pause_at_;
+      what = control_.Boundary(step, independent, ShuttingDown());
     }
-    if (!Interruption().empty()) return true;  // The caller leaves the generation.
-    if (!independent && !boundary.has_value()) {
-      // Hold here with the last step's update still on its way: another node may not
-      // have pushed that step yet, and it will not before the common boundary is known.
-      HoldAt(v1::WORKER_PAUSING, step);
-      continue;
+    switch (what) {
+      case WorkerControl::AtBoundary::kGoOn:
+      case WorkerControl::AtBoundary::kLeave:  // The caller leaves the generation.
+        return true;
+      case WorkerControl::AtBoundary::kAwaitBoundary:
+        HoldAt(v1::WORKER_PAUSING, step);
+        continue;
+      case WorkerControl::AtBoundary::kHold:
+        if (!FinishUpdate(session, step)) return false;
+        HoldAt(v1::WORKER_PAUSED, step);
+        return true;
     }
-    if (!independent && step < *boundary) return true;  // Run on to the common boundary.
-    if (!FinishUpdate(session, step)) return false;
-    HoldAt(v1::WORKER_PAUSED, step);
-    return true;
   }
 }
 
@@ -429,13 +272,8 @@ void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) 
   progress_.test_loss = static_cast<float>(evaluated->mean_loss());
   progress_.test_accuracy_step = steps_done;
   progress_.test_metrics = evaluated->MeanMetrics();
-  v1::EvaluationReport report;
-  report.set_step(steps_done);
-  report.set_test_accuracy(progress_.test_accuracy);
-  report.set_test_loss(progress_.test_loss);
-  for (const auto& [name, value] : progress_.test_metrics) (*report.mutable_metrics())[name] = value;
-  evaluation_reports_.push_back(std::move(report));
-  ThinReports(evaluation_reports_, kMaxEvaluationReports);
+  reports_.AddEvaluation(steps_done, progress_.test_accuracy, progress_.test_loss,
+                         progress_.test_metrics);
 }
 
 void WorkerRuntime::AccountBytes(const TrainingSession& session) {
@@ -525,18 +363,7 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
       progress_.reduce_seconds = stats->reduce_seconds;
       replica_batches_ = session.replica_batch_sizes(step);
       replica_seconds_ = stats->replica_seconds;
-      v1::StepReport report;
-      report.set_step(step + 1);
-      report.set_epoch(progress_.epoch);
-      report.set_loss(progress_.loss);
-      report.set_samples(static_cast<uint32_t>(stats->loss.samples));
-      report.set_step_seconds(stats->step_seconds);
-      report.set_compute_seconds(stats->compute_seconds);
-      report.set_reduce_seconds(stats->reduce_seconds);
-      report.set_push_wait_seconds(stats->push_wait_seconds);
-      report.set_parameters_wait_seconds(stats->parameters_wait_seconds);
-      step_reports_.push_back(std::move(report));
-      ThinReports(step_reports_, kMaxStepReports);
+      reports_.AddStep(step, progress_.epoch, *stats);
     }
     const bool last = step + 1 == session.total_steps();
     if (evaluates && ((step + 1) % eval_interval == 0 || last)) {
@@ -564,10 +391,9 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
       progress_ = Progress();
       progress_.job_id = assignment.job_id();
     }
-    current_ = assignment;
+    control_.Began(assignment);
     // What is still held belongs to the generation before: its steps may run again.
-    step_reports_.clear();
-    evaluation_reports_.clear();
+    reports_.Clear();
     bytes_pushed_.BeginSession();
     bytes_pulled_.BeginSession();
     progress_.phase = v1::WORKER_RENDEZVOUS;
@@ -576,31 +402,12 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   }
   metrics_.generation.Set(static_cast<double>(assignment.generation()));
   metrics_.StartJob(assignment.job_id());
-  absl::StatusOr<const engine::Datasets*> data = DatasetsFor(assignment.job());
-  if (!data.ok()) {
-    // The data is this job's problem, not a passing one: report it as fatal.
-    LOG(ERROR) << "cannot load the job's data: " << data.status();
-    metrics_.step_failures.Add({{"reason", "data"}}).Increment();
-    SetPhase(v1::WORKER_FAILED, std::string(data.status().message()));
-    return;
-  }
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> initial =
-      InitialParametersFor(assignment.job());
-  if (!initial.ok()) {
-    LOG(ERROR) << "cannot read the job's initial parameters: " << initial.status();
-    metrics_.step_failures.Add({{"reason", "data"}}).Increment();
-    SetPhase(v1::WORKER_FAILED, std::string(initial.status().message()));
-    return;
-  }
-  absl::StatusOr<std::shared_ptr<const std::string>> model_file = ModelFileFor(assignment.job());
-  if (!model_file.ok()) {
-    LOG(ERROR) << "cannot get the job's model file: " << model_file.status();
-    metrics_.step_failures.Add({{"reason", "model"}}).Increment();
-    // A worker without LibTorch will never run it; a fetch may succeed next time.
-    const bool fatal = model_file.status().code() == absl::StatusCode::kUnavailable &&
-                       !engine::BuiltWithTorch();
-    SetPhase(fatal ? v1::WORKER_FAILED : v1::WORKER_RENDEZVOUS,
-             std::string(model_file.status().message()));
+  JobInputs::Loaded inputs = inputs_.Load(assignment.job(), *link_);
+  if (!inputs.status.ok()) {
+    LOG(ERROR) << "cannot get the job's " << inputs.failed << ": " << inputs.status;
+    metrics_.step_failures.Add({{"reason", inputs.failed}}).Increment();
+    SetPhase(inputs.fatal ? v1::WORKER_FAILED : v1::WORKER_RENDEZVOUS,
+             std::string(inputs.status.message()));
     return;
   }
   if (assignment.devices_size() > 0 && assignment.devices(0).kind() == v1::CPU) {
@@ -611,7 +418,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
     const int threads =
         options_.cpu_threads > 0 ? options_.cpu_threads : std::max(1, cores / sharing);
     engine::SetCpuMatmulThreads(threads);
-    if (*model_file != nullptr) engine::SetTorchThreads(threads);
+    if (inputs.model_file != nullptr) engine::SetTorchThreads(threads);
   }
   SessionOptions session_options;
   session_options.coordinator = link_.get();
@@ -625,10 +432,11 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.overlap_updates = options_.overlap_updates;
   session_options.ps_streams_per_shard = options_.ps_streams_per_shard;
   session_options.ps_transport = options_.ps_transport;
-  session_options.torchscript_bytes = *model_file;
-  session_options.initial_parameters = *initial;
+  session_options.torchscript_bytes = inputs.model_file;
+  session_options.initial_parameters = inputs.initial_parameters;
+  session_options.ps_connection = options_.ps_connection;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-      TrainingSession::Create(assignment, **data, session_options);
+      TrainingSession::Create(assignment, *inputs.datasets, session_options);
   if (!session.ok()) {
     LOG(ERROR) << "generation " << assignment.generation() << ": " << session.status();
     metrics_.step_failures.Add({{"reason", "setup"}}).Increment();
@@ -693,34 +501,28 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
   });
 
   while (!shutdown.requested()) {
+    WorkerControl::Next what;
     v1::Assignment next;
     {
       absl::MutexLock lock(&mu_);
-      auto job_over = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return job_stopped_ && current_.generation() > 0 &&
-               pending_.generation() <= current_.generation();
-      };
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return pending_.generation() > current_.generation() || shutdown.requested() ||
-               job_over();
+        return control_.NextWork() != WorkerControl::Next::kWait || shutdown.requested();
       };
       // Woken by a heartbeat's answer, or by the shutdown watcher (it takes mu_).
       mu_.Await(absl::Condition(&ready));
-      if (job_over() && options_.exit_after_job) {
+      what = control_.NextWork();
+      next = control_.pending();
+    }
+    if (what == WorkerControl::Next::kJobOver) {
+      if (options_.exit_after_job) {
         LOG(INFO) << "the job is over; leaving (--exit_after_job)";
         shutdown.Request("job finished");
         break;
       }
-      if (!job_over()) {
-        if (pending_.generation() <= current_.generation()) continue;
-        next = pending_;
-      }
-    }
-    if (next.generation() == 0) {
       if (!shutdown.requested()) ForgetJob();
       continue;
     }
-    RunGeneration(next);
+    if (what == WorkerControl::Next::kRun) RunGeneration(next);
   }
 
   // Leaving: say goodbye so the coordinator re-forms the generation without waiting
@@ -730,8 +532,8 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
     absl::MutexLock lock(&mu_);
     worker_id = worker_id_;
     if (draining_) progress_.phase = v1::WORKER_DRAINING;
+    stopping_ = true;
   }
-  stopping_ = true;
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   shutdown_watcher.join();  // The loop above ends only once shutdown was requested.
   v1::DeregisterRequest request;
@@ -747,7 +549,7 @@ v1::WorkerStatus WorkerRuntime::GetStatus() {
   status.set_worker_id(worker_id_);
   status.set_node_name(options_.node_name);
   status.set_phase(draining_ ? v1::WORKER_DRAINING : progress_.phase);
-  *status.mutable_assignment() = current_;
+  *status.mutable_assignment() = control_.current();
   // The node credential is this worker's secret, not something to show.
   status.mutable_assignment()->clear_node_credential();
   status.set_step(progress_.step);
@@ -762,8 +564,8 @@ v1::WorkerStatus WorkerRuntime::GetStatus() {
   for (size_t i = 0; i < replica_devices_.size(); ++i) {
     v1::ReplicaStatus* replica = status.add_replicas();
     replica->set_replica(static_cast<uint32_t>(i));
-    if (i < static_cast<size_t>(current_.devices_size())) {
-      *replica->mutable_device() = current_.devices(static_cast<int>(i));
+    if (i < static_cast<size_t>(control_.current().devices_size())) {
+      *replica->mutable_device() = control_.current().devices(static_cast<int>(i));
     }
     if (i < replica_batches_.size()) {
       replica->set_batch_size(static_cast<uint32_t>(replica_batches_[i]));

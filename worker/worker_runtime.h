@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/clock.h"
 #include "common/float_file.h"
 #include "common/shutdown.h"
 #include "proto/coordinator.pb.h"
@@ -30,7 +32,10 @@
 #include "worker/coordinator_link.h"
 #include "worker/devices.h"
 #include "worker/engine/dataset.h"
+#include "worker/heartbeat_reports.h"
+#include "worker/job_inputs.h"
 #include "worker/training_session.h"
+#include "worker/worker_control.h"
 #include "worker/worker_metrics.h"
 
 namespace tributary::worker {
@@ -75,6 +80,14 @@ struct WorkerOptions {
   PsTransport ps_transport = PsTransport::kAuto;
   // How long fetching a job's TorchScript file from the coordinator may take.
   absl::Duration model_fetch_timeout = absl::Minutes(5);
+  // Time for the control decisions (heartbeats, the registration deadline); null: the
+  // real clock. Not owned.
+  const Clock* clock = nullptr;
+  // How a session reaches the PS; unset: PsClient over gRPC or the data plane (tests
+  // use the in-memory connection, SessionOptions::ps_connection).
+  std::function<std::unique_ptr<PsConnection>(const PsIdentity& identity,
+                                               const v1::PartitionPlan& plan)>
+      ps_connection;
 };
 
 class WorkerRuntime : public WorkerHandler {
@@ -129,6 +142,8 @@ class WorkerRuntime : public WorkerHandler {
   absl::Status Register();
   void HeartbeatLoop();
   void SendHeartbeat();
+  // What the next heartbeat reports; the step and evaluation reports move into it.
+  v1::HeartbeatRequest HeartbeatRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one assignment until it ends; returns when a new generation is pending, the
   // job stopped or finished, or shutdown was asked for.
   void RunGeneration(const v1::Assignment& assignment);
@@ -148,18 +163,10 @@ class WorkerRuntime : public WorkerHandler {
   bool HoldIfPaused(TrainingSession& session, uint64_t step);
   // Evaluates after `steps_done` steps; the result goes into the next heartbeat.
   void EvaluateInto(TrainingSession& session, uint64_t steps_done);
-  // The job's dataset with every path confined to options_.data_root and resolved.
-  absl::StatusOr<v1::DatasetSpec> ConfinedDataset(const v1::DatasetSpec& dataset) const;
-  absl::StatusOr<const engine::Datasets*> DatasetsFor(const v1::JobSpec& spec);
-  // The job's TorchScript file (null for native models), fetched once per file.
-  absl::StatusOr<std::shared_ptr<const std::string>> ModelFileFor(const v1::JobSpec& spec);
-  // The job's JobSpec.init_from parameters (null without), read once per file (again
-  // when it changed) under options_.data_root. INVALID_ARGUMENT naming the path for a file that is not float32.
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> InitialParametersFor(
-      const v1::JobSpec& spec);
   // A reason to leave the current step ("new generation 4", "job stopped", ...) or "".
   std::string Interruption() ABSL_LOCKS_EXCLUDED(mu_);
   std::string InterruptionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ShuttingDown() const;
   // Interrupts the running session when there is a reason to.
   void InterruptSessionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetPhase(v1::WorkerPhase phase, const std::string& error = "");
@@ -177,36 +184,25 @@ class WorkerRuntime : public WorkerHandler {
 
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
-  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   Progress progress_ ABSL_GUARDED_BY(mu_);
-  v1::Assignment current_ ABSL_GUARDED_BY(mu_);
-  v1::Assignment pending_ ABSL_GUARDED_BY(mu_);  // Newest assignment not yet taken.
-  bool paused_ ABSL_GUARDED_BY(mu_) = false;
-  // The step boundary every worker pauses at, once the coordinator names it.
-  std::optional<uint64_t> pause_at_ ABSL_GUARDED_BY(mu_);
-  bool job_stopped_ ABSL_GUARDED_BY(mu_) = false;  // ACTION_STOP for the current job.
+  // The assignments, the pause and the stop: what to do next.
+  WorkerControl control_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // The heartbeat thread ends.
   TrainingSession* active_session_ ABSL_GUARDED_BY(mu_) = nullptr;  // While one trains.
   std::string reduce_backend_ ABSL_GUARDED_BY(mu_) = "none";
   std::vector<std::string> replica_devices_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> replica_batches_ ABSL_GUARDED_BY(mu_);
   std::vector<double> replica_seconds_ ABSL_GUARDED_BY(mu_);
   // The steps run and evaluations made in the current generation since the last
-  // answered heartbeat (HeartbeatRequest.steps/evaluations), bounded as the coordinator
-  // asks: past the bound, every other one of the older step reports goes.
-  std::vector<v1::StepReport> step_reports_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::EvaluationReport> evaluation_reports_ ABSL_GUARDED_BY(mu_);
+  // answered heartbeat.
+  HeartbeatReports reports_ ABSL_GUARDED_BY(mu_);
   ByteTotals bytes_pushed_;  // Since the worker started, over every session.
   ByteTotals bytes_pulled_;
-  std::atomic<bool> stopping_{false};
   std::thread heartbeat_thread_;
 
   // The job's inputs, kept across its generations and dropped when it ends (ForgetJob).
-  std::string datasets_key_;
-  std::unique_ptr<engine::Datasets> datasets_;
-  std::string model_sha256_;
-  std::shared_ptr<const std::string> model_file_;
-  CachedFloatFile initial_parameters_;
+  JobInputs inputs_;
 
   WorkerMetrics metrics_;
 };

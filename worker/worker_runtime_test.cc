@@ -6,11 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <set>
 #include <thread>
 
 #include "common/job_spec.h"
-#include "services/parameter_server/testing/in_process_shard.h"
+#include "services/parameter_server/parameter_shard.h"
+#include "services/parameter_server/testing/in_memory_ps.h"
 #include "worker/testing/fake_coordinator_link.h"
 
 namespace tributary::worker {
@@ -47,8 +50,8 @@ v1::Assignment BrokenAssignment(uint64_t generation) {
 }
 
 // A 4-step job of a small MLP on synthetic data, one worker with one CPU replica,
-// against `shard`; rank 0 evaluates after step 4.
-v1::Assignment SmallJob(ps::testing::InProcessShard& shard) {
+// against one PS shard (the test's in-memory one); rank 0 evaluates after each step.
+v1::Assignment SmallJob() {
   v1::JobSpec spec;
   spec.mutable_model()->set_name("mlp");
   for (uint32_t size : {8, 6, 3}) spec.mutable_model()->add_layer_sizes(size);
@@ -75,13 +78,27 @@ v1::Assignment SmallJob(ps::testing::InProcessShard& shard) {
   v1::Device* cpu = assignment.add_devices();
   cpu->set_kind(v1::CPU);
   cpu->set_name("cpu");
-  *assignment.add_shards() = shard.info(0);
+  v1::ShardInfo* shard = assignment.add_shards();
+  shard->set_shard_index(0);
+  shard->set_address("in-memory:0");
   *assignment.mutable_job() = spec;
   return assignment;
 }
 
 class WorkerRuntimeTest : public ::testing::Test {
  protected:
+  WorkerRuntimeTest() { shard_.set_shard_index(0).IgnoreError(); }
+
+  // Options whose sessions reach the test's shard in memory, without gRPC.
+  WorkerOptions InMemoryOptions() {
+    WorkerOptions options = Options();
+    options.ps_connection = [this](const PsIdentity& identity, const v1::PartitionPlan& plan) {
+      return std::make_unique<ps::testing::InMemoryPsConnection>(
+          std::vector<ps::ParameterShard*>{&shard_}, identity, plan, v1::SYNC, v1::FLOAT32);
+    };
+    return options;
+  }
+
   void Start(WorkerOptions options = Options()) {
     auto link = std::make_unique<FakeCoordinatorLink>();
     link_ = link.get();
@@ -104,6 +121,7 @@ class WorkerRuntimeTest : public ::testing::Test {
     }
   }
 
+  ps::ParameterShard shard_{ps::ShardOptions{}, nullptr};
   prometheus::Registry registry_;
   ShutdownSignal shutdown_;
   FakeCoordinatorLink* link_ = nullptr;
@@ -243,9 +261,7 @@ TEST_F(WorkerRuntimeTest, WithExitAfterJobItLeavesOnceTheJobStops) {
 // left to train, and it still evaluates before it says it finished, so the job's
 // result has its accuracy (it used to complete with test_accuracy -1).
 TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
-  ps::testing::InProcessShard shard;
-  ASSERT_TRUE(shard.Start().ok());
-  v1::Assignment assignment = SmallJob(shard);
+  v1::Assignment assignment = SmallJob();
   auto script = [](v1::Assignment given) {
     return [given](FakeCoordinatorLink& link) {
       link.OnHeartbeat(
@@ -270,7 +286,7 @@ TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
   // Generation 1 trains all 4 steps; the shard then stands at the last step.
   assignment.set_generation(1);
   Script = script(assignment);
-  Start();
+  Start(InMemoryOptions());
   v1::HeartbeatRequest first;
   ASSERT_TRUE(link_->AwaitHeartbeat(finished_in(1, &first), kWait));
   EXPECT_GE(first.test_accuracy(), 0.0f);
@@ -285,7 +301,7 @@ TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
   script(assignment)(*restarted_link);
   prometheus::Registry registry;
   ShutdownSignal shutdown;
-  WorkerRuntime restarted(Options(), registry, std::move(link));
+  WorkerRuntime restarted(InMemoryOptions(), registry, std::move(link));
   absl::Status result;
   std::thread thread([&] { result = restarted.Run(shutdown); });
   v1::HeartbeatRequest finished;
@@ -303,9 +319,7 @@ TEST_F(WorkerRuntimeTest, AGenerationFormedAfterTheLastStepStillEvaluates) {
 // with its measurements, and so does every evaluation; the bytes a heartbeat reports
 // are this generation's alone (the coordinator adds them up per job).
 TEST_F(WorkerRuntimeTest, HeartbeatsCarryEachStepAndEvaluationOnceAndThisGenerationsBytes) {
-  ps::testing::InProcessShard shard;
-  ASSERT_TRUE(shard.Start().ok());
-  const v1::Assignment first = SmallJob(shard);
+  const v1::Assignment first = SmallJob();
   v1::Assignment second = first;
   second.set_generation(2);
   second.set_resume_step(4);  // Nothing left to train: it pulls and evaluates.
@@ -324,7 +338,7 @@ TEST_F(WorkerRuntimeTest, HeartbeatsCarryEachStepAndEvaluationOnceAndThisGenerat
           return response;
         });
   };
-  Start();
+  Start(InMemoryOptions());
   ASSERT_TRUE(link_->AwaitHeartbeat(
       [](const v1::HeartbeatRequest& beat) {
         return beat.generation() == 2 && beat.phase() == v1::WORKER_FINISHED;
@@ -365,21 +379,77 @@ TEST_F(WorkerRuntimeTest, HeartbeatsCarryEachStepAndEvaluationOnceAndThisGenerat
   EXPECT_GT(runtime_->GetStatus().bytes_pushed(), 0u) << "GetStatus keeps the lifetime total";
 }
 
+// The pause protocol end to end in one worker: asked to pause while it trains, it
+// reports WORKER_PAUSING with the boundary it can reach, runs on to the boundary the
+// coordinator names, holds there as WORKER_PAUSED (its step unchanged, the update of
+// the last step applied), and trains on when resumed.
+TEST_F(WorkerRuntimeTest, APausedWorkerHoldsAtTheNamedBoundaryAndResumes) {
+  v1::Assignment long_job = SmallJob();
+  long_job.mutable_job()->set_max_steps(10'000'000);  // Still training when paused.
+  auto boundary = std::make_shared<std::atomic<uint64_t>>(0);
+  auto resume = std::make_shared<std::atomic<bool>>(false);
+  Script = [long_job, boundary, resume](FakeCoordinatorLink& link) {
+    link.OnHeartbeat([=](const v1::HeartbeatRequest& beat) -> absl::StatusOr<v1::HeartbeatResponse> {
+      v1::HeartbeatResponse response;
+      response.set_heartbeat_interval_ms(50);
+      response.set_action(v1::ACTION_CONTINUE);
+      if (beat.generation() == 0) {
+        response.set_action(v1::ACTION_RENDEZVOUS);
+        *response.mutable_assignment() = long_job;
+      } else if (resume->load()) {
+        response.set_action(v1::ACTION_CONTINUE);
+      } else if (beat.step() >= 3 || boundary->load() > 0) {
+        response.set_action(v1::ACTION_PAUSE);
+        response.set_message("test");
+        // Named once the worker said where it can stop: a few steps past that.
+        if (beat.phase() == v1::WORKER_PAUSING && boundary->load() == 0) {
+          boundary->store(beat.holding_at_step() + 5);
+        }
+        if (boundary->load() > 0) response.set_pause_at_step(boundary->load());
+      }
+      return response;
+    });
+  };
+  Start(InMemoryOptions());
+  v1::HeartbeatRequest paused;
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [&](const v1::HeartbeatRequest& beat) {
+        if (beat.phase() != v1::WORKER_PAUSED) return false;
+        paused = beat;
+        return true;
+      },
+      kWait));
+  EXPECT_GT(boundary->load(), 0u) << "it paused without the common boundary";
+  EXPECT_EQ(paused.holding_at_step(), boundary->load());
+  EXPECT_EQ(paused.step(), boundary->load()) << "the steps before the boundary, all applied";
+  EXPECT_EQ(paused.samples_per_second(), 0) << "a paused worker moves no samples";
+  // Still there some heartbeats (50 ms apart) later.
+  absl::SleepFor(absl::Milliseconds(300));
+  const v1::HeartbeatRequest later = link_->heartbeats().back();
+  EXPECT_EQ(later.phase(), v1::WORKER_PAUSED);
+  EXPECT_EQ(later.step(), paused.step());
+  resume->store(true);
+  ASSERT_TRUE(link_->AwaitHeartbeat(
+      [&](const v1::HeartbeatRequest& beat) {
+        return beat.phase() == v1::WORKER_TRAINING && beat.step() > paused.step() + 2;
+      },
+      kWait))
+      << "it did not train on after the resume";
+}
+
 // A worker outlives its jobs: when a job ends (ACTION_STOP) the worker goes back to
 // idle, and nothing it reported of that job (its step, loss, accuracy, error) is ever
 // reported for the next. Issue 23: a worker whose job failed its model check went on
 // reporting that failure, which failed every later job; a new job's first report
 // carried the last job's step 600 and accuracy 1.0.
 TEST_F(WorkerRuntimeTest, NothingOfAJobIsReportedForTheNext) {
-  ps::testing::InProcessShard shard;
-  ASSERT_TRUE(shard.Start().ok());
-  const v1::Assignment trained = SmallJob(shard);  // job-end, generation 1, 4 steps.
+  const v1::Assignment trained = SmallJob();  // job-end, generation 1, 4 steps.
   v1::Assignment broken = BrokenAssignment(2);
   broken.set_job_id("job-2");
-  v1::Assignment again = SmallJob(shard);
+  v1::Assignment again = SmallJob();
   again.set_job_id("job-3");
   again.set_generation(3);
-  ps::ParameterShard* ps = &shard.shard();
+  ps::ParameterShard* ps = &shard_;
   Script = [trained, broken, again, ps](FakeCoordinatorLink& link) {
     // The next job is given once the one before was stopped (and, as the coordinator
     // does, ended on the shard).
@@ -405,7 +475,7 @@ TEST_F(WorkerRuntimeTest, NothingOfAJobIsReportedForTheNext) {
       return response;
     });
   };
-  Start();
+  Start(InMemoryOptions());
   ASSERT_TRUE(link_->AwaitHeartbeat(
       [](const v1::HeartbeatRequest& beat) {
         return beat.generation() == 3 && beat.phase() == v1::WORKER_FINISHED;
