@@ -365,12 +365,22 @@ bool IsModelFileName(const std::string& name) {
 
 uint64_t EvalIntervalSteps(const v1::JobSpec& spec, uint64_t total_steps) {
   if (spec.eval_interval_steps() > 0) return spec.eval_interval_steps();
-  return std::max<uint64_t>(1, (total_steps + kDefaultEvaluationsPerRun - 1) /
-                                   kDefaultEvaluationsPerRun);
+  // Rounded up without overflowing at 2^64 - 1.
+  const uint64_t per_evaluation = total_steps / kDefaultEvaluationsPerRun +
+                                  (total_steps % kDefaultEvaluationsPerRun != 0 ? 1 : 0);
+  return std::max<uint64_t>(1, per_evaluation);
 }
 
 uint64_t PeriodicEvalSamples(const v1::JobSpec& spec) {
   return spec.eval_samples() > 0 ? spec.eval_samples() : kDefaultEvalSamples;
+}
+
+bool EvaluatesAfter(const v1::JobSpec& spec, uint64_t steps_done, uint64_t total_steps) {
+  return steps_done >= total_steps || steps_done % EvalIntervalSteps(spec, total_steps) == 0;
+}
+
+uint64_t EvalSamplesAfter(const v1::JobSpec& spec, uint64_t steps_done, uint64_t total_steps) {
+  return steps_done >= total_steps ? 0 : PeriodicEvalSamples(spec);
 }
 
 v1::JobSpec WithDefaults(v1::JobSpec spec) {

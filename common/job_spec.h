@@ -66,6 +66,12 @@ inline constexpr uint64_t kDefaultEvalSamples = 1000;
 uint64_t EvalIntervalSteps(const v1::JobSpec& spec, uint64_t total_steps);
 // Test samples an evaluation before the last step takes (the first of the split).
 uint64_t PeriodicEvalSamples(const v1::JobSpec& spec);
+// Whether rank 0 (and train_local) evaluates once `steps_done` of `total_steps` steps
+// are done: every EvalIntervalSteps and after the last step.
+bool EvaluatesAfter(const v1::JobSpec& spec, uint64_t steps_done, uint64_t total_steps);
+// The test samples that evaluation takes: PeriodicEvalSamples before the last step,
+// 0 (the whole test split) after it.
+uint64_t EvalSamplesAfter(const v1::JobSpec& spec, uint64_t steps_done, uint64_t total_steps);
 // The longest JobSpec.init_from path.
 inline constexpr size_t kMaxInitFromBytes = 4096;
 

@@ -383,5 +383,25 @@ TEST(JobSpecTest, AboutTenEvaluationsARunOnAThousandTestSamplesUnlessAsked) {
   EXPECT_EQ(WithDefaults(v1::JobSpec()).eval_interval_steps(), 0u);
 }
 
+TEST(JobSpecTest, EvaluationsComeEveryIntervalAndAfterTheLastStepOnTheWholeSplit) {
+  v1::JobSpec spec;
+  spec.set_eval_interval_steps(40);
+  spec.set_eval_samples(300);
+  std::vector<uint64_t> after;
+  for (uint64_t done = 1; done <= 100; ++done) {
+    if (EvaluatesAfter(spec, done, 100)) after.push_back(done);
+  }
+  EXPECT_EQ(after, (std::vector<uint64_t>{40, 80, 100}));
+  EXPECT_EQ(EvalSamplesAfter(spec, 80, 100), 300u);
+  EXPECT_EQ(EvalSamplesAfter(spec, 100, 100), 0u);  // The whole test split.
+  // The largest counts do not overflow or divide by zero.
+  spec.set_eval_interval_steps(0);
+  spec.set_eval_samples(UINT64_MAX);
+  EXPECT_EQ(EvalSamplesAfter(spec, 1, UINT64_MAX), UINT64_MAX);
+  EXPECT_TRUE(EvaluatesAfter(spec, UINT64_MAX, UINT64_MAX));
+  EXPECT_FALSE(EvaluatesAfter(spec, 1, UINT64_MAX));
+  EXPECT_TRUE(EvaluatesAfter(spec, 0, 0));
+}
+
 }  // namespace
 }  // namespace tributary

@@ -12,7 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "cli/job_flags.h"
+#include "common/job_flags.h"
 #include "common/malloc_thresholds.h"
 #include "common/job_spec.h"
 #include "common/process.h"
@@ -20,7 +20,7 @@
 #include "worker/engine/torchscript.h"
 #include "worker/engine/trainer.h"
 
-// The job: every job flag of `tributary local` (cli/job_flags.h, docs/cli.md), on top
+// The job: every job flag of `tributary local` (common/job_flags.h, docs/cli.md), on top
 // of --job_json; --replicas is the number of in-process replicas here.
 
 // --- How it runs ---
@@ -37,23 +37,138 @@ ABSL_FLAG(std::string, export, "",
 namespace {
 
 using tributary::v1::JobSpec;
+using tributary::engine::LocalTrainer;
+using tributary::engine::LossStats;
+using Clock = std::chrono::steady_clock;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "train_local: %s\n", status.ToString().c_str());
   return 1;
 }
 
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The job and the model, as the first lines of the log.
+void PrintJob(LocalTrainer& trainer, uint32_t replicas, const std::string& device,
+              double load_seconds) {
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions json_options;
+  (void)google::protobuf::util::MessageToJsonString(trainer.spec(), &spec_json, json_options);
+  std::printf("job %s\n", spec_json.c_str());
+  std::printf(
+      "model %s: %lld parameters in %zu tensors; train %lld samples, test %lld; "
+      "%llu steps (%llu per epoch), %u replica(s) on %s; data loaded in %.1fs\n",
+      trainer.model().name.c_str(), static_cast<long long>(trainer.model().num_parameters),
+      trainer.model().tensors.size(), static_cast<long long>(trainer.data().train.size()),
+      static_cast<long long>(trainer.data().test.size()),
+      static_cast<unsigned long long>(trainer.total_steps()),
+      static_cast<unsigned long long>(trainer.sampler().steps_per_epoch()), replicas,
+      device.c_str(), load_seconds);
+  std::fflush(stdout);
+}
+
+// What a run measured.
+struct Run {
+  double train_seconds = 0;  // Excludes evaluations.
+  uint64_t trained_samples = 0;
+  double last_loss = 0;
+  LossStats last_eval;
+  bool evaluated = false;
+};
+
+// Trains to the end, printing a line every `log_interval` steps and each evaluation
+// (as the cluster's rank 0 evaluates: before the last step on the test split's first
+// samples, after it on all of them).
+absl::StatusOr<Run> Train(LocalTrainer& trainer, uint64_t log_interval) {
+  const JobSpec& spec = trainer.spec();
+  const auto start = Clock::now();
+  Run run;
+  LossStats window;
+  auto window_start = Clock::now();
+  // Epochs counted from 1, as `tributary` counts them ("epoch 2/3").
+  auto epoch_of = [&](uint64_t epoch) {
+    return spec.epochs() > 0
+               ? absl::StrCat(std::min<uint64_t>(epoch + 1, spec.epochs()), "/", spec.epochs())
+               : absl::StrCat(epoch + 1);
+  };
+  while (!trainer.done()) {
+    const auto step_start = Clock::now();
+    absl::StatusOr<tributary::engine::StepResult> result = trainer.Step();
+    if (!result.ok()) return result.status();
+    run.train_seconds += SecondsSince(step_start);
+    run.trained_samples += result->stats.samples;
+    window += result->stats;
+    run.last_loss = result->stats.mean_loss();
+    const uint64_t done = result->step + 1;
+    if (done % log_interval == 0 || trainer.done()) {
+      const double window_seconds = SecondsSince(window_start);
+      std::printf(
+          "train  epoch %s step %llu/%llu: loss %.4f accuracy %.4f lr %.6g "
+          "samples/s %.0f\n",
+          epoch_of(result->epoch).c_str(), static_cast<unsigned long long>(done),
+          static_cast<unsigned long long>(trainer.total_steps()), window.mean_loss(),
+          window.accuracy(), result->learning_rate,
+          window_seconds > 0 ? window.samples / window_seconds : 0.0);
+      std::fflush(stdout);
+      window = {};
+      window_start = Clock::now();
+    }
+    if (!tributary::EvaluatesAfter(spec, done, trainer.total_steps()) ||
+        trainer.data().test.size() == 0) {
+      continue;
+    }
+    const auto eval_start = Clock::now();
+    absl::StatusOr<LossStats> eval =
+        trainer.Evaluate(tributary::EvalSamplesAfter(spec, done, trainer.total_steps()));
+    if (!eval.ok()) return eval.status();
+    run.last_eval = *eval;
+    run.evaluated = true;
+    std::printf(
+        "eval   epoch %s step %llu: test loss %.4f accuracy %.4f (%lld samples, %.1fs)"
+        " elapsed %.1fs\n",
+        epoch_of(result->epoch).c_str(), static_cast<unsigned long long>(done),
+        eval->mean_loss(), eval->accuracy(), static_cast<long long>(eval->samples),
+        SecondsSince(eval_start), SecondsSince(start));
+    std::fflush(stdout);
+    window_start += Clock::now() - eval_start;  // Not training time.
+  }
+  return run;
+}
+
+// --save_params and --export.
+absl::Status SaveOutputs(LocalTrainer& trainer) {
+  const std::string save = absl::GetFlag(FLAGS_save_params);
+  if (!save.empty()) {
+    std::ofstream out(save, std::ios::binary | std::ios::trunc);
+    const std::vector<float>& params = trainer.parameters();
+    out.write(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(float));
+    if (!out) return absl::InternalError(absl::StrCat("--save_params: cannot write ", save));
+  }
+  const std::string export_path = absl::GetFlag(FLAGS_export);
+  if (!export_path.empty()) {
+    if (absl::Status s = tributary::engine::ExportTorchScript(
+            trainer.model(), trainer.parameters().data(), export_path);
+        !s.ok()) {
+      return s;
+    }
+    std::printf("exported %s to %s\n", trainer.model().name.c_str(), export_path.c_str());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  tributary::cli::RememberGivenFlags(argc, argv);
+  tributary::RememberGivenFlags(argc, argv);
   tributary::InitProcess(argc, argv,
                          "train_local: trains a model in one process (the SYNC reference).\n"
                          "Usage: train_local [--job_json=FILE|JSON] [--model=mlp] [--batch=64] "
                          "[--epochs=3] [--optimizer=adam] [--replicas=R] ...");
   tributary::ReuseLargeBlocks();  // Large blocks every step: reused, not faulted in again.
   std::shared_ptr<const std::string> model_file;
-  absl::StatusOr<JobSpec> submitted = tributary::cli::JobSpecFromFlags(&model_file);
+  absl::StatusOr<JobSpec> submitted = tributary::JobSpecFromFlags(&model_file);
   if (!submitted.ok()) return Fail(submitted.status());
 
   tributary::engine::TrainerOptions options;
@@ -68,121 +183,27 @@ int main(int argc, char** argv) {
         absl::StrCat("--device: must be cpu or gpu, got '", device, "'")));
   }
 
-  const auto load_start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<tributary::engine::LocalTrainer>> created =
-      tributary::engine::LocalTrainer::Create(*submitted, options);
+  const auto load_start = Clock::now();
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> created =
+      LocalTrainer::Create(*submitted, options);
   if (!created.ok()) return Fail(created.status());
-  tributary::engine::LocalTrainer& trainer = **created;
+  LocalTrainer& trainer = **created;
+  PrintJob(trainer, options.replicas, device, SecondsSince(load_start));
+
+  const auto start = Clock::now();
+  absl::StatusOr<Run> run = Train(trainer, std::max<uint64_t>(1, absl::GetFlag(FLAGS_log_interval)));
+  if (!run.ok()) return Fail(run.status());
+  if (absl::Status saved = SaveOutputs(trainer); !saved.ok()) return Fail(saved);
   const JobSpec& spec = trainer.spec();
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  std::string spec_json;
-  google::protobuf::util::JsonPrintOptions json_options;
-  (void)google::protobuf::util::MessageToJsonString(spec, &spec_json, json_options);
-  std::printf("job %s\n", spec_json.c_str());
-  std::printf(
-      "model %s: %lld parameters in %zu tensors; train %lld samples, test %lld; "
-      "%llu steps (%llu per epoch), %u replica(s) on %s; data loaded in %.1fs\n",
-      trainer.model().name.c_str(), static_cast<long long>(trainer.model().num_parameters),
-      trainer.model().tensors.size(), static_cast<long long>(trainer.data().train.size()),
-      static_cast<long long>(trainer.data().test.size()),
-      static_cast<unsigned long long>(trainer.total_steps()),
-      static_cast<unsigned long long>(trainer.sampler().steps_per_epoch()), options.replicas,
-      device.c_str(), load_seconds);
-  std::fflush(stdout);
-
-  const uint64_t log_interval = std::max<uint64_t>(1, absl::GetFlag(FLAGS_log_interval));
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  double train_seconds = 0;  // Excludes evaluations.
-  uint64_t trained_samples = 0;
-  tributary::engine::LossStats window;
-  auto window_start = std::chrono::steady_clock::now();
-  double last_loss = 0;
-  tributary::engine::LossStats last_eval;
-  bool evaluated = false;
-
-  // Epochs counted from 1, as `tributary` counts them ("epoch 2/3").
-  auto epoch_of = [&](uint64_t epoch) {
-    return spec.epochs() > 0
-               ? absl::StrCat(std::min<uint64_t>(epoch + 1, spec.epochs()), "/", spec.epochs())
-               : absl::StrCat(epoch + 1);
-  };
-  // As the cluster's rank 0 evaluates: before the last step on the test split's first
-  // samples, after it on all of them.
-  auto evaluate = [&](uint64_t step, uint64_t epoch) -> absl::Status {
-    const auto t = std::chrono::steady_clock::now();
-    absl::StatusOr<tributary::engine::LossStats> eval =
-        trainer.Evaluate(trainer.done() ? 0 : tributary::PeriodicEvalSamples(spec));
-    if (!eval.ok()) return eval.status();
-    last_eval = *eval;
-    evaluated = true;
-    std::printf(
-        "eval   epoch %s step %llu: test loss %.4f accuracy %.4f (%lld samples, %.1fs)"
-        " elapsed %.1fs\n",
-        epoch_of(epoch).c_str(), static_cast<unsigned long long>(step),
-        eval->mean_loss(), eval->accuracy(), static_cast<long long>(eval->samples),
-        seconds_since(t), seconds_since(start));
-    std::fflush(stdout);
-    return absl::OkStatus();
-  };
-
-  while (!trainer.done()) {
-    const auto step_start = std::chrono::steady_clock::now();
-    absl::StatusOr<tributary::engine::StepResult> result = trainer.Step();
-    if (!result.ok()) return Fail(result.status());
-    train_seconds += seconds_since(step_start);
-    trained_samples += result->stats.samples;
-    window += result->stats;
-    last_loss = result->stats.mean_loss();
-    const uint64_t done = result->step + 1;
-    if (done % log_interval == 0 || trainer.done()) {
-      const double window_seconds = seconds_since(window_start);
-      std::printf(
-          "train  epoch %s step %llu/%llu: loss %.4f accuracy %.4f lr %.6g "
-          "samples/s %.0f\n",
-          epoch_of(result->epoch).c_str(), static_cast<unsigned long long>(done),
-          static_cast<unsigned long long>(trainer.total_steps()), window.mean_loss(),
-          window.accuracy(), result->learning_rate,
-          window_seconds > 0 ? window.samples / window_seconds : 0.0);
-      std::fflush(stdout);
-      window = {};
-      window_start = std::chrono::steady_clock::now();
-    }
-    const bool due = done % tributary::EvalIntervalSteps(spec, trainer.total_steps()) == 0;
-    if ((due || trainer.done()) && trainer.data().test.size() > 0) {
-      const auto eval_start = std::chrono::steady_clock::now();
-      if (absl::Status s = evaluate(done, result->epoch); !s.ok()) return Fail(s);
-      window_start += std::chrono::steady_clock::now() - eval_start;  // Not training time.
-    }
-  }
-
-  const std::string save = absl::GetFlag(FLAGS_save_params);
-  if (!save.empty()) {
-    std::ofstream out(save, std::ios::binary | std::ios::trunc);
-    const std::vector<float>& params = trainer.parameters();
-    out.write(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(float));
-    if (!out) return Fail(absl::InternalError(absl::StrCat("--save_params: cannot write ", save)));
-  }
-  const std::string export_path = absl::GetFlag(FLAGS_export);
-  if (!export_path.empty()) {
-    if (absl::Status s = tributary::engine::ExportTorchScript(
-            trainer.model(), trainer.parameters().data(), export_path);
-        !s.ok()) {
-      return Fail(s);
-    }
-    std::printf("exported %s to %s\n", trainer.model().name.c_str(), export_path.c_str());
-  }
-  const double wall = seconds_since(start);
   std::printf(
       "{\"model\":\"%s\",\"steps\":%llu,\"epochs\":%u,\"batch\":%u,\"replicas\":%u,"
       "\"final_loss\":%.6f,\"test_loss\":%.6f,\"test_accuracy\":%.4f,"
       "\"train_samples_per_second\":%.1f,\"wall_seconds\":%.1f}\n",
       trainer.model().name.c_str(), static_cast<unsigned long long>(trainer.step()), spec.epochs(),
-      spec.global_batch_size(), options.replicas, last_loss,
-      evaluated ? last_eval.mean_loss() : -1.0, evaluated ? last_eval.accuracy() : -1.0,
-      train_seconds > 0 ? trained_samples / train_seconds : 0.0, wall);
+      spec.global_batch_size(), options.replicas, run->last_loss,
+      run->evaluated ? run->last_eval.mean_loss() : -1.0,
+      run->evaluated ? run->last_eval.accuracy() : -1.0,
+      run->train_seconds > 0 ? run->trained_samples / run->train_seconds : 0.0,
+      SecondsSince(start));
   return 0;
 }

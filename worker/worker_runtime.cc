@@ -259,9 +259,8 @@ bool WorkerRuntime::HoldIfPaused(TrainingSession& session, uint64_t step) {
 
 void WorkerRuntime::EvaluateInto(TrainingSession& session, uint64_t steps_done) {
   // Before the last step, the first samples of the test split; after it, all of them.
-  const bool final = steps_done >= session.total_steps();
-  absl::StatusOr<engine::LossStats> evaluated =
-      session.Evaluate(final ? 0 : PeriodicEvalSamples(session.assignment().job()));
+  absl::StatusOr<engine::LossStats> evaluated = session.Evaluate(
+      EvalSamplesAfter(session.assignment().job(), steps_done, session.total_steps()));
   if (!evaluated.ok()) {
     LOG_FIRST_N(WARNING, 1) << "no evaluation: " << evaluated.status();
     return;
@@ -310,7 +309,6 @@ bool WorkerRuntime::FinishUpdate(TrainingSession& session, uint64_t steps_done) 
 
 void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
   const v1::Assignment& assignment = session.assignment();
-  const uint64_t eval_interval = EvalIntervalSteps(assignment.job(), session.total_steps());
   const bool evaluates = assignment.global_rank() == 0;
   double throughput = 0;
   for (uint64_t step = first_step; step < session.total_steps(); ++step) {
@@ -365,8 +363,7 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
       replica_seconds_ = stats->replica_seconds;
       reports_.AddStep(step, progress_.epoch, *stats);
     }
-    const bool last = step + 1 == session.total_steps();
-    if (evaluates && ((step + 1) % eval_interval == 0 || last)) {
+    if (evaluates && EvaluatesAfter(assignment.job(), step + 1, session.total_steps())) {
       // Evaluation needs this step's update in place.
       if (!FinishUpdate(session, step + 1)) return;
       EvaluateInto(session, step + 1);

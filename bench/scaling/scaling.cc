@@ -21,7 +21,7 @@
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
 #include "bench/common/work_dir.h"
-#include "cli/job_flags.h"
+#include "common/job_flags.h"
 #include "common/process.h"
 
 ABSL_FLAG(std::vector<std::string>, worker_counts, std::vector<std::string>({"1", "2", "4"}),
@@ -67,9 +67,9 @@ int Run(const char* argv0) {
   if (!runfiles.ok()) return Fail(runfiles.status());
   absl::StatusOr<std::string> tributary = runfiles->Find("tributary/cli/tributary");
   if (!tributary.ok()) return Fail(tributary.status());
-  absl::StatusOr<v1::JobSpec> spec = cli::JobSpecFromFlags();
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
   if (!spec.ok()) return Fail(spec.status());
-  if (!cli::FlagGiven("epochs")) spec->set_epochs(1);
+  if (!FlagGiven("epochs")) spec->set_epochs(1);
   absl::StatusOr<std::string> work_dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "scaling");
   if (!work_dir.ok()) return Fail(work_dir.status());
   const std::string job_json = *work_dir + "/job.json";
@@ -156,7 +156,7 @@ int Run(const char* argv0) {
 }  // namespace tributary::bench
 
 int main(int argc, char** argv) {
-  tributary::cli::RememberGivenFlags(argc, argv);
+  tributary::RememberGivenFlags(argc, argv);
   tributary::InitProcess(argc, argv, tributary::bench::kUsage);
   FLAGS_minloglevel = 1;
   return tributary::bench::Run(argv[0]);

@@ -25,7 +25,7 @@
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
 #include "bench/common/work_dir.h"
-#include "cli/job_flags.h"
+#include "common/job_flags.h"
 #include "common/process.h"
 
 ABSL_FLAG(int, workers, 2, "Cluster: worker processes (tributary local --workers). Default: 2.");
@@ -91,7 +91,7 @@ int Run(const char* argv0) {
   if (!tributary.ok()) return Fail(tributary.status());
   absl::StatusOr<std::string> train_local = runfiles->Find("tributary/worker/train_local");
   if (!train_local.ok()) return Fail(train_local.status());
-  absl::StatusOr<v1::JobSpec> spec = cli::JobSpecFromFlags();
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
   if (!spec.ok()) return Fail(spec.status());
   absl::StatusOr<std::string> work_dir =
       MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "time_to_accuracy");
@@ -196,7 +196,7 @@ int Run(const char* argv0) {
 }  // namespace tributary::bench
 
 int main(int argc, char** argv) {
-  tributary::cli::RememberGivenFlags(argc, argv);
+  tributary::RememberGivenFlags(argc, argv);
   tributary::InitProcess(argc, argv, tributary::bench::kUsage);
   FLAGS_minloglevel = 1;
   return tributary::bench::Run(argv[0]);

@@ -29,7 +29,7 @@
 #include "bench/common/tributary_local_run.h"
 #include "bench/common/work_dir.h"
 #include "common/child_process.h"
-#include "cli/job_flags.h"
+#include "common/job_flags.h"
 #include "common/process.h"
 #include "common/tls.h"
 
@@ -172,7 +172,7 @@ int Run(const char* argv0) {
   if (!tributary.ok()) return Fail(tributary.status());
   absl::StatusOr<std::string> script = runfiles->Find("tributary/bench/vs_ddp/ddp_mlp.py");
   if (!script.ok()) return Fail(script.status());
-  absl::StatusOr<v1::JobSpec> spec = cli::JobSpecFromFlags();
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
   if (!spec.ok()) return Fail(spec.status());
   const std::string job_json = *work_dir + "/job.json";
   if (absl::Status written = WriteJobJson(*spec, job_json); !written.ok()) return Fail(written);
@@ -302,7 +302,7 @@ int Run(const char* argv0) {
 }  // namespace tributary::bench
 
 int main(int argc, char** argv) {
-  tributary::cli::RememberGivenFlags(argc, argv);
+  tributary::RememberGivenFlags(argc, argv);
   tributary::InitProcess(argc, argv, tributary::bench::kUsage);
   FLAGS_minloglevel = 1;
   return tributary::bench::Run(argv[0]);

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "common/model_file.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
 #include "worker/engine/replica.h"
@@ -44,10 +45,8 @@ bool BuiltWithTorch();
 // "LibTorch 1.13.1 (CPU)", or why there is none.
 std::string TorchDescription();
 
-// Reads a model file whole. NOT_FOUND / INVALID_ARGUMENT naming the path for a missing
-// file, a directory, an empty file or one larger than max_bytes.
-absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::string& path,
-                                                                 int64_t max_bytes);
+// Reads a model file whole (common/model_file.h).
+using ::tributary::ReadModelFile;
 
 // Loads a saved module and describes it: its tensors in the flat layout and their
 // initial values. With `fit_to` (the training data) it also fits the model to it: the

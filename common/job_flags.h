@@ -1,8 +1,11 @@
-// The JobSpec as command-line flags, for `tributary local` and `tributary submit`:
-// one flag per knob, optionally on top of a spec read from --job_json (flags given
-// on the command line win). Defaults not set by a flag come from common/job_spec.h.
-#ifndef TRIBUTARY_CLI_JOB_FLAGS_H_
-#define TRIBUTARY_CLI_JOB_FLAGS_H_
+// The JobSpec as command-line flags, for `tributary local`, `submit` and `spec`,
+// train_local and the benchmarks: one flag per knob, optionally on top of a spec read
+// from --job_json (flags given on the command line win). Defaults not set by a flag
+// come from common/job_spec.h. The flags live in sections: job_flags.cc (the job as a
+// whole: name, schedule, checkpoints, where it starts), job_flags_model.cc,
+// job_flags_data.cc, job_flags_optimizer.cc and job_flags_mode.cc (distribution).
+#ifndef TRIBUTARY_COMMON_JOB_FLAGS_H_
+#define TRIBUTARY_COMMON_JOB_FLAGS_H_
 
 #include <memory>
 #include <string>
@@ -10,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 
-namespace tributary::cli {
+namespace tributary {
 
 // Remembers which flags the command line names (call with main's argc/argv before
 // parsing; a later call replaces what an earlier one remembered); only those override
@@ -29,6 +32,6 @@ bool FlagGiven(const std::string& name);
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(
     std::shared_ptr<const std::string>* model_file = nullptr);
 
-}  // namespace tributary::cli
+}  // namespace tributary
 
-#endif  // TRIBUTARY_CLI_JOB_FLAGS_H_
+#endif  // TRIBUTARY_COMMON_JOB_FLAGS_H_

@@ -1,7 +1,7 @@
 // The job flags of `tributary local` / `submit`: every knob reaches the JobSpec, flags
 // given on the command line override --job_json and nothing else does, and a bad value
 // names its flag.
-#include "cli/job_flags.h"
+#include "common/job_flags.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -49,7 +49,7 @@ ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
 ABSL_DECLARE_FLAG(std::string, train_csv);
 ABSL_DECLARE_FLAG(std::string, model_file);
 
-namespace tributary::cli {
+namespace tributary {
 namespace {
 
 using ::testing::HasSubstr;
@@ -297,4 +297,4 @@ TEST_F(JobFlagsTest, BadValuesNameTheirFlag) {
 }
 
 }  // namespace
-}  // namespace tributary::cli
+}  // namespace tributary

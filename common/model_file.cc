@@ -1,4 +1,5 @@
-// Reading model files, with or without LibTorch.
+#include "common/model_file.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -7,9 +8,8 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/torchscript.h"
 
-namespace tributary::engine {
+namespace tributary {
 
 absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::string& path,
                                                                  int64_t max_bytes) {
@@ -41,4 +41,4 @@ absl::StatusOr<std::shared_ptr<const std::string>> ReadModelFile(const std::stri
   return std::shared_ptr<const std::string>(std::move(bytes));
 }
 
-}  // namespace tributary::engine
+}  // namespace tributary

@@ -1,0 +1,27 @@
+// `tributary export --out=FILE.pt [--job_id]`: the trained model as TorchScript.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "cli/cli_flags.h"
+#include "cli/commands/commands.h"
+#include "cli/model_files.h"
+#include "common/channel.h"
+#include "common/cluster_auth.h"
+
+namespace tributary::cli {
+
+int RunExport() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail(absl::InvalidArgumentError("export needs --out=FILE.pt"));
+  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags();
+  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<ExportResult> exported =
+      ExportModel(client->channel(), ChannelOptionsFromFlags(Role::kOperator),
+                  absl::GetFlag(FLAGS_job_id), out);
+  if (!exported.ok()) return Fail(exported.status());
+  std::cout << "exported " << exported->model << " of job " << exported->job_id << " (step "
+            << exported->step << ", " << exported->parameters << " values) to " << out << "\n";
+  return 0;
+}
+
+}  // namespace tributary::cli
