@@ -414,10 +414,11 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   return spec;
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
-  if (spec.name().size() > 128) return Bad("name", spec.name().size(), "must be <= 128 chars");
-  // Workers and shards confine every path a job names to their roots and refuse '..';
-  // said here, at submission, rather than by each of them once the job starts.
+namespace {
+
+// Workers and shards confine every path a job names to their roots and refuse '..';
+// said here, at submission, rather than by each of them once the job starts.
+absl::Status ValidatePaths(const v1::JobSpec& spec) {
   for (const auto& [field, path] : {std::pair<const char*, const std::string*>{
                                         "dataset.directory", &spec.dataset().directory()},
                                     {"dataset.train_path", &spec.dataset().train_path()},
@@ -434,34 +435,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
       }
     }
   }
-  if (absl::Status model = ValidateModel(spec.model()); !model.ok()) return model;
-  if (absl::Status dataset = ValidateDataset(spec.dataset()); !dataset.ok()) return dataset;
-  if (spec.dataset().format() == v1::TOKENS && !IsTorchScript(spec.model())) {
-    return Bad("model.name", "'" + spec.model().name() + "'",
-               "TOKENS data (int64 token windows) needs a TorchScript model with its own "
-               "loss(x, y); the native models take float features and class ids");
-  }
-  if (spec.global_batch_size() == 0 || spec.global_batch_size() > kMaxGlobalBatch) {
-    return Bad("global_batch_size", spec.global_batch_size(),
-               absl::StrCat("must be in [1, ", kMaxGlobalBatch, "]"));
-  }
-  if (spec.epochs() == 0 && spec.max_steps() == 0) {
-    return Bad("epochs", 0, "epochs or max_steps must be > 0");
-  }
-  if (spec.epochs() > kMaxJobEpochs) {
-    return Bad("epochs", spec.epochs(), absl::StrCat("must be <= ", kMaxJobEpochs));
-  }
-  if (spec.max_steps() > kMaxJobSteps) {
-    return Bad("max_steps", spec.max_steps(), absl::StrCat("must be <= ", kMaxJobSteps));
-  }
-  if (absl::Status size = ValidateModelSize(spec.model(), spec.global_batch_size());
-      !size.ok()) {
-    return size;
-  }
-  if (absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), 1);
-      !optimizer.ok()) {
-    return optimizer.status();
-  }
+  return absl::OkStatus();
+}
+
+// The mode and how the job is spread: nodes, replicas, devices.
+absl::Status ValidateDistribution(const v1::JobSpec& spec) {
   if (!v1::TrainingMode_IsValid(spec.mode()) || spec.mode() == v1::TRAINING_MODE_UNSPECIFIED) {
     return Bad("mode", spec.mode(), "must be SYNC, ASYNC, BOUNDED_STALENESS or LOCAL_SGD");
   }
@@ -505,6 +483,43 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                "torchscript models run on CPU only (Debian's LibTorch has no CUDA); use CPU or "
                "AUTO");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (spec.name().size() > 128) return Bad("name", spec.name().size(), "must be <= 128 chars");
+  if (absl::Status paths = ValidatePaths(spec); !paths.ok()) return paths;
+  if (absl::Status model = ValidateModel(spec.model()); !model.ok()) return model;
+  if (absl::Status dataset = ValidateDataset(spec.dataset()); !dataset.ok()) return dataset;
+  if (spec.dataset().format() == v1::TOKENS && !IsTorchScript(spec.model())) {
+    return Bad("model.name", "'" + spec.model().name() + "'",
+               "TOKENS data (int64 token windows) needs a TorchScript model with its own "
+               "loss(x, y); the native models take float features and class ids");
+  }
+  if (spec.global_batch_size() == 0 || spec.global_batch_size() > kMaxGlobalBatch) {
+    return Bad("global_batch_size", spec.global_batch_size(),
+               absl::StrCat("must be in [1, ", kMaxGlobalBatch, "]"));
+  }
+  if (spec.epochs() == 0 && spec.max_steps() == 0) {
+    return Bad("epochs", 0, "epochs or max_steps must be > 0");
+  }
+  if (spec.epochs() > kMaxJobEpochs) {
+    return Bad("epochs", spec.epochs(), absl::StrCat("must be <= ", kMaxJobEpochs));
+  }
+  if (spec.max_steps() > kMaxJobSteps) {
+    return Bad("max_steps", spec.max_steps(), absl::StrCat("must be <= ", kMaxJobSteps));
+  }
+  if (absl::Status size = ValidateModelSize(spec.model(), spec.global_batch_size());
+      !size.ok()) {
+    return size;
+  }
+  if (absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), 1);
+      !optimizer.ok()) {
+    return optimizer.status();
+  }
+  if (absl::Status mode = ValidateDistribution(spec); !mode.ok()) return mode;
   if (spec.partition_bytes() < kMinPartitionBytes ||
       spec.partition_bytes() > kMaxPartitionBytes || spec.partition_bytes() % 4 != 0) {
     return Bad("partition_bytes", spec.partition_bytes(),

@@ -54,75 +54,8 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   std::unique_ptr<TrainingSession> session(new TrainingSession(
       assignment, data, options, *std::move(model), *std::move(plan), total_steps));
 
-  // Replicas: one per assigned device; CPU replicas share the host parameters.
-  std::vector<std::unique_ptr<engine::Replica>> replicas;
-  for (const v1::Device& device : assignment.devices()) {
-    engine::DeviceSpec spec_of_device;
-    if (device.kind() == v1::GPU) {
-      spec_of_device.kind = engine::DeviceSpec::Kind::kGpu;
-      spec_of_device.gpu = device.index();
-    }
-    absl::StatusOr<std::unique_ptr<engine::Replica>> replica =
-        engine::CreateReplica(session->model_, spec_of_device, session->params_.data());
-    if (!replica.ok()) return replica.status();
-    replicas.push_back(*std::move(replica));
-  }
-  // Buffers (TorchScript models): replica 0 of the node's leading process hands its
-  // buffers on through the node's sum; the PS keeps node 0's (DDP's rank 0).
-  if (assignment.local_rank() == 0) replicas[0]->set_buffer_source(true);
-  session->replicas_ = std::make_unique<engine::ReplicaGroup>(std::move(replicas));
-  session->updates_into_parameters_ = true;
-  for (int i = 0; i < session->replicas_->size(); ++i) {
-    session->updates_into_parameters_ &=
-        session->replicas_->replica(i).DoneWithParametersWhenReady();
-  }
-  session->scratch_.resize(assignment.replicas());
-  {
-    absl::MutexLock lock(&session->mu_);
-    session->final_from_.assign(assignment.replicas(), session->model_.num_parameters);
-    session->parameters_wait_seconds_.assign(assignment.replicas(), 0);
-  }
-  // The next step's forward waits, layer by layer, only for the partitions it reads.
-  for (int i = 0; i < session->replicas_->size(); ++i) {
-    session->replicas_->replica(i).set_parameters_needed(
-        [s = session.get(), i](int64_t offset, int64_t length) {
-          s->WaitForParameters(i, offset, length);
-        });
-  }
-
-  // The node group's reducer.
-  const bool gpus = assignment.devices(0).kind() == v1::GPU;
-  if (assignment.local_world_size() > 1 || (gpus && assignment.node_replicas() > 1)) {
-    if (options.coordinator == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node group of ", assignment.local_world_size(),
-          " processes: no coordinator to rendezvous through"));
-    }
-    session->rendezvous_ = options.coordinator->Rendezvous(assignment.rendezvous_id());
-  }
-  if (gpus && engine::BuiltWithCuda() &&
-      (assignment.local_world_size() > 1 || assignment.replicas() > 1)) {
-    NcclGroupOptions nccl;
-    nccl.first_rank = assignment.first_replica() - assignment.node_first_replica();
-    nccl.world_size = assignment.node_replicas();
-    nccl.timeout = options.collective_timeout;
-    absl::StatusOr<std::unique_ptr<IntraNodeReducer>> reducer =
-        MakeNcclReducer(*session->replicas_, *session->rendezvous_, nccl);
-    if (!reducer.ok()) return reducer.status();
-    session->reducer_ = *std::move(reducer);
-  } else if (assignment.local_world_size() > 1) {
-    GroupOptions gloo;
-    gloo.local_rank = assignment.local_rank();
-    gloo.local_world_size = assignment.local_world_size();
-    gloo.bind_host = options.bind_host;
-    gloo.timeout = options.collective_timeout;
-    absl::StatusOr<std::unique_ptr<IntraNodeReducer>> reducer =
-        MakeGlooReducer(*session->replicas_, *session->rendezvous_, gloo);
-    if (!reducer.ok()) return reducer.status();
-    session->reducer_ = *std::move(reducer);
-  } else {
-    session->reducer_ = MakeThreadReducer(*session->replicas_);
-  }
+  if (absl::Status made = session->MakeReplicas(); !made.ok()) return made;
+  if (absl::Status made = session->MakeReducer(); !made.ok()) return made;
 
   if (assignment.node_leader()) {
     PsIdentity identity{assignment.job_id(),     assignment.generation(),
@@ -158,6 +91,79 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
             << " partition(s) over " << assignment.shards_size() << " shard(s), " << total_steps
             << " steps";
   return session;
+}
+
+absl::Status TrainingSession::MakeReplicas() {
+  // Replicas: one per assigned device; CPU replicas share the host parameters.
+  std::vector<std::unique_ptr<engine::Replica>> replicas;
+  for (const v1::Device& device : assignment_.devices()) {
+    engine::DeviceSpec spec_of_device;
+    if (device.kind() == v1::GPU) {
+      spec_of_device.kind = engine::DeviceSpec::Kind::kGpu;
+      spec_of_device.gpu = device.index();
+    }
+    absl::StatusOr<std::unique_ptr<engine::Replica>> replica =
+        engine::CreateReplica(model_, spec_of_device, params_.data());
+    if (!replica.ok()) return replica.status();
+    replicas.push_back(*std::move(replica));
+  }
+  // Buffers (TorchScript models): replica 0 of the node's leading process hands its
+  // buffers on through the node's sum; the PS keeps node 0's (DDP's rank 0).
+  if (assignment_.local_rank() == 0) replicas[0]->set_buffer_source(true);
+  replicas_ = std::make_unique<engine::ReplicaGroup>(std::move(replicas));
+  updates_into_parameters_ = true;
+  for (int i = 0; i < replicas_->size(); ++i) {
+    updates_into_parameters_ &= replicas_->replica(i).DoneWithParametersWhenReady();
+  }
+  scratch_.resize(assignment_.replicas());
+  {
+    absl::MutexLock lock(&mu_);
+    final_from_.assign(assignment_.replicas(), model_.num_parameters);
+    parameters_wait_seconds_.assign(assignment_.replicas(), 0);
+  }
+  // The next step's forward waits, layer by layer, only for the partitions it reads.
+  for (int i = 0; i < replicas_->size(); ++i) {
+    replicas_->replica(i).set_parameters_needed(
+        [this, i](int64_t offset, int64_t length) { WaitForParameters(i, offset, length); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::MakeReducer() {
+  // The node group's reducer.
+  const bool gpus = assignment_.devices(0).kind() == v1::GPU;
+  if (assignment_.local_world_size() > 1 || (gpus && assignment_.node_replicas() > 1)) {
+    if (options_.coordinator == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node group of ", assignment_.local_world_size(),
+          " processes: no coordinator to rendezvous through"));
+    }
+    rendezvous_ = options_.coordinator->Rendezvous(assignment_.rendezvous_id());
+  }
+  if (gpus && engine::BuiltWithCuda() &&
+      (assignment_.local_world_size() > 1 || assignment_.replicas() > 1)) {
+    NcclGroupOptions nccl;
+    nccl.first_rank = assignment_.first_replica() - assignment_.node_first_replica();
+    nccl.world_size = assignment_.node_replicas();
+    nccl.timeout = options_.collective_timeout;
+    absl::StatusOr<std::unique_ptr<IntraNodeReducer>> reducer =
+        MakeNcclReducer(*replicas_, *rendezvous_, nccl);
+    if (!reducer.ok()) return reducer.status();
+    reducer_ = *std::move(reducer);
+  } else if (assignment_.local_world_size() > 1) {
+    GroupOptions gloo;
+    gloo.local_rank = assignment_.local_rank();
+    gloo.local_world_size = assignment_.local_world_size();
+    gloo.bind_host = options_.bind_host;
+    gloo.timeout = options_.collective_timeout;
+    absl::StatusOr<std::unique_ptr<IntraNodeReducer>> reducer =
+        MakeGlooReducer(*replicas_, *rendezvous_, gloo);
+    if (!reducer.ok()) return reducer.status();
+    reducer_ = *std::move(reducer);
+  } else {
+    reducer_ = MakeThreadReducer(*replicas_);
+  }
+  return absl::OkStatus();
 }
 
 TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datasets& data,

@@ -146,6 +146,10 @@ class TrainingSession {
  private:
   TrainingSession(v1::Assignment assignment, const engine::Datasets& data, SessionOptions options,
                   engine::ModelDef model, v1::PartitionPlan plan, uint64_t total_steps);
+  // Create's parts: a replica per assigned device (CPU replicas share the host
+  // parameters), and the node group's reducer (NCCL, Gloo or threads).
+  absl::Status MakeReplicas();
+  absl::Status MakeReducer();
 
   bool leader() const { return assignment_.node_leader(); }
   // Gathers replica i's slice of the step's global batch into its scratch.

@@ -75,8 +75,16 @@ void ProtoMutator::MutateField(Message& message, int depth) {
   const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
   if (descriptor->field_count() == 0) return;
   const FieldDescriptor* field = descriptor->field(random_() % descriptor->field_count());
-  const Reflection* reflection = message.GetReflection();
   if (field->is_repeated()) {
+    MutateRepeated(message, field, depth);
+  } else {
+    MutateSingular(message, field, depth);
+  }
+}
+
+void ProtoMutator::MutateRepeated(Message& message, const FieldDescriptor* field, int depth) {
+  const Reflection* reflection = message.GetReflection();
+  {
     const int size = reflection->FieldSize(message, field);
     const uint64_t choice = random_() % 4;
     if (choice == 0 && size > 0) {
@@ -125,8 +133,11 @@ void ProtoMutator::MutateField(Message& message, int depth) {
           break;
       }
     }
-    return;
   }
+}
+
+void ProtoMutator::MutateSingular(Message& message, const FieldDescriptor* field, int depth) {
+  const Reflection* reflection = message.GetReflection();
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
       reflection->SetInt32(&message, field,

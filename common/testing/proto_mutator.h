@@ -6,6 +6,7 @@
 #ifndef TRIBUTARY_COMMON_TESTING_PROTO_MUTATOR_H_
 #define TRIBUTARY_COMMON_TESTING_PROTO_MUTATOR_H_
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
 #include <cstdint>
@@ -31,6 +32,12 @@ class ProtoMutator {
 
  private:
   void MutateField(google::protobuf::Message& message, int depth);
+  // A repeated field: shortened, an element mutated, or elements added (one, or 1000).
+  void MutateRepeated(google::protobuf::Message& message,
+                      const google::protobuf::FieldDescriptor* field, int depth);
+  // A singular field set to an edge value (or a sub-message mutated or cleared).
+  void MutateSingular(google::protobuf::Message& message,
+                      const google::protobuf::FieldDescriptor* field, int depth);
   void FlipBytes(google::protobuf::Message& message);
 
   std::mt19937_64 random_;

@@ -1,6 +1,7 @@
 #include "services/coordinator/assignment.h"
 
 #include <algorithm>
+#include <variant>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -145,128 +146,98 @@ absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& request) {
   return absl::OkStatus();
 }
 
-GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candidate>& candidates) {
-  GenerationPlan plan;
-  const uint32_t replicas = std::max<uint32_t>(1, spec.replicas_per_worker());
+namespace {
 
-  std::vector<NodeGroup> groups;
-  {
-    std::vector<const Candidate*> ordered;
-    for (const Candidate& candidate : candidates) ordered.push_back(&candidate);
-    std::sort(ordered.begin(), ordered.end(),
-              [](const Candidate* a, const Candidate* b) { return a->sequence < b->sequence; });
-    std::map<std::string, size_t> group_of;
-    for (const Candidate* candidate : ordered) {
-      const std::string& node = candidate->registration.node_name();
-      auto [it, inserted] = group_of.emplace(node, groups.size());
-      if (inserted) groups.push_back(NodeGroup{node, {}});
-      groups[it->second].workers.push_back(candidate);
+struct Placed {
+  const Candidate* worker;
+  std::vector<v1::Device> devices;
+};
+
+// One worker's devices in node group `node`: the CPU, or `replicas` GPUs not `taken` by
+// another worker of the node (its requested ones, else any, lowest index first; taken
+// here once placed); or why it is left out.
+std::variant<std::vector<v1::Device>, LeftOut> PlaceWorker(
+    const v1::JobSpec& spec, const Candidate& worker, const std::string& node, uint32_t replicas,
+    std::map<std::string, std::string>& taken) {
+  const v1::RegisterWorkerRequest& registration = worker.registration;
+  // TorchScript models run on LibTorch's CPU engine only.
+  const bool gpu = spec.devices() == v1::GPU ||
+                   (spec.devices() == v1::AUTO && HasGpu(registration) &&
+                    !IsTorchScript(spec.model()));
+  if (!gpu) {
+    std::vector<v1::Device> cpu = CpuDevices(registration, replicas);
+    if (std::string shortfall = MemoryShortfall(spec, worker, node, cpu, false);
+        !shortfall.empty()) {
+      return LeftOut{LeftOut::Kind::kTooLittleMemory, std::move(shortfall)};
+    }
+    return cpu;
+  }
+  std::vector<v1::Device> options;
+  if (registration.requested_gpus().empty()) {
+    for (const v1::Device& device : registration.devices()) {
+      if (device.kind() == v1::GPU) options.push_back(device);
+    }
+    std::sort(options.begin(), options.end(),
+              [](const v1::Device& a, const v1::Device& b) { return a.index() < b.index(); });
+  } else {
+    for (int32_t index : registration.requested_gpus()) {
+      for (const v1::Device& device : registration.devices()) {
+        if (device.kind() == v1::GPU && device.index() == index) options.push_back(device);
+      }
     }
   }
-
-  struct Placed {
-    const Candidate* worker;
-    std::vector<v1::Device> devices;
-  };
-  std::vector<std::vector<Placed>> nodes;  // Admitted node groups, by node rank.
-  for (const NodeGroup& group : groups) {
-    // Explicit requests choose first so that a worker picking freely cannot take the
-    // GPU another one asked for.
-    std::vector<const Candidate*> choosing = group.workers;
-    std::stable_sort(choosing.begin(), choosing.end(), [](const Candidate* a, const Candidate* b) {
-      return !a->registration.requested_gpus().empty() && b->registration.requested_gpus().empty();
-    });
-    std::map<std::string, std::string> taken;  // GPU key -> worker id.
-    std::map<const Candidate*, std::vector<v1::Device>> chosen;
-    for (const Candidate* worker : choosing) {
-      const v1::RegisterWorkerRequest& registration = worker->registration;
-      // TorchScript models run on LibTorch's CPU engine only.
-      const bool gpu = spec.devices() == v1::GPU ||
-                       (spec.devices() == v1::AUTO && HasGpu(registration) &&
-                        !IsTorchScript(spec.model()));
-      if (!gpu) {
-        std::vector<v1::Device> cpu = CpuDevices(registration, replicas);
-        if (std::string shortfall = MemoryShortfall(spec, *worker, group.name, cpu, false);
-            !shortfall.empty()) {
-          plan.left_out[worker->worker_id] =
-              LeftOut{LeftOut::Kind::kTooLittleMemory, std::move(shortfall)};
-          continue;
-        }
-        chosen[worker] = std::move(cpu);
-        continue;
-      }
-      std::vector<v1::Device> options;
-      if (registration.requested_gpus().empty()) {
-        for (const v1::Device& device : registration.devices()) {
-          if (device.kind() == v1::GPU) options.push_back(device);
-        }
-        std::sort(options.begin(), options.end(),
-                  [](const v1::Device& a, const v1::Device& b) { return a.index() < b.index(); });
-      } else {
-        for (int32_t index : registration.requested_gpus()) {
-          for (const v1::Device& device : registration.devices()) {
-            if (device.kind() == v1::GPU && device.index() == index) options.push_back(device);
-          }
-        }
-      }
-      if (options.empty()) {
-        plan.left_out[worker->worker_id] =
-            LeftOut{LeftOut::Kind::kNoGpu,
-                    absl::StrCat("the job runs on GPUs (devices=GPU) but worker ",
-                                 worker->worker_id, " on node ", group.name, " reported none")};
-        continue;
-      }
-      std::vector<v1::Device> picked;
-      std::vector<std::string> busy;
-      for (const v1::Device& device : options) {
-        if (picked.size() == replicas) break;
-        auto owner = taken.find(GpuKey(device));
-        if (owner != taken.end()) {
-          busy.push_back(absl::StrCat(DescribeGpu(device), " is used by worker ", owner->second));
-          continue;
-        }
-        picked.push_back(device);
-      }
-      if (picked.size() < replicas) {
-        plan.left_out[worker->worker_id] = LeftOut{
-            LeftOut::Kind::kTooFewGpus,
-            absl::StrCat("node ", group.name, " has too few free GPUs for worker ",
-                         worker->worker_id, ": it needs ", replicas,
-                         " (replicas_per_worker=", replicas, ") of its ",
-                         registration.requested_gpus().empty() ? "" : "requested ", options.size(),
-                         " GPU(s), ", picked.size(), " free",
-                         busy.empty() ? "" : absl::StrCat(" (", absl::StrJoin(busy, "; "), ")"))};
-        continue;
-      }
-      if (std::string shortfall = MemoryShortfall(spec, *worker, group.name, picked, true);
-          !shortfall.empty()) {
-        plan.left_out[worker->worker_id] =
-            LeftOut{LeftOut::Kind::kTooLittleMemory, std::move(shortfall)};
-        continue;
-      }
-      for (const v1::Device& device : picked) taken[GpuKey(device)] = worker->worker_id;
-      chosen[worker] = std::move(picked);
-    }
-    std::vector<Placed> placed;
-    for (const Candidate* worker : group.workers) {
-      auto devices = chosen.find(worker);
-      if (devices != chosen.end()) placed.push_back(Placed{worker, std::move(devices->second)});
-    }
-    if (placed.empty()) continue;
-    ++plan.assignable_nodes;
-    if (nodes.size() >= spec.nodes_max()) {
-      for (const Placed& worker : placed) {
-        plan.left_out[worker.worker->worker_id] = LeftOut{
-            LeftOut::Kind::kNodeNotAdmitted,
-            absl::StrCat("node ", group.name, " not admitted: the job admits at most nodes_max=",
-                         spec.nodes_max(), " node(s)")};
-      }
+  if (options.empty()) {
+    return LeftOut{LeftOut::Kind::kNoGpu,
+                   absl::StrCat("the job runs on GPUs (devices=GPU) but worker ",
+                                worker.worker_id, " on node ", node, " reported none")};
+  }
+  std::vector<v1::Device> picked;
+  std::vector<std::string> busy;
+  for (const v1::Device& device : options) {
+    if (picked.size() == replicas) break;
+    auto owner = taken.find(GpuKey(device));
+    if (owner != taken.end()) {
+      busy.push_back(absl::StrCat(DescribeGpu(device), " is used by worker ", owner->second));
       continue;
     }
-    plan.node_names.push_back(group.name);
-    nodes.push_back(std::move(placed));
+    picked.push_back(device);
   }
+  if (picked.size() < replicas) {
+    return LeftOut{
+        LeftOut::Kind::kTooFewGpus,
+        absl::StrCat("node ", node, " has too few free GPUs for worker ", worker.worker_id,
+                     ": it needs ", replicas, " (replicas_per_worker=", replicas, ") of its ",
+                     registration.requested_gpus().empty() ? "" : "requested ", options.size(),
+                     " GPU(s), ", picked.size(), " free",
+                     busy.empty() ? "" : absl::StrCat(" (", absl::StrJoin(busy, "; "), ")"))};
+  }
+  if (std::string shortfall = MemoryShortfall(spec, worker, node, picked, true);
+      !shortfall.empty()) {
+    return LeftOut{LeftOut::Kind::kTooLittleMemory, std::move(shortfall)};
+  }
+  for (const v1::Device& device : picked) taken[GpuKey(device)] = worker.worker_id;
+  return picked;
+}
 
+// The node groups, in the order their first worker registered.
+std::vector<NodeGroup> GroupByNode(const std::vector<Candidate>& candidates) {
+  std::vector<const Candidate*> ordered;
+  for (const Candidate& candidate : candidates) ordered.push_back(&candidate);
+  std::sort(ordered.begin(), ordered.end(),
+            [](const Candidate* a, const Candidate* b) { return a->sequence < b->sequence; });
+  std::vector<NodeGroup> groups;
+  std::map<std::string, size_t> group_of;
+  for (const Candidate* candidate : ordered) {
+    const std::string& node = candidate->registration.node_name();
+    auto [it, inserted] = group_of.emplace(node, groups.size());
+    if (inserted) groups.push_back(NodeGroup{node, {}});
+    groups[it->second].workers.push_back(candidate);
+  }
+  return groups;
+}
+
+// The ranks and replica numbers of the admitted nodes' workers, by node rank.
+void AssignRanks(const std::vector<std::vector<Placed>>& nodes, GenerationPlan& plan) {
   uint32_t world_size = 0;
   uint32_t total_replicas = 0;
   for (const auto& node : nodes) {
@@ -299,6 +270,51 @@ GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candida
       replica += worker.devices.size();
     }
   }
+}
+
+}  // namespace
+
+GenerationPlan PlanGeneration(const v1::JobSpec& spec, const std::vector<Candidate>& candidates) {
+  GenerationPlan plan;
+  const uint32_t replicas = std::max<uint32_t>(1, spec.replicas_per_worker());
+  std::vector<std::vector<Placed>> nodes;  // Admitted node groups, by node rank.
+  for (const NodeGroup& group : GroupByNode(candidates)) {
+    // Explicit requests choose first so that a worker picking freely cannot take the
+    // GPU another one asked for.
+    std::vector<const Candidate*> choosing = group.workers;
+    std::stable_sort(choosing.begin(), choosing.end(), [](const Candidate* a, const Candidate* b) {
+      return !a->registration.requested_gpus().empty() && b->registration.requested_gpus().empty();
+    });
+    std::map<std::string, std::string> taken;  // GPU key -> worker id.
+    std::map<const Candidate*, std::vector<v1::Device>> chosen;
+    for (const Candidate* worker : choosing) {
+      auto placed = PlaceWorker(spec, *worker, group.name, replicas, taken);
+      if (auto* left_out = std::get_if<LeftOut>(&placed)) {
+        plan.left_out[worker->worker_id] = std::move(*left_out);
+      } else {
+        chosen[worker] = std::get<std::vector<v1::Device>>(std::move(placed));
+      }
+    }
+    std::vector<Placed> placed;
+    for (const Candidate* worker : group.workers) {
+      auto devices = chosen.find(worker);
+      if (devices != chosen.end()) placed.push_back(Placed{worker, std::move(devices->second)});
+    }
+    if (placed.empty()) continue;
+    ++plan.assignable_nodes;
+    if (nodes.size() >= spec.nodes_max()) {
+      for (const Placed& worker : placed) {
+        plan.left_out[worker.worker->worker_id] = LeftOut{
+            LeftOut::Kind::kNodeNotAdmitted,
+            absl::StrCat("node ", group.name, " not admitted: the job admits at most nodes_max=",
+                         spec.nodes_max(), " node(s)")};
+      }
+      continue;
+    }
+    plan.node_names.push_back(group.name);
+    nodes.push_back(std::move(placed));
+  }
+  AssignRanks(nodes, plan);
   return plan;
 }
 

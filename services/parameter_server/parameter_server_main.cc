@@ -18,6 +18,7 @@
 #include "services/parameter_server/coordinator_registration.h"
 #include "services/parameter_server/malloc_tuning.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/data_plane_wire.h"
 #include "common/tls.h"
 #include "services/parameter_server/data_plane.h"
@@ -80,6 +81,108 @@ ABSL_FLAG(int, summation_threads, 0,
           "Threads that sum pushes and apply the optimizer; each partition always runs on "
           "the same thread. 0: one per CPU core. Default: 0.");
 
+namespace {
+
+// The flags' bounds: the first one broken, naming the flag and the value.
+absl::Status CheckFlags() {
+  const int64_t max_partition_bytes = absl::GetFlag(FLAGS_max_partition_bytes);
+  if (max_partition_bytes < 4 || max_partition_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_partition_bytes must be a positive multiple of 4, got ", max_partition_bytes));
+  }
+  if (absl::GetFlag(FLAGS_checkpoints_to_keep) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpoints_to_keep must be >= 1, got ",
+                                                   absl::GetFlag(FLAGS_checkpoints_to_keep)));
+  }
+  const double min_interval = absl::GetFlag(FLAGS_min_checkpoint_interval_seconds);
+  if (!(min_interval >= 0) || min_interval > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min_checkpoint_interval_seconds must be in [0, 86400], got ", min_interval));
+  }
+  const double init_timeout = absl::GetFlag(FLAGS_init_timeout_seconds);
+  if (!(init_timeout >= 1) || init_timeout > 86400) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--init_timeout_seconds must be in [1, 86400], got ", init_timeout));
+  }
+  if (absl::GetFlag(FLAGS_shard_index) < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard_index must be >= -1, got ", absl::GetFlag(FLAGS_shard_index)));
+  }
+  if (absl::GetFlag(FLAGS_summation_threads) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--summation_threads must be >= 0, got ",
+                                                   absl::GetFlag(FLAGS_summation_threads)));
+  }
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  if (data_port < -1 || data_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_port must be -1 (none), 0 (a free port) or a port, got ", data_port));
+  }
+  return absl::OkStatus();
+}
+
+// The TCP data plane on the gRPC listen address's host, unless there is none to run
+// (--data_port=-1, TLS, a Unix socket): null then. INVALID_ARGUMENT for a --listen
+// without a host; UNAVAILABLE when the port cannot be bound.
+absl::StatusOr<std::unique_ptr<tributary::ps::DataPlaneServer>> StartDataPlane(
+    tributary::ps::ParameterShard& shard, tributary::ps::PartitionExecutor& executor,
+    std::shared_ptr<prometheus::Registry> registry) {
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (data_port < 0) return nullptr;
+  if (tributary::TlsFilesFromFlags().enabled()) {
+    LOG(INFO) << "TLS: no TCP data plane (--data_port ignored); PushPull stays on gRPC";
+    return nullptr;
+  }
+  if (absl::StartsWith(listen, "unix:")) {
+    LOG(INFO) << "--listen=" << listen << " is a Unix socket: no TCP data plane; PushPull "
+              << "stays on gRPC";
+    return nullptr;
+  }
+  tributary::ps::DataPlaneOptions options;
+  // ":PORT" listens on every address, as gRPC does.
+  absl::StatusOr<std::string> listen_host =
+      absl::StartsWith(listen, ":") ? absl::StatusOr<std::string>("0.0.0.0")
+                                    : tributary::data_plane::HostOf(listen);
+  if (!listen_host.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen=", listen, ": ", listen_host.status().message()));
+  }
+  options.bind_host = *listen_host;
+  options.port = data_port;
+  options.max_partition_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_partition_bytes));
+  options.registry = registry;
+  auto data_plane = std::make_unique<tributary::ps::DataPlaneServer>(&shard, &executor, options);
+  if (absl::Status started = data_plane->Start(); !started.ok()) {
+    return absl::UnavailableError(absl::StrCat("--data_port=", data_port, ": ", started.message()));
+  }
+  LOG(INFO) << "data plane on " << options.bind_host << ":" << data_plane->port();
+  return data_plane;
+}
+
+// Registration with --coordinator (none without it): the shard learns its index from
+// the answer.
+std::unique_ptr<tributary::ps::CoordinatorRegistration> Register(
+    tributary::ps::ParameterShard& shard, const tributary::ServiceHost& host) {
+  if (absl::GetFlag(FLAGS_coordinator).empty()) return nullptr;
+  tributary::ps::RegistrationOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.channel = tributary::ChannelOptionsFromFlags(tributary::Role::kParameterServer);
+  options.request.set_address(host.advertised_address());
+  options.request.set_http_port(static_cast<uint32_t>(std::max(0, host.http_port())));
+  options.request.set_shard_index(shard.shard_index());
+  options.request.set_version(tributary::kVersion);
+  return std::make_unique<tributary::ps::CoordinatorRegistration>(
+      std::move(options),
+      [&shard](const tributary::v1::RegisterParameterServerResponse& response) {
+        if (absl::Status set = shard.set_shard_index(response.shard_index()); !set.ok()) {
+          LOG(ERROR) << "the coordinator assigned shard " << response.shard_index() << ": "
+                     << set;
+        }
+      });
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   tributary::InitProcess(argc, argv,
                          "parameter_server: one Tributary PS shard.\n"
@@ -90,39 +193,12 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "could not tune malloc for large messages";
   }
   tributary::ShutdownSignal shutdown;
-
+  if (absl::Status valid = CheckFlags(); !valid.ok()) {
+    LOG(ERROR) << valid.message();
+    return 2;
+  }
   const int64_t max_partition_bytes = absl::GetFlag(FLAGS_max_partition_bytes);
-  if (max_partition_bytes < 4 || max_partition_bytes % 4 != 0) {
-    LOG(ERROR) << "--max_partition_bytes must be a positive multiple of 4, got "
-               << max_partition_bytes;
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_checkpoints_to_keep) < 1) {
-    LOG(ERROR) << "--checkpoints_to_keep must be >= 1, got "
-               << absl::GetFlag(FLAGS_checkpoints_to_keep);
-    return 2;
-  }
-  if (!(absl::GetFlag(FLAGS_min_checkpoint_interval_seconds) >= 0) ||
-      absl::GetFlag(FLAGS_min_checkpoint_interval_seconds) > 86400) {
-    LOG(ERROR) << "--min_checkpoint_interval_seconds must be in [0, 86400], got "
-               << absl::GetFlag(FLAGS_min_checkpoint_interval_seconds);
-    return 2;
-  }
-  if (!(absl::GetFlag(FLAGS_init_timeout_seconds) >= 1) ||
-      absl::GetFlag(FLAGS_init_timeout_seconds) > 86400) {
-    LOG(ERROR) << "--init_timeout_seconds must be in [1, 86400], got "
-               << absl::GetFlag(FLAGS_init_timeout_seconds);
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_shard_index) < -1) {
-    LOG(ERROR) << "--shard_index must be >= -1, got " << absl::GetFlag(FLAGS_shard_index);
-    return 2;
-  }
   int threads = absl::GetFlag(FLAGS_summation_threads);
-  if (threads < 0) {
-    LOG(ERROR) << "--summation_threads must be >= 0, got " << threads;
-    return 2;
-  }
   if (threads == 0) threads = tributary::UsableCores();
   absl::StatusOr<std::shared_ptr<const tributary::ClusterAuth>> auth =
       tributary::ServerClusterAuthFromFlags("parameter_server");
@@ -156,41 +232,13 @@ int main(int argc, char** argv) {
   tributary::ps::PartitionExecutor executor(threads);
   tributary::ps::ParameterServerService service(
       &shard, &executor, *auth, absl::Seconds(absl::GetFlag(FLAGS_init_timeout_seconds)));
-  // The data plane, on the gRPC listen address's host.
-  std::unique_ptr<tributary::ps::DataPlaneServer> data_plane;
-  const int data_port = absl::GetFlag(FLAGS_data_port);
-  if (data_port < -1 || data_port > 65535) {
-    LOG(ERROR) << "--data_port must be -1 (none), 0 (a free port) or a port, got " << data_port;
-    return 2;
+  absl::StatusOr<std::unique_ptr<tributary::ps::DataPlaneServer>> data_plane =
+      StartDataPlane(shard, executor, host.registry());
+  if (!data_plane.ok()) {
+    LOG(ERROR) << data_plane.status().message();
+    return absl::IsInvalidArgument(data_plane.status()) ? 2 : 1;
   }
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  if (data_port >= 0 && tributary::TlsFilesFromFlags().enabled()) {
-    LOG(INFO) << "TLS: no TCP data plane (--data_port ignored); PushPull stays on gRPC";
-  } else if (data_port >= 0 && absl::StartsWith(listen, "unix:")) {
-    LOG(INFO) << "--listen=" << listen << " is a Unix socket: no TCP data plane; PushPull "
-              << "stays on gRPC";
-  } else if (data_port >= 0) {
-    tributary::ps::DataPlaneOptions data_options;
-    // ":PORT" listens on every address, as gRPC does.
-    absl::StatusOr<std::string> listen_host =
-        absl::StartsWith(listen, ":") ? absl::StatusOr<std::string>("0.0.0.0")
-                                      : tributary::data_plane::HostOf(listen);
-    if (!listen_host.ok()) {
-      LOG(ERROR) << "--listen=" << absl::GetFlag(FLAGS_listen) << ": " << listen_host.status();
-      return 2;
-    }
-    data_options.bind_host = *listen_host;
-    data_options.port = data_port;
-    data_options.max_partition_bytes = static_cast<uint64_t>(max_partition_bytes);
-    data_options.registry = host.registry();
-    data_plane = std::make_unique<tributary::ps::DataPlaneServer>(&shard, &executor, data_options);
-    if (absl::Status started = data_plane->Start(); !started.ok()) {
-      LOG(ERROR) << "--data_port=" << data_port << ": " << started;
-      return 1;
-    }
-    LOG(INFO) << "data plane on " << data_options.bind_host << ":" << data_plane->port();
-    service.set_data_plane(data_plane.get());
-  }
+  if (*data_plane != nullptr) service.set_data_plane(data_plane->get());
   host.AddService(&service, tributary::v1::ParameterServer::service_full_name());
   if (absl::Status started = host.Start(); !started.ok()) {
     LOG(ERROR) << "cannot start: " << started;
@@ -199,27 +247,7 @@ int main(int argc, char** argv) {
   host.SetServing(true);
   LOG(INFO) << "shard ready: " << threads << " summation threads, max partition "
             << max_partition_bytes << " bytes";
-
-  std::unique_ptr<tributary::ps::CoordinatorRegistration> registration;
-  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
-    tributary::ps::RegistrationOptions registration_options;
-    registration_options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    registration_options.channel =
-        tributary::ChannelOptionsFromFlags(tributary::Role::kParameterServer);
-    registration_options.request.set_address(host.advertised_address());
-    registration_options.request.set_http_port(
-        static_cast<uint32_t>(std::max(0, host.http_port())));
-    registration_options.request.set_shard_index(shard.shard_index());
-    registration_options.request.set_version(tributary::kVersion);
-    registration = std::make_unique<tributary::ps::CoordinatorRegistration>(
-        std::move(registration_options),
-        [&shard](const tributary::v1::RegisterParameterServerResponse& response) {
-          if (absl::Status set = shard.set_shard_index(response.shard_index()); !set.ok()) {
-            LOG(ERROR) << "the coordinator assigned shard " << response.shard_index() << ": "
-                       << set;
-          }
-        });
-  }
+  std::unique_ptr<tributary::ps::CoordinatorRegistration> registration = Register(shard, host);
 
   while (!shutdown.WaitFor(absl::Seconds(1))) {
     shard.RefreshGauges();
@@ -227,7 +255,7 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "shutting down";
   registration.reset();
-  if (data_plane != nullptr) data_plane->Shutdown();
+  if (*data_plane != nullptr) (*data_plane)->Shutdown();
   host.Shutdown();
   shard.FlushCheckpoints();
   return 0;

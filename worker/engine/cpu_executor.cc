@@ -162,6 +162,81 @@ template <typename Scalar>
 CpuExecutor<Scalar>::~CpuExecutor() = default;
 
 template <typename Scalar>
+void CpuExecutor<Scalar>::ConvForward(const LayerSpec& l, const Scalar* params, const Scalar* x,
+                                      Scalar* y, int64_t n) {
+  using S = Scalar;
+  const int64_t in_size = l.in.size();
+  const int64_t out_size = l.out.size();
+  // For a chunk of g samples: out[oc, g*ohw] = W[oc, ckk] col[ckk, g*ohw] + b,
+  // then each sample's [oc, ohw] block is copied to its place in y.
+  const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
+  col_.resize(ckk * chunk * ohw);
+  dcol_.resize(oc * chunk * ohw);
+  ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
+  ConstVectorMap<S> b(params + l.bias.offset, oc);
+  for (int64_t s0 = 0; s0 < n; s0 += chunk) {
+    const int64_t g = std::min(chunk, n - s0);
+    for (int64_t t = 0; t < g; ++t) {
+      Im2Col(l, x + (s0 + t) * in_size, col_.data() + t * ohw, g * ohw);
+    }
+    ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
+    MatrixMap<S> out(dcol_.data(), oc, g * ohw);
+    Product(*runner_, out, w, col, false);
+    out.colwise() += b;
+    for (int64_t t = 0; t < g; ++t) {
+      for (int64_t c = 0; c < oc; ++c) {
+        const S* src = dcol_.data() + c * g * ohw + t * ohw;
+        std::copy(src, src + ohw, y + (s0 + t) * out_size + c * ohw);
+      }
+    }
+  }
+}
+
+template <typename Scalar>
+void CpuExecutor<Scalar>::ConvBackward(const LayerSpec& l, const Scalar* params, const Scalar* x,
+                                       Scalar* grads, int64_t n, bool need_input_grad) {
+  using S = Scalar;
+  const int64_t in_size = l.in.size();
+  const int64_t out_size = l.out.size();
+  // Per chunk of g samples, with dout gathered to [oc, g*ohw]:
+  // dW += dout col^T, db += row sums, dcol = W^T dout scattered back by Col2Im.
+  const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
+  col_.resize(ckk * chunk * ohw);
+  dcol_.resize(ckk * chunk * ohw);
+  dout_.resize(oc * chunk * ohw);
+  ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
+  MatrixMap<S> dw(grads + l.weight.offset, oc, ckk);
+  VectorMap<S> db(grads + l.bias.offset, oc);
+  bias_sums_.assign(oc, S(0));  // Aligned, as for linear layers.
+  VectorMap<S> sums(bias_sums_.data(), oc);
+  dw.setZero();
+  for (int64_t s0 = 0; s0 < n; s0 += chunk) {
+    const int64_t g = std::min(chunk, n - s0);
+    for (int64_t t = 0; t < g; ++t) {
+      Im2Col(l, x + (s0 + t) * in_size, col_.data() + t * ohw, g * ohw);
+      for (int64_t c = 0; c < oc; ++c) {
+        const S* src = grad_out_.data() + (s0 + t) * out_size + c * ohw;
+        std::copy(src, src + ohw, dout_.data() + c * g * ohw + t * ohw);
+      }
+    }
+    ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
+    ConstMatrixMap<S> dout(dout_.data(), oc, g * ohw);
+    Product(*runner_, dw, dout, col.transpose(), true);
+    sums.noalias() += dout.rowwise().sum();
+    if (need_input_grad) {
+      MatrixMap<S> dcol(dcol_.data(), ckk, g * ohw);
+      Product(*runner_, dcol, w.transpose(), dout, false);
+      for (int64_t t = 0; t < g; ++t) {
+        S* dx = grad_in_.data() + (s0 + t) * in_size;
+        std::fill(dx, dx + in_size, S(0));
+        Col2Im(l, dcol_.data() + t * ohw, g * ohw, dx);
+      }
+    }
+  }
+  db = sums;
+}
+
+template <typename Scalar>
 LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& batch,
                                           const DropoutKey* dropout, Scalar* dlogits,
                                           const ParametersNeededFn& needed) {
@@ -189,32 +264,9 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
         ym.rowwise() += b;
         break;
       }
-      case LayerKind::kConv2d: {
-        // For a chunk of g samples: out[oc, g*ohw] = W[oc, ckk] col[ckk, g*ohw] + b,
-        // then each sample's [oc, ohw] block is copied to its place in y.
-        const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
-        col_.resize(ckk * chunk * ohw);
-        dcol_.resize(oc * chunk * ohw);
-        ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
-        ConstVectorMap<S> b(params + l.bias.offset, oc);
-        for (int64_t s0 = 0; s0 < n; s0 += chunk) {
-          const int64_t g = std::min(chunk, n - s0);
-          for (int64_t t = 0; t < g; ++t) {
-            Im2Col(l, x.data() + (s0 + t) * in_size, col_.data() + t * ohw, g * ohw);
-          }
-          ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
-          MatrixMap<S> out(dcol_.data(), oc, g * ohw);
-          Product(*runner_, out, w, col, false);
-          out.colwise() += b;
-          for (int64_t t = 0; t < g; ++t) {
-            for (int64_t c = 0; c < oc; ++c) {
-              const S* src = dcol_.data() + c * g * ohw + t * ohw;
-              std::copy(src, src + ohw, y.data() + (s0 + t) * out_size + c * ohw);
-            }
-          }
-        }
+      case LayerKind::kConv2d:
+        ConvForward(l, params, x.data(), y.data(), n);
         break;
-      }
       case LayerKind::kMaxPool2d: {
         std::vector<int32_t>& argmax = pool_argmax_[i];
         argmax.resize(n * out_size);
@@ -355,47 +407,11 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         ready(l.weight, l.weight.offset);
         break;
       }
-      case LayerKind::kConv2d: {
-        // Per chunk of g samples, with dout gathered to [oc, g*ohw]:
-        // dW += dout col^T, db += row sums, dcol = W^T dout scattered back by Col2Im.
-        const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
-        col_.resize(ckk * chunk * ohw);
-        dcol_.resize(ckk * chunk * ohw);
-        dout_.resize(oc * chunk * ohw);
-        ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
-        MatrixMap<S> dw(grads + l.weight.offset, oc, ckk);
-        VectorMap<S> db(grads + l.bias.offset, oc);
-        bias_sums_.assign(oc, S(0));  // Aligned, as for linear layers.
-        VectorMap<S> sums(bias_sums_.data(), oc);
-        dw.setZero();
-        for (int64_t s0 = 0; s0 < n; s0 += chunk) {
-          const int64_t g = std::min(chunk, n - s0);
-          for (int64_t t = 0; t < g; ++t) {
-            Im2Col(l, x.data() + (s0 + t) * in_size, col_.data() + t * ohw, g * ohw);
-            for (int64_t c = 0; c < oc; ++c) {
-              const S* src = grad_out_.data() + (s0 + t) * out_size + c * ohw;
-              std::copy(src, src + ohw, dout_.data() + c * g * ohw + t * ohw);
-            }
-          }
-          ConstMatrixMap<S> col(col_.data(), ckk, g * ohw);
-          ConstMatrixMap<S> dout(dout_.data(), oc, g * ohw);
-          Product(*runner_, dw, dout, col.transpose(), true);
-          sums.noalias() += dout.rowwise().sum();
-          if (need_input_grad) {
-            MatrixMap<S> dcol(dcol_.data(), ckk, g * ohw);
-            Product(*runner_, dcol, w.transpose(), dout, false);
-            for (int64_t t = 0; t < g; ++t) {
-              S* dx = grad_in_.data() + (s0 + t) * in_size;
-              std::fill(dx, dx + in_size, S(0));
-              Col2Im(l, dcol_.data() + t * ohw, g * ohw, dx);
-            }
-          }
-        }
-        db = sums;
+      case LayerKind::kConv2d:
+        ConvBackward(l, params, x.data(), grads, n, need_input_grad);
         ready(l.bias, l.bias.offset);  // After the last read of the weights, as above.
         ready(l.weight, l.weight.offset);
         break;
-      }
       case LayerKind::kMaxPool2d: {
         if (!need_input_grad) break;
         std::fill(grad_in_.begin(), grad_in_.end(), S(0));

@@ -42,6 +42,13 @@ class CpuExecutor {
  private:
   LossStats RunForward(const Scalar* params, const Batch& batch, const DropoutKey* dropout,
                        Scalar* dlogits, const ParametersNeededFn& needed);
+  // A convolution layer's forward pass (y from x) and backward pass (its parameters'
+  // gradients into grads, the input's into grad_in_ when needed), as matrix products
+  // over chunks of samples.
+  void ConvForward(const LayerSpec& l, const Scalar* params, const Scalar* x, Scalar* y,
+                   int64_t n);
+  void ConvBackward(const LayerSpec& l, const Scalar* params, const Scalar* x, Scalar* grads,
+                    int64_t n, bool need_input_grad);
 
   ModelDef model_;
   // activations_[i] is the input of layer i; activations_.back() holds the logits.

@@ -300,10 +300,11 @@ absl::StatusOr<NpyLayout> ReadNpyLayout(const std::string& path) {
   return layout;
 }
 
-absl::StatusOr<Dataset> ReadNpy(const std::string& features_path, const std::string& labels_path) {
-  NpyFile x, y;
-  if (absl::Status opened = OpenNpy(features_path, x); !opened.ok()) return opened;
-  if (absl::Status opened = OpenNpy(labels_path, y); !opened.ok()) return opened;
+namespace {
+
+// Features and labels files whose dtypes and shapes a dataset can be made of.
+absl::Status CheckNpyPair(const std::string& features_path, const NpyFile& x,
+                          const std::string& labels_path, const NpyFile& y) {
   if ((!IsFloat(x.dtype) && !IsInteger(x.dtype)) || (IsFloat(x.dtype) && x.dtype.size == 2)) {
     return Bad(features_path,
                absl::StrCat("features of dtype '", x.header.descr, "': use ", kDtypes));
@@ -320,6 +321,18 @@ absl::StatusOr<Dataset> ReadNpy(const std::string& features_path, const std::str
   if (y.header.shape.empty()) {
     return Bad(labels_path, absl::StrCat("labels of shape ", ShapeText(y.header.shape),
                                          ": need one target per sample, shape (samples, ...)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> ReadNpy(const std::string& features_path, const std::string& labels_path) {
+  NpyFile x, y;
+  if (absl::Status opened = OpenNpy(features_path, x); !opened.ok()) return opened;
+  if (absl::Status opened = OpenNpy(labels_path, y); !opened.ok()) return opened;
+  if (absl::Status fits = CheckNpyPair(features_path, x, labels_path, y); !fits.ok()) {
+    return fits;
   }
   const int64_t count = x.header.shape[0];
   if (y.header.shape[0] != count) {
