@@ -25,6 +25,19 @@ const RealClock kRealClock;
 
 }  // namespace
 
+// The fields a heartbeat and GetStatus both report.
+template <typename Report>
+void WorkerRuntime::PutProgress(const Progress& progress, Report& report) {
+  report.set_step(progress.step);
+  report.set_epoch(progress.epoch);
+  report.set_loss(progress.loss);
+  report.set_test_accuracy(progress.test_accuracy);
+  report.set_samples_per_second(progress.samples_per_second);
+  report.set_step_seconds(progress.step_seconds);
+  report.set_push_wait_seconds(progress.push_wait_seconds);
+  report.set_error(progress.error);
+}
+
 WorkerRuntime::WorkerRuntime(WorkerOptions options, prometheus::Registry& registry,
                              std::unique_ptr<CoordinatorLink> link)
     : options_(std::move(options)),
@@ -94,19 +107,12 @@ v1::HeartbeatRequest WorkerRuntime::HeartbeatRequestLocked() {
   request.set_generation(control_.current().generation());
   request.set_job_id(control_.current().job_id());
   request.set_phase(progress_.phase);
-  request.set_step(progress_.step);
-  request.set_epoch(progress_.epoch);
-  request.set_loss(progress_.loss);
-  request.set_test_accuracy(progress_.test_accuracy);
+  PutProgress(progress_, request);
   request.set_test_loss(progress_.test_loss);
   request.set_test_accuracy_step(progress_.test_accuracy_step);
   for (const auto& [name, value] : progress_.test_metrics) {
     (*request.mutable_test_metrics())[name] = value;
   }
-  request.set_samples_per_second(progress_.samples_per_second);
-  request.set_step_seconds(progress_.step_seconds);
-  request.set_push_wait_seconds(progress_.push_wait_seconds);
-  request.set_error(progress_.error);
   request.set_steps_per_epoch(progress_.steps_per_epoch);
   request.set_total_steps(progress_.total_steps);
   request.set_holding_at_step(progress_.holding_at_step);
@@ -549,13 +555,7 @@ v1::WorkerStatus WorkerRuntime::GetStatus() {
   *status.mutable_assignment() = control_.current();
   // The node credential is this worker's secret, not something to show.
   status.mutable_assignment()->clear_node_credential();
-  status.set_step(progress_.step);
-  status.set_epoch(progress_.epoch);
-  status.set_loss(progress_.loss);
-  status.set_test_accuracy(progress_.test_accuracy);
-  status.set_samples_per_second(progress_.samples_per_second);
-  status.set_step_seconds(progress_.step_seconds);
-  status.set_push_wait_seconds(progress_.push_wait_seconds);
+  PutProgress(progress_, status);
   status.set_reduce_seconds(progress_.reduce_seconds);
   status.set_reduce_backend(reduce_backend_);
   for (size_t i = 0; i < replica_devices_.size(); ++i) {
@@ -571,7 +571,6 @@ v1::WorkerStatus WorkerRuntime::GetStatus() {
   }
   status.set_bytes_pushed(bytes_pushed_.total());
   status.set_bytes_pulled(bytes_pulled_.total());
-  status.set_error(progress_.error);
   return status;
 }
 

@@ -139,6 +139,10 @@ class WorkerRuntime : public WorkerHandler {
     std::string error;
   };
 
+  // Copies what both a heartbeat (v1::HeartbeatRequest) and GetStatus
+  // (v1::WorkerStatus) report of the progress.
+  template <typename Report>
+  static void PutProgress(const Progress& progress, Report& report);
   absl::Status Register();
   void HeartbeatLoop();
   void SendHeartbeat();

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cluster_auth.h"
@@ -249,29 +250,26 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     }
     absl::StatusOr<PushResult> result = PushResult::kDuplicate;
     if (!skip) result = shard_->Push(view, this);
-    Actions actions;
-    bool destroy;
-    {
-      absl::MutexLock lock(&mu_);
+    EndTask([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Under mu_ (EndTask).
       if (absl::Status refused = book_.Settle(push, partition, !skip, result); !refused.ok()) {
         EndLocked(ToGrpcStatus(refused));
       }
-      --tasks_;
-      PlanLocked(actions);
-      destroy = done_ && tasks_ == 0;
-    }
-    if (destroy) {
-      Destroy();
-      return;
-    }
-    Act(actions);
+    });
   }
 
   void FinishTask() {
+    EndTask([] {});
+  }
+
+  // An executor task that referred to `this` ends: `settle` runs under mu_ first; then
+  // the reactor is destroyed when gRPC is done with it and this was the last task, or
+  // what is due now is started.
+  void EndTask(absl::FunctionRef<void()> settle) {
     Actions actions;
     bool destroy;
     {
       absl::MutexLock lock(&mu_);
+      settle();
       --tasks_;
       PlanLocked(actions);
       destroy = done_ && tasks_ == 0;

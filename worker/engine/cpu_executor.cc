@@ -73,6 +73,8 @@ void Col2Im(const LayerSpec& l, const S* dcol, int64_t ld, S* dx) {
 // A convolution as matrix products over chunks of samples: W is [oc, ckk], the
 // im2col columns of a chunk of g samples [ckk, g*ohw].
 struct ConvShape {
+  int64_t in_size = 0;   // Input values per sample.
+  int64_t out_size = 0;  // Output values per sample.
   int64_t ckk = 0;    // Inputs per output position: channels x kernel x kernel.
   int64_t ohw = 0;    // Output positions per channel.
   int64_t oc = 0;     // Output channels.
@@ -83,6 +85,8 @@ struct ConvShape {
 // threads busy with few hand-offs; the cap bounds the scratch at ~4 MiB (float).
 ConvShape ConvShapeOf(const LayerSpec& l, int64_t n) {
   ConvShape shape;
+  shape.in_size = l.in.size();
+  shape.out_size = l.out.size();
   shape.ckk = l.in.channels * l.kernel * l.kernel;
   shape.ohw = l.out.height * l.out.width;
   shape.oc = l.out.channels;
@@ -165,11 +169,9 @@ template <typename Scalar>
 void CpuExecutor<Scalar>::ConvForward(const LayerSpec& l, const Scalar* params, const Scalar* x,
                                       Scalar* y, int64_t n) {
   using S = Scalar;
-  const int64_t in_size = l.in.size();
-  const int64_t out_size = l.out.size();
   // For a chunk of g samples: out[oc, g*ohw] = W[oc, ckk] col[ckk, g*ohw] + b,
   // then each sample's [oc, ohw] block is copied to its place in y.
-  const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
+  const auto [in_size, out_size, ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
   col_.resize(ckk * chunk * ohw);
   dcol_.resize(oc * chunk * ohw);
   ConstMatrixMap<S> w(params + l.weight.offset, oc, ckk);
@@ -196,11 +198,9 @@ template <typename Scalar>
 void CpuExecutor<Scalar>::ConvBackward(const LayerSpec& l, const Scalar* params, const Scalar* x,
                                        Scalar* grads, int64_t n, bool need_input_grad) {
   using S = Scalar;
-  const int64_t in_size = l.in.size();
-  const int64_t out_size = l.out.size();
   // Per chunk of g samples, with dout gathered to [oc, g*ohw]:
   // dW += dout col^T, db += row sums, dcol = W^T dout scattered back by Col2Im.
-  const auto [ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
+  const auto [in_size, out_size, ckk, ohw, oc, chunk] = ConvShapeOf(l, n);
   col_.resize(ckk * chunk * ohw);
   dcol_.resize(ckk * chunk * ohw);
   dout_.resize(oc * chunk * ohw);
