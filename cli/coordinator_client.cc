@@ -28,23 +28,25 @@ absl::StatusOr<std::string> ControlTokenFromFlag() {
 }  // namespace
 
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
-                                     std::string control_token)
+                                     ChannelOptions options, std::string control_token)
     : channel_(std::move(channel)),
+      channel_options_(std::move(options)),
       stub_(v1::Coordinator::NewStub(channel_)),
       control_token_(std::move(control_token)) {}
 
 absl::StatusOr<CoordinatorClient> CoordinatorClient::FromFlags() {
+  const ChannelOptions options = ChannelOptionsFromFlags(Role::kOperator);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(absl::GetFlag(FLAGS_coordinator), ChannelOptionsFromFlags(Role::kOperator));
+      MakeChannel(absl::GetFlag(FLAGS_coordinator), options);
   if (!channel.ok()) return channel.status();
-  return OverChannel(*std::move(channel));
+  return OverChannel(*std::move(channel), options);
 }
 
 absl::StatusOr<CoordinatorClient> CoordinatorClient::OverChannel(
-    std::shared_ptr<grpc::Channel> channel) {
+    std::shared_ptr<grpc::Channel> channel, ChannelOptions options) {
   absl::StatusOr<std::string> token = ControlTokenFromFlag();
   if (!token.ok()) return token.status();
-  return CoordinatorClient(std::move(channel), *std::move(token));
+  return CoordinatorClient(std::move(channel), std::move(options), *std::move(token));
 }
 
 void CoordinatorClient::Prepare(grpc::ClientContext& context, absl::Duration deadline,

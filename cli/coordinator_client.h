@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/channel.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace tributary::cli {
@@ -24,7 +25,8 @@ class CoordinatorClient {
   static absl::StatusOr<CoordinatorClient> FromFlags();
   // Over `channel` (tributary local's own), with --token_file's control token when
   // given.
-  static absl::StatusOr<CoordinatorClient> OverChannel(std::shared_ptr<grpc::Channel> channel);
+  static absl::StatusOr<CoordinatorClient> OverChannel(std::shared_ptr<grpc::Channel> channel,
+                                                       ChannelOptions options);
 
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
@@ -40,19 +42,24 @@ class CoordinatorClient {
                                                       const std::string& bytes);
 
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  // How channels to the cluster's other services (the PS shards, for pull and export)
+  // are made: the same TLS and cluster credential.
+  const ChannelOptions& channel_options() const { return channel_options_; }
 
   // Every call but SubmitJob's (which may wait for a model check) gets this long.
   static constexpr absl::Duration kDeadline = absl::Seconds(10);
   static constexpr absl::Duration kSubmitDeadline = absl::Seconds(30);
 
  private:
-  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string control_token);
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, ChannelOptions options,
+                    std::string control_token);
   // A deadline, and the control token for the calls that change something.
   void Prepare(grpc::ClientContext& context, absl::Duration deadline, bool control) const;
   // A refused control call says how to send the token when none was given.
   absl::Status WithTokenHint(absl::Status status) const;
 
   std::shared_ptr<grpc::Channel> channel_;
+  ChannelOptions channel_options_;
   std::shared_ptr<v1::Coordinator::Stub> stub_;
   std::string control_token_;  // Empty: none.
 };

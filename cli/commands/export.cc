@@ -5,8 +5,6 @@
 #include "cli/cli_flags.h"
 #include "cli/commands/commands.h"
 #include "cli/model_files.h"
-#include "common/channel.h"
-#include "common/cluster_auth.h"
 
 namespace tributary::cli {
 
@@ -15,9 +13,9 @@ int RunExport() {
   if (out.empty()) return Fail(absl::InvalidArgumentError("export needs --out=FILE.pt"));
   absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags();
   if (!client.ok()) return Fail(client.status());
-  absl::StatusOr<ExportResult> exported =
-      ExportModel(client->channel(), ChannelOptionsFromFlags(Role::kOperator),
-                  absl::GetFlag(FLAGS_job_id), out);
+  // The job (--job_id, else the active or latest one), its model and its partitions.
+  absl::StatusOr<ExportResult> exported = ExportModel(
+      client->channel(), client->channel_options(), absl::GetFlag(FLAGS_job_id), out);
   if (!exported.ok()) return Fail(exported.status());
   std::cout << "exported " << exported->model << " of job " << exported->job_id << " (step "
             << exported->step << ", " << exported->parameters << " values) to " << out << "\n";

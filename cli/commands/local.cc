@@ -346,7 +346,7 @@ v1::Job FollowJob(CoordinatorClient& client, LocalCluster& cluster, v1::Job job,
 
 // After the job: --params_out and --export (of a completed job), the summary line and
 // --summary_json. The exit code, made 1 when any of them failed.
-int Report(LocalCluster& cluster, const v1::Job& job, absl::Time start, int exit_code) {
+int Report(CoordinatorClient& client, const v1::Job& job, absl::Time start, int exit_code) {
   Summary summary;
   summary.job = job;
   summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -354,7 +354,7 @@ int Report(LocalCluster& cluster, const v1::Job& job, absl::Time start, int exit
   summary.bytes_pulled = job.result().bytes_pulled();
   if (!absl::GetFlag(FLAGS_params_out).empty() && job.state() == v1::COMPLETED) {
     absl::StatusOr<PulledParameters> params =
-        PullParameters(cluster.coordinator_channel(), cluster.channel_options());
+        PullParameters(client.channel(), client.channel_options());
     absl::Status written = params.ok()
                                ? WriteParameters(*params, absl::GetFlag(FLAGS_params_out))
                                : params.status();
@@ -368,8 +368,8 @@ int Report(LocalCluster& cluster, const v1::Job& job, absl::Time start, int exit
     std::cerr << "tributary local: --export: not written, the job is "
               << v1::JobState_Name(job.state()) << std::endl;
   } else if (!export_path.empty()) {
-    absl::StatusOr<ExportResult> exported = ExportModel(
-        cluster.coordinator_channel(), cluster.channel_options(), job.job_id(), export_path);
+    absl::StatusOr<ExportResult> exported =
+        ExportModel(client.channel(), client.channel_options(), job.job_id(), export_path);
     if (exported.ok()) {
       std::cout << "exported " << exported->model << " (step " << exported->step << ") to "
                 << export_path << std::endl;
@@ -455,7 +455,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
             << std::endl;
 
   absl::StatusOr<CoordinatorClient> client =
-      CoordinatorClient::OverChannel(cluster.coordinator_channel());
+      CoordinatorClient::OverChannel(cluster.coordinator_channel(), cluster.channel_options());
   // A run dir an earlier run was interrupted in: continue its job (or start over).
   absl::StatusOr<v1::Job> submitted = [&]() -> absl::StatusOr<v1::Job> {
     if (!client.ok()) return client.status();
@@ -479,7 +479,7 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown) {
             << std::endl;
   int exit_code = 0;
   const v1::Job job = FollowJob(*client, cluster, *submitted, shutdown, &exit_code);
-  exit_code = Report(cluster, job, start, exit_code);
+  exit_code = Report(*client, job, start, exit_code);
   cluster.Stop();
   std::cout << "its dashboard again: tributary show " << options->run_dir << std::endl;
   if (KeepDashboardRequested() && !shutdown.requested()) {
