@@ -34,11 +34,16 @@ CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
       stub_(v1::Coordinator::NewStub(channel_)),
       control_token_(std::move(control_token)) {}
 
-absl::StatusOr<CoordinatorClient> CoordinatorClient::FromFlags() {
+absl::StatusOr<CoordinatorClient> CoordinatorClient::FromFlags(bool control) {
   const ChannelOptions options = ChannelOptionsFromFlags(Role::kOperator);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       MakeChannel(absl::GetFlag(FLAGS_coordinator), options);
-  if (!channel.ok()) return channel.status();
+  if (!channel.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--coordinator=", absl::GetFlag(FLAGS_coordinator), ": ",
+                     channel.status().message()));
+  }
+  if (!control) return CoordinatorClient(*std::move(channel), options, "");
   return OverChannel(*std::move(channel), options);
 }
 

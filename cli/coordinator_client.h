@@ -20,9 +20,10 @@ namespace tributary::cli {
 
 class CoordinatorClient {
  public:
-  // --coordinator, over the operator's channel (--tls_*, --cluster_token_file), with
-  // --token_file's control token. INVALID_ARGUMENT naming the flag for a bad one.
-  static absl::StatusOr<CoordinatorClient> FromFlags();
+  // --coordinator, over the operator's channel (--tls_*, --cluster_token_file); with
+  // `control` (the verbs that submit or control jobs), --token_file's control token.
+  // INVALID_ARGUMENT naming the flag for a bad one.
+  static absl::StatusOr<CoordinatorClient> FromFlags(bool control);
   // Over `channel` (tributary local's own), with --token_file's control token when
   // given.
   static absl::StatusOr<CoordinatorClient> OverChannel(std::shared_ptr<grpc::Channel> channel,

@@ -21,6 +21,7 @@ JobInputs::JobInputs(std::string data_root, std::string node_name,
 JobInputs::Loaded JobInputs::Load(const v1::JobSpec& spec, CoordinatorLink& link) {
   Loaded loaded;
   // The data and the initial parameters are this job's problem, not a passing one.
+  loaded.what = "data";
   loaded.failed = "data";
   loaded.fatal = true;
   absl::StatusOr<const engine::Datasets*> data = Datasets(spec);
@@ -29,6 +30,7 @@ JobInputs::Loaded JobInputs::Load(const v1::JobSpec& spec, CoordinatorLink& link
     return loaded;
   }
   loaded.datasets = *data;
+  loaded.what = "initial parameters";
   absl::StatusOr<std::shared_ptr<const std::vector<float>>> initial = InitialParameters(spec);
   if (!initial.ok()) {
     loaded.status = initial.status();
@@ -37,6 +39,7 @@ JobInputs::Loaded JobInputs::Load(const v1::JobSpec& spec, CoordinatorLink& link
   loaded.initial_parameters = *std::move(initial);
   absl::StatusOr<std::shared_ptr<const std::string>> model_file = ModelFile(spec, link);
   if (!model_file.ok()) {
+    loaded.what = "model file";
     loaded.failed = "model";
     // A worker without LibTorch will never run it; a fetch may succeed next time.
     loaded.fatal = model_file.status().code() == absl::StatusCode::kUnavailable &&

@@ -34,14 +34,16 @@ class JobInputs {
   // that is not float32.
   absl::StatusOr<std::shared_ptr<const std::vector<float>>> InitialParameters(
       const v1::JobSpec& spec);
-  // All three, or which failed ("data", "model"), why, and whether that is the job's
-  // problem for good (fatal: the worker reports WORKER_FAILED) or may pass (a model
-  // fetch that failed may succeed next time).
+  // All three, or which failed (`what`: "data", "initial parameters" or "model file";
+  // `failed`: the step-failure reason label, "data" or "model"), why, and whether that
+  // is the job's problem for good (fatal: the worker reports WORKER_FAILED) or may pass
+  // (a model fetch that failed may succeed next time).
   struct Loaded {
     const engine::Datasets* datasets = nullptr;
     std::shared_ptr<const std::vector<float>> initial_parameters;
     std::shared_ptr<const std::string> model_file;
     absl::Status status;
+    const char* what = "";
     const char* failed = "";
     bool fatal = false;
   };

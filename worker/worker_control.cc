@@ -37,7 +37,8 @@ std::string WorkerControl::Answered(const v1::HeartbeatResponse& response,
       if (!paused_) changed = absl::StrCat("pausing: ", response.message());
       paused_ = true;
       if (response.has_pause_at_step() && pause_at_ != response.pause_at_step()) {
-        changed = absl::StrCat("every worker pauses before step ", response.pause_at_step());
+        absl::StrAppend(&changed, changed.empty() ? "" : "; ", "every worker pauses before step ",
+                        response.pause_at_step());
         pause_at_ = response.pause_at_step();
       }
       break;

@@ -93,6 +93,14 @@ TEST_F(WorkerControlTest, PauseHoldsAtTheCommonBoundaryTable) {
   }
 }
 
+TEST_F(WorkerControlTest, AnAnswerThatPausesAndNamesTheBoundarySaysBoth) {
+  Running(1);
+  const std::string said = control_.Answered(PauseAt(12), 1);
+  EXPECT_THAT(said, HasSubstr("pausing: operator"));
+  EXPECT_THAT(said, HasSubstr("every worker pauses before step 12"));
+  EXPECT_EQ(control_.Answered(PauseAt(12), 1), "");  // Nothing new.
+}
+
 TEST_F(WorkerControlTest, AnAsyncWorkerPausesWhereItIsAndAStopOrShutdownReleasesIt) {
   Running(1);
   control_.Answered(PauseAt(std::nullopt), 1);

@@ -177,10 +177,10 @@ void WorkerRuntime::HeartbeatLoop() {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
-      control_.HeartbeatSent();
     }
     SendHeartbeat();
     absl::MutexLock lock(&mu_);
+    control_.HeartbeatSent();  // The interval runs from its answer (or its failure).
     // Until the next one is due, or at once when the worker stops.
     const absl::Duration wait = control_.NextHeartbeat() - control_.clock().Now();
     if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait)) return;
@@ -407,7 +407,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   metrics_.StartJob(assignment.job_id());
   JobInputs::Loaded inputs = inputs_.Load(assignment.job(), *link_);
   if (!inputs.status.ok()) {
-    LOG(ERROR) << "cannot get the job's " << inputs.failed << ": " << inputs.status;
+    LOG(ERROR) << "cannot get the job's " << inputs.what << ": " << inputs.status;
     metrics_.step_failures.Add({{"reason", inputs.failed}}).Increment();
     SetPhase(inputs.fatal ? v1::WORKER_FAILED : v1::WORKER_RENDEZVOUS,
              std::string(inputs.status.message()));

@@ -26,6 +26,9 @@ int RunLocal(const char* argv0, ShutdownSignal& shutdown);  // local.cc
 
 // Prints "tributary: <status>" to stderr; 1.
 int Fail(const absl::Status& status);
+// The same for a flag that cannot be used (a bad --coordinator, an unreadable
+// --token_file): 2.
+int UsageError(const absl::Status& status);
 
 // Loads --model_file with LibTorch (and, given its data, runs it on a few samples) so
 // that a bad file is refused here, naming the problem. Without LibTorch in this build

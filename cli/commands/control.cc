@@ -8,8 +8,8 @@
 namespace tributary::cli {
 
 int RunControl(CoordinatorClient::Control verb) {
-  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags();
-  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags(/*control=*/true);
+  if (!client.ok()) return UsageError(client.status());
   const char* name = verb == CoordinatorClient::Control::kPause    ? "pause"
                      : verb == CoordinatorClient::Control::kResume ? "resume"
                                                                    : "stop";

@@ -11,8 +11,8 @@ namespace tributary::cli {
 int RunExport() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail(absl::InvalidArgumentError("export needs --out=FILE.pt"));
-  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags();
-  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags(/*control=*/false);
+  if (!client.ok()) return UsageError(client.status());
   // The job (--job_id, else the active or latest one), its model and its partitions.
   absl::StatusOr<ExportResult> exported = ExportModel(
       client->channel(), client->channel_options(), absl::GetFlag(FLAGS_job_id), out);

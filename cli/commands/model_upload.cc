@@ -13,6 +13,11 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+int UsageError(const absl::Status& status) {
+  std::cerr << "tributary: " << status << "\n";
+  return 2;
+}
+
 absl::Status CheckModelFlag(const v1::JobSpec& spec,
                             const std::shared_ptr<const std::string>& bytes,
                             const engine::Dataset* train) {

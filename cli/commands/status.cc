@@ -10,8 +10,8 @@
 namespace tributary::cli {
 
 int RunStatus() {
-  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags();
-  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags(/*control=*/false);
+  if (!client.ok()) return UsageError(client.status());
   absl::StatusOr<v1::ClusterStatus> status = client->ClusterStatus();
   if (!status.ok()) return Fail(status.status());
   if (absl::GetFlag(FLAGS_json)) {

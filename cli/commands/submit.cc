@@ -10,8 +10,8 @@ int RunSubmit() {
   std::shared_ptr<const std::string> model_file;
   absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(&model_file);
   if (!spec.ok()) return Fail(spec.status());
-  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags();
-  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<CoordinatorClient> client = CoordinatorClient::FromFlags(/*control=*/true);
+  if (!client.ok()) return UsageError(client.status());
   if (model_file != nullptr) {
     // The data may live only on the workers' machines: the file alone is checked here.
     if (absl::Status checked = CheckModelFlag(*spec, model_file, nullptr); !checked.ok()) {

@@ -172,7 +172,6 @@ absl::StatusOr<FormedGeneration> GenerationFormation::Form(const FormationInput&
   // 2. A generation number nobody has seen, reserved before any shard hears of it.
   FormedGeneration formed;
   formed.number = input.reserve_generation(resume->newest_generation);
-  formed.from_scratch = resume->holding.empty();
 
   // 2b. Fence, then read the steps the resume step comes from again.
   if (!resume->holding.empty()) {
@@ -184,6 +183,7 @@ absl::StatusOr<FormedGeneration> GenerationFormation::Form(const FormationInput&
     if (!resume.ok()) return resume.status();
   }
   formed.resume_step = resume->step;
+  formed.from_scratch = resume->holding.empty();
 
   // 3. Every shard learns the generation before any worker does.
   absl::StatusOr<std::vector<uint32_t>> installing = Begin(input, formed.number, *resume);

@@ -340,15 +340,10 @@ absl::StatusOr<uint32_t> ParameterShard::RewindToCheckpointLocked(uint64_t step)
   if (dir.empty()) return absl::NotFoundError("the shard has no checkpoint directory");
   absl::StatusOr<LoadedCheckpoint> read = restorer_.OfStep(
       ShardDirectory(dir, job.shard_index), job.job_id, job.shard_index, step,
-      &job.plan.fingerprint());
+      &job.plan.fingerprint(), static_cast<int>(job.partitions.size()));
   if (!read.ok()) return read.status();
   const CheckpointMeta& meta = read->checkpoint.meta;
   const int slots = job.optimizer.state_slots();
-  if (meta.partitions_size() != static_cast<int>(job.partitions.size())) {
-    return absl::DataLossError(absl::StrCat(read->path, ": ", meta.partitions_size(),
-                                            " partitions, the job holds ",
-                                            job.partitions.size()));
-  }
   for (int i = 0; i < meta.partitions_size(); ++i) {
     ShardPartition& p = *job.partitions[i];
     if (meta.partitions(i).id() != p.id ||

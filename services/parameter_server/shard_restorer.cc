@@ -61,7 +61,8 @@ std::vector<uint64_t> ShardRestorer::Steps(const std::string& shard_dir,
 absl::StatusOr<LoadedCheckpoint> ShardRestorer::OfStep(const std::string& shard_dir,
                                                        const std::string& job_id,
                                                        uint32_t shard_index, uint64_t step,
-                                                       const std::string* plan_fingerprint) const {
+                                                       const std::string* plan_fingerprint,
+                                                       int partitions) const {
   for (const std::string& path : ListCheckpoints(shard_dir)) {
     if (!NamesStep(path, step)) continue;
     absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(path);
@@ -71,7 +72,8 @@ absl::StatusOr<LoadedCheckpoint> ShardRestorer::OfStep(const std::string& shard_
     }
     const CheckpointMeta& meta = read->meta;
     if (meta.job_id() != job_id || meta.shard_index() != shard_index || meta.step() != step ||
-        (plan_fingerprint != nullptr && meta.plan().fingerprint() != *plan_fingerprint)) {
+        (plan_fingerprint != nullptr && meta.plan().fingerprint() != *plan_fingerprint) ||
+        (partitions >= 0 && meta.partitions_size() != partitions)) {
       LOG(WARNING) << "checkpoint of step " << step << ": " << path << " is of job '"
                    << meta.job_id() << "' shard " << meta.shard_index() << " step "
                    << meta.step() << ", not job '" << job_id << "' shard " << shard_index

@@ -42,11 +42,13 @@ class ShardRestorer {
                               uint32_t shard_index, int max) const;
 
   // The intact checkpoint of job_id, shard `shard_index`, at `step` in shard_dir
-  // (with plan_fingerprint set: of that plan too); NOT_FOUND naming the step and the
-  // directory. Files that do not read back or are another's are skipped, logged.
+  // (with plan_fingerprint set: of that plan too, and of `partitions` partitions when
+  // that is >= 0); NOT_FOUND naming the step and the directory. Files that do not read
+  // back or are another's are skipped, logged.
   absl::StatusOr<LoadedCheckpoint> OfStep(const std::string& shard_dir, const std::string& job_id,
                                           uint32_t shard_index, uint64_t step,
-                                          const std::string* plan_fingerprint = nullptr) const;
+                                          const std::string* plan_fingerprint = nullptr,
+                                          int partitions = -1) const;
 
   // RestoreJob: the earlier job's checkpoint of request.step() as the job `spec`
   // (request.job_id(), generation 0, request.num_nodes() or spec.nodes_min()).

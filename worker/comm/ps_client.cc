@@ -70,7 +70,7 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
     }
   }
   LaneKeeper::Owner& owner = *this;
-  DirectReceiver* direct = this;
+  DirectReceiver* direct = this;  // The TCP lanes' (they ask where an update may land).
   lanes_ = std::make_unique<LaneKeeper>(identity_, shards_, plan_.partitions_size(),
                                         std::move(lanes), owner, direct);
   if (WireBytes(wire_dtype_) < sizeof(float)) {
@@ -253,6 +253,7 @@ float* PsClient::Claim(PushPullLane& lane, const PartitionValuesView& head,
   }
   state.receiving_direct = true;
   state.receiving_lane = &lane;
+  state.receiving_into = state.expect_dst;
   return state.expect_dst;
 }
 
@@ -262,6 +263,10 @@ void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
   PartitionState& state = partitions_[head.partition_id];
   state.receiving_direct = false;
   state.receiving_lane = nullptr;
+  // Where Claim sent it: an expectation dropped meanwhile (an interrupt) does not undo
+  // an update that arrived, and WaitUpdated copies it from there.
+  float* const landed_at = state.receiving_into;
+  state.receiving_into = nullptr;
   if (!read.ok()) return;
   bytes_pulled_ += data_bytes;
   state.values.partition_id = head.partition_id;
@@ -271,7 +276,7 @@ void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
   state.values.data.Clear();
   state.has_values = true;
   state.received_direct = true;
-  state.received_at = state.expect_dst;
+  state.received_at = landed_at;
   state.awaiting = false;
   ++direct_updates_;
 }

@@ -46,7 +46,8 @@ const char* PsTransportName(PsTransport transport);
 // reconnecting.
 inline constexpr absl::Duration kDefaultPsRetryBudget = absl::Seconds(60);
 
-class PsClient : public PsConnection, private LaneKeeper::Owner, private DirectReceiver {
+// A DirectReceiver for its TCP lanes: they ask it where an awaited update may land.
+class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper::Owner {
  public:
   // plan: the job's partition plan; shards: the Assignment's shard map (index order).
   // streams_per_shard: PushPull streams to each shard, each on its own connection,
@@ -120,6 +121,14 @@ class PsClient : public PsConnection, private LaneKeeper::Owner, private DirectR
   static constexpr absl::Duration kMaxDataPlaneRetry = absl::Minutes(10);
   const v1::PartitionPlan& plan() const { return plan_; }
 
+  // DirectReceiver: the awaited update of an expected partition, straight into place.
+  // An update that landed counts even when the expectations were dropped meanwhile
+  // (an interrupt while it was being received).
+  float* Claim(PushPullLane& lane, const PartitionValuesView& head,
+               uint64_t data_bytes) override;
+  void Landed(const PartitionValuesView& head, uint64_t data_bytes,
+              const absl::Status& read) override;
+
  private:
   // A push as sent (and sent again after a reconnect).
   struct Outgoing {
@@ -143,6 +152,7 @@ class PsClient : public PsConnection, private LaneKeeper::Owner, private DirectR
     uint64_t expect_step = 0;
     bool receiving_direct = false;
     PushPullLane* receiving_lane = nullptr;  // Where it is being received from.
+    float* receiving_into = nullptr;         // The destination Claim handed out.
     bool received_direct = false;
     float* received_at = nullptr;  // Where it was received.
   };
@@ -152,11 +162,6 @@ class PsClient : public PsConnection, private LaneKeeper::Owner, private DirectR
                 PartitionValuesView& values) override;
   void Reconnected(const std::vector<uint32_t>& partitions) override;
   void Failed(absl::Status status) override;
-  // DirectReceiver: the awaited updates of expected partitions, straight into place.
-  float* Claim(PushPullLane& lane, const PartitionValuesView& head,
-               uint64_t data_bytes) override;
-  void Landed(const PartitionValuesView& head, uint64_t data_bytes,
-              const absl::Status& read) override;
 
   // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
   // (counted from the first attempt) runs out. The attempt's errors name the shard.

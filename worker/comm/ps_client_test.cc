@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -344,6 +346,59 @@ TEST(PsClientTransportTest, AnUpdateReceivedIntoItsDestinationSurvivesAnInterrup
   // SGD at rate 0.1 over one sample.
   EXPECT_EQ(params[partition.offset()], job.initial[partition.offset()] - 0.1f * 0.5f);
   client->Close();
+}
+
+// A lane that carries nothing; it counts the shutdowns it was asked for.
+class IdleLane : public PushPullLane {
+ public:
+  bool is_tcp() const override { return true; }
+  bool Write(const PushHeader&, const char*, size_t) override { return false; }
+  LaneRead Read(ReceivedMessage&, PartitionValuesView&, absl::Status* status) override {
+    *status = absl::UnavailableError("idle");
+    return LaneRead::kEnded;
+  }
+  void Shutdown() override { ++shutdowns; }
+  std::atomic<int> shutdowns{0};
+};
+
+// The lane side of a direct receive, played by hand: an update whose receive was
+// already under way when the session was interrupted lands, Interrupt waits for it and
+// cuts the lane, and WaitUpdated still gives it (it arrived), from where it landed.
+TEST(PsClientExpectationTest, AnUpdateLandingWhileTheSessionIsInterruptedStillCounts) {
+  const Job job = TrainingJob();
+  v1::ShardInfo nowhere;  // Never opened: nothing connects.
+  nowhere.set_shard_index(0);
+  nowhere.set_address("127.0.0.1:1");
+  PsClient client(job.identity, job.plan, {nowhere}, ChannelOptions(), v1::SYNC, v1::FLOAT32,
+                  absl::Seconds(1), 1, PsTransport::kTcp);
+  const v1::Partition& partition = job.plan.partitions(0);
+  std::vector<float> params = job.initial;
+  float* dst = params.data() + partition.offset();
+  std::vector<float> grad(kElements, 0.5f);
+  client.ExpectUpdateInto(partition.id(), 0, dst);
+  ASSERT_TRUE(client.Push(0, partition.id(), grad.data() + partition.offset(), 1, 1).ok());
+  PartitionValuesView head;
+  head.partition_id = partition.id();
+  head.dtype = v1::FLOAT32;
+  head.step = 1;
+  head.version = 1;
+  const uint64_t bytes = static_cast<uint64_t>(partition.length()) * sizeof(float);
+  IdleLane lane;
+  DirectReceiver& receiver = client;
+  ASSERT_EQ(receiver.Claim(lane, head, bytes), dst);
+  std::fill(dst, dst + partition.length(), 7.0f);  // What the lane received there.
+  std::thread interrupt([&client] { client.Interrupt("a new generation"); });
+  while (lane.shutdowns.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  receiver.Landed(head, bytes, absl::OkStatus());
+  interrupt.join();
+  // Not into an expectation any more: a second update is not claimed.
+  EXPECT_EQ(receiver.Claim(lane, head, bytes), nullptr);
+  std::vector<float> out(partition.length(), 0.0f);
+  absl::Status updated = client.WaitUpdated(partition.id(), 0, absl::Seconds(1), out.data());
+  ASSERT_TRUE(updated.ok()) << updated;
+  EXPECT_EQ(out[0], 7.0f);
+  EXPECT_EQ(out[partition.length() - 1], 7.0f);
+  client.Close();
 }
 
 }  // namespace
