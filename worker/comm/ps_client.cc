@@ -39,12 +39,10 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
       mode_(mode),
       wire_dtype_(wire_dtype),
       retry_budget_(retry_budget),
-      streams_per_shard_(std::max(1, streams_per_shard)),
-      transport_(transport),
       partitions_(plan_.partitions_size()) {
   LaneKeeper::Options lanes;
-  lanes.transport = transport_;
-  lanes.streams_per_shard = streams_per_shard_;
+  lanes.transport = transport;
+  lanes.streams_per_shard = std::max(1, streams_per_shard);
   lanes.retry_budget = retry_budget_;
   lanes.first_data_plane_retry = kDefaultDataPlaneRetry;
   lanes.max_data_plane_retry = kMaxDataPlaneRetry;

@@ -180,8 +180,6 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   const v1::TrainingMode mode_;
   const v1::DType wire_dtype_;
   const absl::Duration retry_budget_;
-  const int streams_per_shard_;
-  const PsTransport transport_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
   std::vector<LaneKeeper::ShardLink> shards_;  // The shard map, in order.
   // Pushes narrowed to a FLOAT16/BFLOAT16 wire dtype, one region per partition (at
