@@ -14,9 +14,8 @@ namespace tributary::worker {
 // Where one lane runs. The lane in it is replaced when its connection breaks (by the
 // slot's reader only).
 struct LaneKeeper::Slot {
-  const ShardLink* shard = nullptr;
-  std::string name;  // For logs and errors.
-  std::shared_ptr<grpc::Channel> channel;
+  LaneSpot spot;
+  const std::string& name() const { return spot.name; }
   std::vector<uint32_t> partitions;
 
   // Guards writes to the lane, and the lane against being replaced while a push is
@@ -57,32 +56,85 @@ bool Retryable(const absl::Status& status) {
   }
 }
 
+// The lanes over the network: a gRPC channel per lane (each on its own connection
+// when a shard has several lanes: one connection's throughput is what a single TCP
+// stream and gRPC's one thread per read and write can do), and the shard's data
+// plane.
+class NetworkLanes : public LaneKeeper::LaneFactory {
+ public:
+  NetworkLanes(const PsIdentity& identity, const std::vector<LaneKeeper::ShardLink>& shards,
+               const LaneKeeper::Options& options, DirectReceiver* direct)
+      : identity_(identity), options_(options), direct_(direct) {
+    const int streams = std::max(1, options.streams_per_shard);
+    ChannelOptions lane_options = options.channel_options;
+    lane_options.own_connection = lane_options.own_connection || streams > 1;
+    for (const LaneKeeper::ShardLink& shard : shards) {
+      for (int number = 0; number < streams; ++number) {
+        absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+            MakeChannel(shard.address, lane_options);
+        channels_.push_back(channel.ok() ? *channel : nullptr);
+      }
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<PushPullLane>> DataPlane(const LaneKeeper::LaneSpot& spot,
+                                                          ConnectAbort& abort,
+                                                          DataPlaneTrouble* trouble) override {
+    *trouble = DataPlaneTrouble::kNone;
+    if (spot.shard->stub == nullptr) return NoChannel(spot);
+    TcpLane::Target target;
+    target.stub = spot.shard->stub;
+    target.address = spot.shard->address;
+    target.name = spot.name;
+    target.identity = &identity_;
+    target.max_values_frame = options_.max_values_frame;
+    target.send_timeout = options_.retry_budget;
+    absl::StatusOr<std::unique_ptr<TcpLane>> tcp =
+        TcpLane::Connect(target, abort, direct_, trouble);
+    if (!tcp.ok()) return tcp.status();
+    return std::unique_ptr<PushPullLane>(std::move(*tcp));
+  }
+
+  absl::StatusOr<std::unique_ptr<PushPullLane>> Grpc(const LaneKeeper::LaneSpot& spot) override {
+    if (spot.slot >= channels_.size() || channels_[spot.slot] == nullptr) return NoChannel(spot);
+    absl::StatusOr<std::unique_ptr<GrpcLane>> grpc =
+        GrpcLane::Open(*channels_[spot.slot], identity_.node_credential, spot.name);
+    if (!grpc.ok()) return grpc.status();
+    return std::unique_ptr<PushPullLane>(std::move(*grpc));
+  }
+
+ private:
+  static absl::Status NoChannel(const LaneKeeper::LaneSpot& spot) {
+    return absl::InvalidArgumentError(absl::StrCat(spot.name, ": no channel"));
+  }
+
+  const PsIdentity& identity_;
+  const LaneKeeper::Options options_;
+  DirectReceiver* const direct_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // By slot; null: none.
+};
+
 }  // namespace
 
 LaneKeeper::LaneKeeper(const PsIdentity& identity, const std::vector<ShardLink>& shards,
                        uint32_t num_partitions, Options options, Owner& owner,
-                       DirectReceiver* direct)
-    : identity_(identity),
-      options_(std::move(options)),
+                       DirectReceiver* direct, std::unique_ptr<LaneFactory> lanes)
+    : options_(std::move(options)),
       owner_(owner),
-      direct_(direct),
+      lanes_(lanes != nullptr ? std::move(lanes)
+                              : std::make_unique<NetworkLanes>(identity, shards, options_, direct)),
       slot_of_(num_partitions, nullptr) {
   const int streams = std::max(1, options_.streams_per_shard);
-  // Each lane on its own connection when there are several (one connection's
-  // throughput is what a single TCP stream and gRPC's one thread per read and write
-  // can do).
-  ChannelOptions lane_options = options_.channel_options;
-  lane_options.own_connection = lane_options.own_connection || streams > 1;
   for (const ShardLink& shard : shards) {
     const size_t first = slots_.size();
     for (int number = 0; number < streams; ++number) {
       auto slot = std::make_unique<Slot>();
-      slot->shard = &shard;
-      slot->name = absl::StrCat("PS shard ", shard.index, " at ", shard.address);
-      if (streams > 1) absl::StrAppend(&slot->name, " (stream ", number + 1, " of ", streams, ")");
-      absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-          MakeChannel(shard.address, lane_options);
-      if (channel.ok()) slot->channel = *channel;
+      slot->spot.slot = slots_.size();
+      slot->spot.shard = &shard;
+      slot->spot.name = absl::StrCat("PS shard ", shard.index, " at ", shard.address);
+      if (streams > 1) {
+        absl::StrAppend(&slot->spot.name, " (stream ", number + 1, " of ", streams, ")");
+      }
       slots_.push_back(std::move(slot));
     }
     for (size_t i = 0; i < shard.partitions.size(); ++i) {
@@ -108,19 +160,12 @@ absl::StatusOr<std::unique_ptr<PushPullLane>> LaneKeeper::ConnectTcp(Slot& slot,
                                                                      DataPlaneTrouble* trouble) {
   *trouble = DataPlaneTrouble::kNone;
   if (options_.transport == PsTransport::kGrpc) return nullptr;
-  TcpLane::Target target;
-  target.stub = slot.shard->stub;
-  target.address = slot.shard->address;
-  target.name = slot.name;
-  target.identity = &identity_;
-  target.max_values_frame = options_.max_values_frame;
-  target.send_timeout = options_.retry_budget;
-  absl::StatusOr<std::unique_ptr<TcpLane>> tcp;
+  absl::StatusOr<std::unique_ptr<PushPullLane>> tcp;
   {
     absl::MutexLock connecting(&slot.connect_mu);
-    tcp = TcpLane::Connect(target, slot.abort, direct_, trouble);
+    tcp = lanes_->DataPlane(slot.spot, slot.abort, trouble);
   }
-  if (tcp.ok()) return std::unique_ptr<PushPullLane>(std::move(*tcp));
+  if (tcp.ok()) return tcp;
   // The shard not answering is retried later, a refusal of the caller returned; `tcp`
   // returns the rest too (UNAVAILABLE: retried), while `auto` speaks gRPC to a shard
   // that runs no data plane or whose data port fails it.
@@ -129,7 +174,7 @@ absl::StatusOr<std::unique_ptr<PushPullLane>> LaneKeeper::ConnectTcp(Slot& slot,
     return tcp.status();
   }
   if (!slot.warned_fallback) {
-    LOG(WARNING) << slot.name << ": " << tcp.status().message() << "; PushPull goes over gRPC";
+    LOG(WARNING) << slot.name() << ": " << tcp.status().message() << "; PushPull goes over gRPC";
     slot.warned_fallback = true;
   }
   return nullptr;
@@ -148,8 +193,7 @@ absl::Status LaneKeeper::ConnectLane(Slot& slot) {
     lane = std::move(*tcp);
   }
   if (lane == nullptr) {
-    absl::StatusOr<std::unique_ptr<GrpcLane>> grpc =
-        GrpcLane::Open(*slot.channel, identity_.node_credential, slot.name);
+    absl::StatusOr<std::unique_ptr<PushPullLane>> grpc = lanes_->Grpc(slot.spot);
     if (!grpc.ok()) return grpc.status();
     lane = std::move(*grpc);
   }
@@ -201,7 +245,7 @@ void LaneKeeper::Probe(Slot& slot) {
   if (!tcp.ok() || *tcp == nullptr) {
     slot.probe_wait = std::min(2 * slot.probe_wait, options_.max_data_plane_retry);
     if (slot.fell_back) slot.next_probe = absl::Now() + slot.probe_wait;
-    LOG(INFO) << slot.name << ": the data plane still fails ("
+    LOG(INFO) << slot.name() << ": the data plane still fails ("
               << (tcp.ok() ? "no data plane" : tcp.status().message()) << "); next try in "
               << absl::FormatDuration(slot.probe_wait);
     return;
@@ -211,7 +255,7 @@ void LaneKeeper::Probe(Slot& slot) {
       slot.probed != nullptr) {
     return;  // Not wanted any more: the connection closes here.
   }
-  LOG(INFO) << slot.name << ": the data plane answers again; PushPull moves back to it";
+  LOG(INFO) << slot.name() << ": the data plane answers again; PushPull moves back to it";
   slot.probed = std::move(*tcp);
   // The reader sees the gRPC stream end, takes the connection and the pushes still
   // awaiting their update are sent again (the shard ignores exact duplicates).
@@ -223,9 +267,6 @@ absl::Status LaneKeeper::Open() {
     prober_ = std::thread([this] { ProbeLoop(); });
   }
   for (auto& slot : slots_) {
-    if (slot->channel == nullptr || slot->shard->stub == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(slot->name, ": no channel"));
-    }
     // A shard not reachable yet is the reader's to reconnect to (with backoff, within
     // the retry budget); any other error is returned.
     if (absl::Status s = ConnectLane(*slot); !s.ok() && !Retryable(s)) return s;
@@ -250,7 +291,7 @@ absl::Status LaneKeeper::ReadUntilEnd(Slot& slot, PushPullLane& lane, ReceivedMe
     switch (lane.Read(received, values, &status)) {
       case LaneRead::kMessage:
         *any = true;
-        owner_.OnUpdate(slot.name, status, received, values);
+        owner_.OnUpdate(slot.name(), status, received, values);
         break;
       case LaneRead::kLanded:
         *any = true;
@@ -276,7 +317,7 @@ void LaneKeeper::ReadLoop(Slot* slot) {
     absl::Status ended;
     bool any = false;
     if (lane == nullptr) {
-      ended = connect_error.ok() ? absl::UnavailableError(slot->name + ": not connected")
+      ended = connect_error.ok() ? absl::UnavailableError(slot->name() + ": not connected")
                                  : connect_error;
     } else {
       ended = ReadUntilEnd(*slot, *lane, received, values, &any);
@@ -302,7 +343,7 @@ void LaneKeeper::ReadLoop(Slot* slot) {
       if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
       if (absl::Now() - unreachable_since > options_.retry_budget) {
         owner_.Failed(absl::UnavailableError(
-            absl::StrCat(slot->name, " unreachable for ",
+            absl::StrCat(slot->name(), " unreachable for ",
                          absl::FormatDuration(options_.retry_budget), ": ", ended.message())));
         return;
       }

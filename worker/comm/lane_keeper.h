@@ -5,10 +5,10 @@
 // budget) and asks the Owner to send again what still awaits an update. With
 // PsTransport::kAuto a lane that fell back to gRPC because the shard's data port failed
 // it moves back to the data plane once that answers (the prober thread).
+// How a lane is made is a LaneFactory: the network's (gRPC stream, TCP data plane) by
+// default; lane_keeper_test passes lanes in memory to break and restore them.
 #ifndef TRIBUTARY_WORKER_COMM_LANE_KEEPER_H_
 #define TRIBUTARY_WORKER_COMM_LANE_KEEPER_H_
-
-#include <grpcpp/channel.h>
 
 #include <atomic>
 #include <cstdint>
@@ -58,6 +58,26 @@ class LaneKeeper {
     v1::ParameterServer::Stub* stub = nullptr;  // Null: no channel.
     std::vector<uint32_t> partitions;          // Owned by the shard, in plan order.
   };
+  // Where one lane goes: its shard and its place among all the lanes.
+  struct LaneSpot {
+    size_t slot = 0;  // 0 .. shards * streams_per_shard - 1, shard by shard.
+    const ShardLink* shard = nullptr;
+    std::string name;  // "PS shard 0 at host:port (stream 2 of 4)", for logs and errors.
+  };
+  // Makes lanes. Called from Open, the readers and the prober, for different slots at
+  // once (one call at a time per slot).
+  class LaneFactory {
+   public:
+    virtual ~LaneFactory() = default;
+    // A lane on the shard's TCP data plane, or the error and, in *trouble, whose
+    // fault it is (which decides between retrying, failing and speaking gRPC).
+    // `abort` cuts a connection being made short when the keeper closes.
+    virtual absl::StatusOr<std::unique_ptr<PushPullLane>> DataPlane(const LaneSpot& spot,
+                                                                    ConnectAbort& abort,
+                                                                    DataPlaneTrouble* trouble) = 0;
+    // A lane on the shard's gRPC PushPull stream.
+    virtual absl::StatusOr<std::unique_ptr<PushPullLane>> Grpc(const LaneSpot& spot) = 0;
+  };
   struct Options {
     PsTransport transport = PsTransport::kAuto;
     int streams_per_shard = 1;
@@ -68,9 +88,11 @@ class LaneKeeper {
     ChannelOptions channel_options;
   };
 
-  // `direct` (may be null) is asked where updates may land (TcpLane).
+  // `direct` (may be null) is asked where updates may land (TcpLane). `lanes` null: the
+  // network's lanes, over channels made from options.channel_options.
   LaneKeeper(const PsIdentity& identity, const std::vector<ShardLink>& shards,
-             uint32_t num_partitions, Options options, Owner& owner, DirectReceiver* direct);
+             uint32_t num_partitions, Options options, Owner& owner, DirectReceiver* direct,
+             std::unique_ptr<LaneFactory> lanes = nullptr);
   ~LaneKeeper();
   LaneKeeper(const LaneKeeper&) = delete;
   LaneKeeper& operator=(const LaneKeeper&) = delete;
@@ -109,10 +131,9 @@ class LaneKeeper {
   void Probe(Slot& slot);
   bool closing();
 
-  const PsIdentity& identity_;
   Options options_;
   Owner& owner_;
-  DirectReceiver* const direct_;
+  std::unique_ptr<LaneFactory> lanes_;
   std::vector<std::unique_ptr<Slot>> slots_;  // streams_per_shard per shard, in order.
   std::vector<Slot*> slot_of_;               // By partition id.
   std::thread prober_;
