@@ -13,6 +13,7 @@ refuses must be accepted or refused alike by the real ValidateJobSpec (through
 
 import argparse
 import base64
+import copy
 import json
 import os
 import re
@@ -53,6 +54,7 @@ class Tools:
         self.chart = os.path.join(self.home, "tributary")
         # Runfiles are symlinks; Helm gets plain files.
         shutil.copytree(os.path.dirname(ARGS.chart), self.chart, symlinks=False)
+        self._rendered = {}
 
     def run(self, tool, args, env=None, check=True):
         result = subprocess.run([tool] + args, env=dict(self.env, **(env or {})),
@@ -89,7 +91,14 @@ class Tools:
         return self.helm(args + self.value_args(values_files, sets, set_json), check=check)
 
     def render(self, values_files=(), sets=(), set_json=()):
-        """The manifests as kubectl parsed them: a list of objects."""
+        """The manifests as kubectl parsed them: a list of objects (a fresh copy: the
+        same values are rendered and parsed once per test run)."""
+        key = (tuple(values_files), tuple(sets), tuple(set_json))
+        if key not in self._rendered:
+            self._rendered[key] = self._render(values_files, sets, set_json)
+        return copy.deepcopy(self._rendered[key])
+
+    def _render(self, values_files, sets, set_json):
         manifest = self.template(values_files, sets, set_json=set_json).stdout
         path = os.path.join(_tmpdir(), "manifest.yaml")
         with open(path, "w") as out:
