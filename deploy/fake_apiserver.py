@@ -141,7 +141,10 @@ class FakeApiServer:
     def __init__(self):
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.requests = []
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits for the loop's next poll (0.5 s by
+        # default, which a test rendering many manifests pays each time).
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self):
