@@ -346,8 +346,10 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       if (updates_into_parameters_) {
         ps_->ExpectUpdateInto(partition.id(), step, params_.data() + partition.offset());
       }
+      const absl::Time push_start = absl::Now();
       absl::Status pushed =
           ps_->Push(step, partition.id(), grad, update_.node_samples, /*steps=*/1);
+      CountPush(push_start);
       if (!pushed.ok()) return pushed;
       continue;
     }
@@ -365,7 +367,9 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     } else {
       samples = update_.node_samples;
     }
+    const absl::Time push_start = absl::Now();
     absl::Status pushed = ps_->Push(round_start_, partition.id(), grad, samples, round_steps);
+    CountPush(push_start);
     if (!pushed.ok()) return pushed;
   }
   if (update_.sync) {
@@ -373,6 +377,12 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     round_samples_ = 0;
   }
   return absl::OkStatus();
+}
+
+void TrainingSession::CountPush(absl::Time start) {
+  const double seconds = SecondsSince(start);
+  absl::MutexLock lock(&mu_);
+  push_seconds_ += seconds;
 }
 
 void TrainingSession::InnerUpdate(const v1::Partition& partition, float* out) {
@@ -468,22 +478,28 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     if (absl::Status updated = gate_.status(); !updated.ok()) return updated;
     final_from_.assign(replicas_->size(), model_.num_parameters);
     parameters_wait_seconds_.assign(replicas_->size(), 0);
+    first_gradient_.assign(replicas_->size(), absl::InfiniteFuture());
     running_step_ = step;
     comm_step_ = step;
     comm_pending_ = true;
     comm_done_ = false;
     comm_abort_ = false;
     reduce_seconds_ = 0;
+    push_seconds_ = 0;
   }
   std::vector<engine::LossStats> losses(replicas_->size());
   stats.replica_seconds.assign(replicas_->size(), 0);
   const engine::DropoutKey key{assignment_.job().seed(), step};
+  std::vector<absl::Time> start_of_replica(replicas_->size(), start);
   absl::Status computed = replicas_->RunOnAll([&](int i) -> absl::Status {
     const absl::Time replica_start = absl::Now();
+    start_of_replica[i] = replica_start;
     absl::StatusOr<engine::LossStats> loss = replicas_->replica(i).ForwardBackward(
         batches[i], key, [this, i](int, int64_t offset, int64_t) {
+          const absl::Time now = absl::Now();
           absl::MutexLock lock(&mu_);
           final_from_[i] = std::min(final_from_[i], offset);
+          first_gradient_[i] = std::min(first_gradient_[i], now);
         });
     if (!loss.ok()) return loss.status();
     losses[i] = *loss;
@@ -507,10 +523,15 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     communicated = comm_status_;
     updated = gate_.status();
     stats.reduce_seconds = reduce_seconds_;
+    stats.push_seconds = push_seconds_;
     stats.push_wait_seconds = update_wait_seconds_;
     for (double waited : parameters_wait_seconds_) {
       stats.parameters_wait_seconds = std::max(stats.parameters_wait_seconds, waited);
     }
+    SplitComputeLocked(start_of_replica, stats);
+  }
+  for (int i = 0; i < replicas_->size(); ++i) {
+    stats.copy_seconds = std::max(stats.copy_seconds, replicas_->replica(i).TakeCopySeconds());
   }
   // The previous step's update is the root cause when it failed: this step ran on
   // parameters that never arrived, and pushed nothing.
@@ -531,6 +552,19 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   }
   stats.step_seconds = SecondsSince(start);
   return stats;
+}
+
+void TrainingSession::SplitComputeLocked(const std::vector<absl::Time>& started,
+                                         StepStats& stats) {
+  // The slowest replica's split (the one the step waited for).
+  int slowest = -1;
+  for (int i = 0; i < static_cast<int>(stats.replica_seconds.size()); ++i) {
+    if (slowest < 0 || stats.replica_seconds[i] > stats.replica_seconds[slowest]) slowest = i;
+  }
+  if (slowest < 0 || first_gradient_[slowest] == absl::InfiniteFuture()) return;  // No samples.
+  const double until_first = absl::ToDoubleSeconds(first_gradient_[slowest] - started[slowest]);
+  stats.forward_seconds = std::max(0.0, until_first - parameters_wait_seconds_[slowest]);
+  stats.backward_seconds = std::max(0.0, stats.replica_seconds[slowest] - until_first);
 }
 
 absl::Status TrainingSession::FinishUpdate() { return gate_.WaitDone(); }

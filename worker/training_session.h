@@ -79,6 +79,17 @@ struct StepStats {
   engine::LossStats loss;               // Over this worker's replicas.
   double compute_seconds = 0;           // Forward + backward of the replicas.
   std::vector<double> replica_seconds;  // Forward + backward of each replica.
+  // The slowest replica's forward pass (start to its first gradient: the loss and the
+  // last layer's first gradient included, its waits for parameters not) and backward
+  // pass (its first gradient to its end).
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  // Host <-> device copies of parameters and gradients (GPU replicas; the most of any
+  // replica, whichever step they served); 0 on CPU.
+  double copy_seconds = 0;
+  // Leader: time the communication thread spent handing this step's partitions to
+  // the PS connection (Push: encoding, and writing where the lane blocks).
+  double push_seconds = 0;
   double reduce_seconds = 0;            // Intra-node reduction (overlapped with backward).
   // Leader: time the communication thread waited for the PS's updates of the
   // previous step (overlapped with this step's forward).
@@ -168,6 +179,12 @@ class TrainingSession {
   // LOCAL_SGD, leader: the node's update of the partition by the inner optimizer, from
   // the parameters into `out` (which may be the parameters themselves).
   void InnerUpdate(const v1::Partition& partition, float* out);
+  // Time spent in one Push, into push_seconds_.
+  void CountPush(absl::Time start);
+  // The step's forward and backward seconds, from the slowest replica's start
+  // (`started`), first gradient and parameter waits.
+  void SplitComputeLocked(const std::vector<absl::Time>& started, StepStats& stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replica i's parameters-needed hook: blocks until [offset, offset + length) holds
   // the parameters of the step being computed (or the update failed).
   void WaitForParameters(int replica, int64_t offset, int64_t length);
@@ -229,6 +246,9 @@ class TrainingSession {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status comm_status_ ABSL_GUARDED_BY(mu_);
   double reduce_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  double push_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per replica: when its first gradient of the running step was reported.
+  std::vector<absl::Time> first_gradient_ ABSL_GUARDED_BY(mu_);
   uint64_t running_step_ ABSL_GUARDED_BY(mu_) = 0;                    // The step RunStep computes.
   std::vector<double> parameters_wait_seconds_ ABSL_GUARDED_BY(mu_);  // Per replica.
   // The update to apply next (at most one: step s's is applied before step s + 1's

@@ -12,10 +12,32 @@ prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& registry, co
   return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
 }
 
-prometheus::Family<prometheus::Histogram>& Histograms(prometheus::Registry& registry,
-                                                       const char* name, const char* help) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
-}
+// The step time histograms' names and help, in StepTime order.
+struct StepTimeSeries {
+  const char* name;
+  const char* help;
+};
+constexpr StepTimeSeries kStepTimeSeries[kStepTimes] = {
+    {"tributary_worker_step_seconds", "Wall time of a training step, compute through update."},
+    {"tributary_worker_push_wait_seconds",
+     "Per step: time the node leader waited for the PS's updates of the previous step "
+     "(overlapped with this step's forward pass)."},
+    {"tributary_worker_reduce_seconds", "Per step: intra-node gradient reduction time."},
+    {"tributary_worker_parameters_wait_seconds",
+     "Per step: longest time a replica's forward pass waited for the previous step's "
+     "updated parameters (the part of the update not overlapped)."},
+    {"tributary_worker_forward_seconds",
+     "Per step: the slowest replica's forward pass, to its first gradient (its waits for "
+     "parameters not included)."},
+    {"tributary_worker_backward_seconds",
+     "Per step: the slowest replica's backward pass, from its first gradient to its end."},
+    {"tributary_worker_copy_seconds",
+     "Per step: host<->device copies of parameters and gradients of a GPU replica (0 on "
+     "CPU)."},
+    {"tributary_worker_push_seconds",
+     "Per step: time the node leader spent handing the step's partitions to the PS "
+     "connection."},
+};
 
 }  // namespace
 
@@ -55,19 +77,13 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                                    "step.")),
       learning_rate_family_(Gauges(registry, "tributary_worker_learning_rate",
                                    "Learning rate of the job's optimizer at this worker's last "
-                                   "step (the schedule and warm-up applied).")),
-      step_seconds_family_(Histograms(registry, "tributary_worker_step_seconds",
-                                      "Wall time of a training step, compute through update.")),
-      push_wait_seconds_family_(Histograms(
-          registry, "tributary_worker_push_wait_seconds",
-          "Per step: time the node leader waited for the PS's updates of the previous step "
-          "(overlapped with this step's forward pass).")),
-      reduce_seconds_family_(Histograms(registry, "tributary_worker_reduce_seconds",
-                                        "Per step: intra-node gradient reduction time.")),
-      parameters_wait_seconds_family_(Histograms(
-          registry, "tributary_worker_parameters_wait_seconds",
-          "Per step: longest time a replica's forward pass waited for the previous step's "
-          "updated parameters (the part of the update not overlapped).")) {
+                                   "step (the schedule and warm-up applied).")) {
+  for (int i = 0; i < kStepTimes; ++i) {
+    step_time_families_[i] = &prometheus::BuildHistogram()
+                                  .Name(kStepTimeSeries[i].name)
+                                  .Help(kStepTimeSeries[i].help)
+                                  .Register(registry);
+  }
   StartJob("");
 }
 
@@ -80,10 +96,7 @@ void WorkerMetrics::StartJob(const std::string& job_id) {
     test_accuracy_family_.Remove(test_accuracy_);
     training_loss_family_.Remove(training_loss_);
     learning_rate_family_.Remove(learning_rate_);
-    step_seconds_family_.Remove(step_seconds_);
-    push_wait_seconds_family_.Remove(push_wait_seconds_);
-    reduce_seconds_family_.Remove(reduce_seconds_);
-    parameters_wait_seconds_family_.Remove(parameters_wait_seconds_);
+    for (int i = 0; i < kStepTimes; ++i) step_time_families_[i]->Remove(step_times_[i]);
   }
   job_id_ = job_id;
   const std::map<std::string, std::string> labels = {{"job_id", job_id}};
@@ -93,10 +106,9 @@ void WorkerMetrics::StartJob(const std::string& job_id) {
   test_accuracy_ = &test_accuracy_family_.Add(labels);
   training_loss_ = &training_loss_family_.Add(labels);
   learning_rate_ = &learning_rate_family_.Add(labels);
-  step_seconds_ = &step_seconds_family_.Add(labels, SecondsBuckets());
-  push_wait_seconds_ = &push_wait_seconds_family_.Add(labels, SecondsBuckets());
-  reduce_seconds_ = &reduce_seconds_family_.Add(labels, SecondsBuckets());
-  parameters_wait_seconds_ = &parameters_wait_seconds_family_.Add(labels, SecondsBuckets());
+  for (int i = 0; i < kStepTimes; ++i) {
+    step_times_[i] = &step_time_families_[i]->Add(labels, SecondsBuckets());
+  }
   test_accuracy_->Set(-1);
 }
 

@@ -5,7 +5,8 @@
 //   tributary_worker_test_accuracy, tributary_worker_training_loss,
 //   tributary_worker_learning_rate (gauges)
 //   tributary_worker_samples_total (counter)
-//   tributary_worker_{step,push_wait,reduce,parameters_wait}_seconds (histograms)
+//   tributary_worker_{step,push_wait,reduce,parameters_wait,forward,backward,copy,push}_seconds
+//   (histograms: one observation per step, StepTime)
 // Of the worker process:
 //   tributary_worker_generation (gauge)
 //   tributary_worker_bytes_{pushed,pulled}_total, tributary_worker_step_failures_total
@@ -17,9 +18,23 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
 #include <string>
 
 namespace tributary::worker {
+
+// The per-step time histograms, one observation each per step.
+enum class StepTime {
+  kStep,            // tributary_worker_step_seconds
+  kPushWait,        // tributary_worker_push_wait_seconds
+  kReduce,          // tributary_worker_reduce_seconds
+  kParametersWait,  // tributary_worker_parameters_wait_seconds
+  kForward,         // tributary_worker_forward_seconds
+  kBackward,        // tributary_worker_backward_seconds
+  kCopy,            // tributary_worker_copy_seconds
+  kPush,            // tributary_worker_push_seconds
+};
+inline constexpr int kStepTimes = 8;
 
 class WorkerMetrics {
  public:
@@ -38,10 +53,9 @@ class WorkerMetrics {
   prometheus::Gauge& test_accuracy() { return *test_accuracy_; }
   prometheus::Gauge& training_loss() { return *training_loss_; }
   prometheus::Gauge& learning_rate() { return *learning_rate_; }
-  prometheus::Histogram& step_seconds() { return *step_seconds_; }
-  prometheus::Histogram& push_wait_seconds() { return *push_wait_seconds_; }
-  prometheus::Histogram& reduce_seconds() { return *reduce_seconds_; }
-  prometheus::Histogram& parameters_wait_seconds() { return *parameters_wait_seconds_; }
+  prometheus::Histogram& step_time(StepTime which) {
+    return *step_times_[static_cast<int>(which)];
+  }
 
   prometheus::Gauge& generation;
   prometheus::Counter& bytes_pushed;
@@ -55,10 +69,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& test_accuracy_family_;
   prometheus::Family<prometheus::Gauge>& training_loss_family_;
   prometheus::Family<prometheus::Gauge>& learning_rate_family_;
-  prometheus::Family<prometheus::Histogram>& step_seconds_family_;
-  prometheus::Family<prometheus::Histogram>& push_wait_seconds_family_;
-  prometheus::Family<prometheus::Histogram>& reduce_seconds_family_;
-  prometheus::Family<prometheus::Histogram>& parameters_wait_seconds_family_;
+  std::array<prometheus::Family<prometheus::Histogram>*, kStepTimes> step_time_families_;
 
   std::string job_id_;
   prometheus::Gauge* steps_ = nullptr;
@@ -67,10 +78,7 @@ class WorkerMetrics {
   prometheus::Gauge* test_accuracy_ = nullptr;
   prometheus::Gauge* training_loss_ = nullptr;
   prometheus::Gauge* learning_rate_ = nullptr;
-  prometheus::Histogram* step_seconds_ = nullptr;
-  prometheus::Histogram* push_wait_seconds_ = nullptr;
-  prometheus::Histogram* reduce_seconds_ = nullptr;
-  prometheus::Histogram* parameters_wait_seconds_ = nullptr;
+  std::array<prometheus::Histogram*, kStepTimes> step_times_{};
 };
 
 }  // namespace tributary::worker

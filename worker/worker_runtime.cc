@@ -345,10 +345,17 @@ void WorkerRuntime::TrainSteps(TrainingSession& session, uint64_t first_step) {
         stats->step_seconds > 0 ? stats->loss.samples / stats->step_seconds : 0;
     throughput = throughput == 0 ? samples_per_second : 0.9 * throughput + 0.1 * samples_per_second;
     metrics_.samples().Increment(static_cast<double>(stats->loss.samples));
-    metrics_.step_seconds().Observe(stats->step_seconds);
-    metrics_.push_wait_seconds().Observe(stats->push_wait_seconds);
-    metrics_.reduce_seconds().Observe(stats->reduce_seconds);
-    metrics_.parameters_wait_seconds().Observe(stats->parameters_wait_seconds);
+    for (const auto& [which, seconds] :
+         {std::pair{StepTime::kStep, stats->step_seconds},
+          std::pair{StepTime::kPushWait, stats->push_wait_seconds},
+          std::pair{StepTime::kReduce, stats->reduce_seconds},
+          std::pair{StepTime::kParametersWait, stats->parameters_wait_seconds},
+          std::pair{StepTime::kForward, stats->forward_seconds},
+          std::pair{StepTime::kBackward, stats->backward_seconds},
+          std::pair{StepTime::kCopy, stats->copy_seconds},
+          std::pair{StepTime::kPush, stats->push_seconds}}) {
+      metrics_.step_time(which).Observe(seconds);
+    }
     // Step `step` is pushed and (overlapping) its update on the way; the steps before
     // it are complete (its forward pass needed their updates).
     const uint64_t completed = options_.overlap_updates ? step : step + 1;

@@ -114,10 +114,12 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
       !range.ok()) {
     return range;
   }
+  const auto start = std::chrono::steady_clock::now();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset, host + offset, length * sizeof(float),
                                        cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CountCopy(start);
   return absl::OkStatus();
 }
 
@@ -127,12 +129,22 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
       !range.ok()) {
     return range;
   }
+  const auto start = std::chrono::steady_clock::now();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, gradients_ + offset, length * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CountCopy(start);
   return absl::OkStatus();
 }
+
+void GpuReplica::CountCopy(std::chrono::steady_clock::time_point start) {
+  copy_nanos_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+}
+
+double GpuReplica::TakeCopySeconds() { return copy_nanos_.exchange(0) * 1e-9; }
 
 absl::Status GpuReplica::Reserve(int64_t n) {
   if (n <= capacity_) return absl::OkStatus();

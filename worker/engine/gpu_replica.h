@@ -8,6 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +37,7 @@ class GpuReplica : public Replica {
                                             const GradientReadyFn& on_ready) override;
   absl::StatusOr<LossStats> Evaluate(const Batch& batch) override;
   absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) override;
+  double TakeCopySeconds() override;
 
   // For the worker's NCCL reduction: device buffers and the stream that orders them.
   float* device_gradients() { return gradients_; }
@@ -52,8 +55,12 @@ class GpuReplica : public Replica {
                            const GradientReadyFn& on_ready);
   absl::StatusOr<LossStats> CollectLoss(int64_t n);
 
+  // Adds the time since `start` to copy_nanos_.
+  void CountCopy(std::chrono::steady_clock::time_point start);
+
   ModelDef model_;
   int device_;
+  std::atomic<int64_t> copy_nanos_{0};  // SetParameters and CopyGradients, not yet taken.
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   float* parameters_ = nullptr;

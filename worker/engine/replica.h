@@ -150,6 +150,11 @@ class Replica {
   // The gradient buffer in host memory when the replica keeps it there (CPU), else null.
   virtual const float* host_gradients() const { return nullptr; }
 
+  // Seconds spent copying parameters and gradients between host and device
+  // (SetParameters, CopyGradients) since the previous call; always 0 where the
+  // replica computes on host memory (CPU). Thread-safe.
+  virtual double TakeCopySeconds() { return 0; }
+
   // Installs a hook ForwardBackward calls before each layer's parameters are first
   // read (not Evaluate). Empty (the default) means the parameters are always current.
   void set_parameters_needed(ParametersNeededFn hook) { parameters_needed_ = std::move(hook); }
