@@ -138,10 +138,16 @@ std::string TrainingRunJson(const TrainingRun& run, double target) {
                         "\"mean_step_seconds\": %.5f, \"push_wait_share\": %.4f, "
                         "\"reduce_share\": %.4f, \"parameters_wait_share\": %.4f, "
                         "\"step_seconds_sum\": %.3f, \"push_wait_seconds_sum\": %.3f, "
-                        "\"reduce_seconds_sum\": %.3f, \"parameters_wait_seconds_sum\": %.3f}",
+                        "\"reduce_seconds_sum\": %.3f, \"parameters_wait_seconds_sum\": %.3f, "
+                        "\"forward_share\": %.4f, \"backward_share\": %.4f, "
+                        "\"copy_share\": %.4f, \"push_share\": %.4f, \"ps_apply_share\": %s}",
                         t.workers, t.steps, t.MeanStepSeconds(), t.PushWaitShare(), t.ReduceShare(),
                         t.ParametersWaitShare(), t.step_seconds, t.push_wait_seconds,
-                        t.reduce_seconds, t.parameters_wait_seconds));
+                        t.reduce_seconds, t.parameters_wait_seconds, t.Share(t.forward_seconds),
+                        t.Share(t.backward_seconds), t.Share(t.copy_seconds),
+                        t.Share(t.push_seconds),
+                        t.PsApplyShare() < 0 ? std::string("null")
+                                             : absl::StrFormat("%.4f", t.PsApplyShare())));
   }
   if (run.bytes_pushed > 0 || run.bytes_pulled > 0) {
     absl::StrAppend(&json, absl::StrFormat(", \"bytes_pushed\": %d, \"bytes_pulled\": %d",

@@ -28,7 +28,25 @@ struct StepTimes {
   // Forward passes standing still for the previous step's parameters (the part of the
   // update the overlap did not hide).
   double parameters_wait_seconds = 0;
+  // The slowest replica's forward and backward passes, host<->device copies (GPU), and
+  // the leader handing partitions to the PS connection.
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double copy_seconds = 0;
+  double push_seconds = 0;
+  // The PS shards' optimizer applications (tributary_ps_optimizer_apply_seconds),
+  // summed over the shards; job_steps: the steps the job ran (each shard applies every
+  // step's partitions once), -1 when the shards' /metrics could not be read.
+  double ps_apply_seconds = -1;
+  uint64_t job_steps = 0;
 
+  // `seconds` summed over the workers' steps as a share of their step time.
+  double Share(double seconds) const { return step_seconds > 0 ? seconds / step_seconds : 0; }
+  // The shards' apply time per job step as a share of the mean step; -1 when unread.
+  double PsApplyShare() const {
+    if (ps_apply_seconds < 0 || job_steps == 0 || MeanStepSeconds() <= 0) return -1;
+    return ps_apply_seconds / job_steps / MeanStepSeconds();
+  }
   double PushWaitShare() const { return step_seconds > 0 ? push_wait_seconds / step_seconds : 0; }
   double ReduceShare() const { return step_seconds > 0 ? reduce_seconds / step_seconds : 0; }
   double ParametersWaitShare() const {

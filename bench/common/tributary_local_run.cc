@@ -64,8 +64,34 @@ StepTimes ScrapeWorker(const std::string& host, int http_port, bool* ok) {
   times.push_wait_seconds = metrics->Sum("tributary_worker_push_wait_seconds_sum");
   times.reduce_seconds = metrics->Sum("tributary_worker_reduce_seconds_sum");
   times.parameters_wait_seconds = metrics->Sum("tributary_worker_parameters_wait_seconds_sum");
+  times.forward_seconds = metrics->Sum("tributary_worker_forward_seconds_sum");
+  times.backward_seconds = metrics->Sum("tributary_worker_backward_seconds_sum");
+  times.copy_seconds = metrics->Sum("tributary_worker_copy_seconds_sum");
+  times.push_seconds = metrics->Sum("tributary_worker_push_seconds_sum");
   *ok = true;
   return times;
+}
+
+// One shard's optimizer apply seconds so far; nullopt when its /metrics did not answer.
+std::optional<double> ScrapeShardApply(const std::string& host, int http_port) {
+  httplib::Client http(host, http_port);
+  http.set_connection_timeout(0, 300000);
+  http.set_read_timeout(1, 0);
+  auto response = http.Get("/metrics");
+  if (!response || response->status != 200) return std::nullopt;
+  absl::StatusOr<testing::ParsedMetrics> metrics = testing::ParsePrometheusText(response->body);
+  if (!metrics.ok()) return std::nullopt;
+  return metrics->Sum("tributary_ps_optimizer_apply_seconds_sum");
+}
+
+// The host part of "host:port" ("127.0.0.1" when empty).
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host.empty() ? "127.0.0.1" : host;
 }
 
 bool Terminal(v1::JobState state) {
@@ -156,6 +182,7 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   std::unique_ptr<v1::Coordinator::Stub> stub;
   std::optional<v1::Job> job;
   std::map<std::string, StepTimes> worker_times;  // By worker id.
+  std::map<uint32_t, double> shard_apply;          // By shard index.
   absl::Time next_job_poll = launch, next_metrics_poll = launch;
   bool scraped_at_end = false;
   while (child.Running()) {
@@ -197,6 +224,18 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
           if (ok) worker_times[worker.worker_id()] = times;
         }
       }
+      v1::ClusterStatus status;
+      if (stub->GetClusterStatus(Deadline(absl::Seconds(2)).get(), v1::GetClusterStatusRequest(),
+                                 &status)
+              .ok()) {
+        for (const v1::ShardSummary& shard : status.shards()) {
+          if (shard.shard().http_port() == 0) continue;
+          if (std::optional<double> apply = ScrapeShardApply(
+                  HostOf(shard.shard().address()), static_cast<int>(shard.shard().http_port()))) {
+            shard_apply[shard.shard().shard_index()] = *apply;
+          }
+        }
+      }
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -224,7 +263,16 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     run.step_times.push_wait_seconds += times.push_wait_seconds;
     run.step_times.reduce_seconds += times.reduce_seconds;
     run.step_times.parameters_wait_seconds += times.parameters_wait_seconds;
+    run.step_times.forward_seconds += times.forward_seconds;
+    run.step_times.backward_seconds += times.backward_seconds;
+    run.step_times.copy_seconds += times.copy_seconds;
+    run.step_times.push_seconds += times.push_seconds;
   }
+  if (!shard_apply.empty() && static_cast<int>(shard_apply.size()) == options.ps_shards) {
+    run.step_times.ps_apply_seconds = 0;
+    for (const auto& [index, seconds] : shard_apply) run.step_times.ps_apply_seconds += seconds;
+  }
+  run.step_times.job_steps = job->step();
 
   absl::StatusOr<std::string> text = ReadFileToString(summary_path);
   if (!text.ok()) return failed(std::string(text.status().message()));

@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/common/bench_runfiles.h"
+#include "bench/common/compute_only.h"
 #include "common/child_process.h"
 #include "common/cpu_check.h"
 #include "common/process.h"
@@ -48,28 +49,7 @@ ABSL_FLAG(std::string, torch_python, "/usr/bin/python3",
 namespace tributary::engine {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Seconds per call of fn: the best of 5 windows of min_seconds / 5 each (after one
-// warm-up call), so a burst of load from other processes on a shared machine spoils
-// one window rather than the figure.
-template <typename Fn>
-double TimePerCall(Fn fn, double min_seconds) {
-  fn();
-  double best = 1e300;
-  for (int window = 0; window < 5; ++window) {
-    int64_t calls = 0;
-    const auto start = Clock::now();
-    double elapsed = 0;
-    do {
-      fn();
-      ++calls;
-      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (elapsed < min_seconds / 5);
-    best = std::min(best, elapsed / calls);
-  }
-  return best;
-}
+using bench::TimePerCall;
 
 // The machine's sgemm throughput on `threads` cores: each thread multiplies its own
 // pair of n x n matrices with single-threaded Eigen (the engine's kernel), all at
@@ -253,43 +233,18 @@ int Run(const char* argv0) {
       std::fprintf(stderr, "engine_bench: %s\n", model.status().ToString().c_str());
       return 1;
     }
-    std::vector<float> params(model->num_parameters);
-    InitParameters(*model, 1, params.data());
-    DeviceSpec device{gpu ? DeviceSpec::Kind::kGpu : DeviceSpec::Kind::kCpu, 0};
-    absl::StatusOr<std::unique_ptr<Replica>> replica = CreateReplica(*model, device, params.data());
-    if (!replica.ok()) {
-      std::fprintf(stderr, "engine_bench: %s\n", replica.status().ToString().c_str());
-      return 1;
-    }
     for (int batch_size : {64, 256}) {
-      CounterRng rng(7, 1);
-      std::vector<float> features(batch_size * model->input.size());
-      for (float& f : features) f = static_cast<float>(rng.NextDouble());
-      std::vector<int32_t> labels(batch_size);
-      std::vector<uint64_t> ids(batch_size);
-      for (int i = 0; i < batch_size; ++i) {
-        labels[i] = static_cast<int32_t>(rng.NextBelow(model->num_classes));
-        ids[i] = i;
-      }
-      Batch batch;
-      batch.features = features.data();
-      batch.labels = labels.data();
-      batch.sample_ids = ids.data();
-      batch.count = batch_size;
-      bool ok = true;
-      const double seconds = TimePerCall(
-          [&] {
-            ok = ok && (*replica)->ForwardBackward(batch, {1, 0}, nullptr).ok();
-          },
-          min_seconds);
-      if (!ok) {
-        std::fprintf(stderr, "engine_bench: forward/backward of %s failed\n", name.c_str());
+      absl::StatusOr<bench::ComputeOnly> measured = bench::MeasureComputeOnly(
+          *model, gpu ? "gpu" : "cpu", batch_size, min_seconds);
+      if (!measured.ok()) {
+        std::fprintf(stderr, "engine_bench: %s batch %d: %s\n", name.c_str(), batch_size,
+                     measured.status().ToString().c_str());
         return 1;
       }
-      Result r{name, batch_size, batch_size / seconds,
-               batch_size / seconds * FlopsPerSample(*model) / 1e9};
+      Result r{name, batch_size, measured->samples_per_second,
+               measured->samples_per_second * FlopsPerSample(*model) / 1e9};
       std::printf("%-6s batch %3d on %s: %9.0f samples/s  %6.1f GFLOP/s (%.2f of sgemm)\n",
-                  name.c_str(), batch_size, (*replica)->device().c_str(), r.samples_per_second,
+                  name.c_str(), batch_size, measured->device.c_str(), r.samples_per_second,
                   r.gflops, r.gflops / sgemm);
       results.push_back(r);
     }

@@ -4,7 +4,6 @@
 // share (the workers' /metrics histograms), test accuracy. On a machine with fewer
 // cores than replicas, adding workers adds no compute: the table shows what that costs.
 // Ends with one JSON line.
-#include <glog/logging.h>
 
 #include <cstdio>
 #include <string>
@@ -16,24 +15,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/common/bench_json.h"
-#include "bench/common/bench_runfiles.h"
+#include "bench/common/cluster_bench.h"
 #include "bench/common/machine.h"
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
-#include "bench/common/work_dir.h"
 #include "common/job_flags.h"
-#include "common/process.h"
 
 ABSL_FLAG(std::vector<std::string>, worker_counts, std::vector<std::string>({"1", "2", "4"}),
           "Worker processes of each run (tributary local --workers), comma separated; ratios "
           "are to the first. Default: 1,2,4.");
-ABSL_FLAG(int, ps_shards, 2, "PS shards of every run (tributary local --ps_shards). Default: 2.");
-ABSL_FLAG(std::vector<std::string>, tributary_arg, {},
-          "Further flags for tributary local, comma separated (e.g. "
-          "--worker_arg=--cpu_threads=1). Default: none.");
-ABSL_FLAG(std::string, work_dir, "",
-          "Directory for the job spec and every process's log. Default: a new "
-          "/tmp/tributary-scaling-XXXXXX.");
 
 namespace tributary::bench {
 namespace {
@@ -46,10 +36,7 @@ constexpr char kUsage[] =
     "--batch=64, --optimizer=momentum, --lr=0.05, cosine, 1 replica per worker) except --epochs,\n"
     "which is 1 here unless given (--helpfull lists them all).";
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "scaling: %s\n", status.ToString().c_str());
-  return 1;
-}
+int Fail(const absl::Status& status) { return BenchFail("scaling", status); }
 
 int Run(const char* argv0) {
   std::vector<int> counts;
@@ -63,33 +50,20 @@ int Run(const char* argv0) {
     counts.push_back(count);
   }
   if (counts.empty()) return Fail(absl::InvalidArgumentError("--worker_counts: none given"));
-  absl::StatusOr<BenchRunfiles> runfiles = BenchRunfiles::Create(argv0);
-  if (!runfiles.ok()) return Fail(runfiles.status());
-  absl::StatusOr<std::string> tributary = runfiles->Find("tributary/cli/tributary");
-  if (!tributary.ok()) return Fail(tributary.status());
-  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
-  if (!spec.ok()) return Fail(spec.status());
-  if (!FlagGiven("epochs")) spec->set_epochs(1);
-  absl::StatusOr<std::string> work_dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "scaling");
-  if (!work_dir.ok()) return Fail(work_dir.status());
-  const std::string job_json = *work_dir + "/job.json";
-  if (absl::Status written = WriteJobJson(*spec, job_json); !written.ok()) return Fail(written);
-
-  const MachineInfo machine = DescribeMachine();
-  std::printf("scaling: %s\n", MachineLine(machine).c_str());
-  std::printf("job: %s\n", JobSpecJson(*spec).c_str());
-  std::printf("logs: %s\n", work_dir->c_str());
-  std::fflush(stdout);
+  absl::StatusOr<ClusterBench> bench = SetUpClusterBench(argv0, "scaling", [](v1::JobSpec& spec) {
+    if (!FlagGiven("epochs")) spec.set_epochs(1);
+  });
+  if (!bench.ok()) return Fail(bench.status());
+  const v1::JobSpec* spec = &bench->spec;
 
   std::vector<TrainingRun> runs;
+  int ps_shards = 0;
   for (int workers : counts) {
     TributaryLocalOptions options;
-    options.binary = *tributary;
-    options.job_json = job_json;
-    options.run_dir = absl::StrCat(*work_dir, "/workers-", workers);
+    ApplyClusterFlags(bench->tributary, bench->job_json,
+                      absl::StrCat(bench->work_dir, "/workers-", workers), options);
     options.workers = workers;
-    options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
-    options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
+    ps_shards = options.ps_shards;
     // More workers than cores is what this benchmark measures the cost of.
     options.extra_args.push_back("--oversubscribe");
     options.name = absl::StrCat("W=", workers);
@@ -134,20 +108,20 @@ int Run(const char* argv0) {
       "evaluations included); reported/s: the workers' own step-time throughput as the "
       "coordinator averaged it; step s, PS wait, reduce: the workers' /metrics histograms.\n");
   const unsigned most = counts.back() * spec->replicas_per_worker();
-  if (most > machine.cpu_cores) {
+  if (most > bench->machine.cpu_cores) {
     std::printf(
         "note: up to %u replicas share %u CPU cores. Forward/backward already keeps every core "
         "busy with one worker, so more workers add no compute: each does a smaller share of the "
         "same batch while the PS traffic (the whole model per node per step) and the "
         "processes' scheduling grow. This is a CPU-bound machine; the figures say what the "
         "system costs, not how it scales on more cores.\n",
-        most, machine.cpu_cores);
+        most, bench->machine.cpu_cores);
   }
   std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   absl::PrintF(
       "{\"bench\": \"scaling\", %s, \"job\": %s, "
       "\"ps_shards\": %d, \"runs\": [%s]}\n",
-      MachineJsonMembers(machine, after), JobSpecJson(*spec), absl::GetFlag(FLAGS_ps_shards),
+      MachineJsonMembers(bench->machine, after), JobSpecJson(*spec), ps_shards,
       absl::StrJoin(json_runs, ", "));
   return 0;
 }
@@ -156,8 +130,6 @@ int Run(const char* argv0) {
 }  // namespace tributary::bench
 
 int main(int argc, char** argv) {
-  tributary::RememberGivenFlags(argc, argv);
-  tributary::InitProcess(argc, argv, tributary::bench::kUsage);
-  FLAGS_minloglevel = 1;
-  return tributary::bench::Run(argv[0]);
+  return tributary::bench::BenchMain(argc, argv, tributary::bench::kUsage,
+                                     tributary::bench::Run);
 }

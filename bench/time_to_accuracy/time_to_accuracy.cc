@@ -7,8 +7,6 @@
 // --target_accuracy, each as a ratio to train_local, and the clusters' communication
 // shares of the step time (from the workers' /metrics histograms), the forward's wait
 // for parameters among them. Ends with one JSON line.
-#include <glog/logging.h>
-
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -19,30 +17,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/common/bench_json.h"
-#include "bench/common/bench_runfiles.h"
+#include "bench/common/cluster_bench.h"
+#include "bench/common/local_sgd_run.h"
 #include "bench/common/machine.h"
 #include "bench/common/train_local_run.h"
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
-#include "bench/common/work_dir.h"
-#include "common/job_flags.h"
-#include "common/process.h"
 
 ABSL_FLAG(int, workers, 2, "Cluster: worker processes (tributary local --workers). Default: 2.");
-ABSL_FLAG(int, ps_shards, 2, "Cluster: PS shards (tributary local --ps_shards). Default: 2.");
 ABSL_FLAG(int, nodes, 0,
           "Cluster: node groups the workers are spread over (tributary local --nodes); 0 = one "
           "node per worker. Default: 0.");
-ABSL_FLAG(std::vector<std::string>, tributary_arg, {},
-          "Cluster: further flags for tributary local, comma separated (e.g. "
-          "--worker_arg=--cpu_threads=1). Default: none.");
-ABSL_FLAG(bool, local_sgd, true,
-          "Cluster: also run the job in LOCAL_SGD mode (plain averaging every "
-          "--local_sgd_sync_every steps), unless the job's mode is LOCAL_SGD already. "
-          "Default: true.");
-ABSL_FLAG(uint32_t, local_sgd_sync_every, 0,
-          "Cluster, LOCAL_SGD run: steps between synchronizations; 0 = the job default (8). "
-          "Default: 0.");
 ABSL_FLAG(int, local_replicas, 1,
           "Single process: train_local --replicas (in-process replicas the batch is split "
           "over). Default: 1.");
@@ -52,9 +37,6 @@ ABSL_FLAG(int, local_threads, 0,
 ABSL_FLAG(double, target_accuracy, 0.85,
           "Test accuracy whose time to reach is compared (seconds from the first step to "
           "the first evaluation at or above it); 0 = no target. Default: 0.85.");
-ABSL_FLAG(std::string, work_dir, "",
-          "Directory for the job spec and every process's log. Default: a new "
-          "/tmp/tributary-time_to_accuracy-XXXXXX.");
 
 namespace tributary::bench {
 namespace {
@@ -79,41 +61,22 @@ std::string Ratios(const TrainingRun& run, const TrainingRun& single, double tar
       target > 0 ? RatioJson(run.SecondsTo(target), single.SecondsTo(target)) : "null", "}");
 }
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "time_to_accuracy: %s\n", status.ToString().c_str());
-  return 1;
-}
+int Fail(const absl::Status& status) { return BenchFail("time_to_accuracy", status); }
 
 int Run(const char* argv0) {
-  absl::StatusOr<BenchRunfiles> runfiles = BenchRunfiles::Create(argv0);
-  if (!runfiles.ok()) return Fail(runfiles.status());
-  absl::StatusOr<std::string> tributary = runfiles->Find("tributary/cli/tributary");
-  if (!tributary.ok()) return Fail(tributary.status());
-  absl::StatusOr<std::string> train_local = runfiles->Find("tributary/worker/train_local");
+  absl::StatusOr<ClusterBench> bench = SetUpClusterBench(argv0, "time_to_accuracy");
+  if (!bench.ok()) return Fail(bench.status());
+  absl::StatusOr<std::string> train_local = bench->runfiles.Find("tributary/worker/train_local");
   if (!train_local.ok()) return Fail(train_local.status());
-  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
-  if (!spec.ok()) return Fail(spec.status());
-  absl::StatusOr<std::string> work_dir =
-      MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "time_to_accuracy");
-  if (!work_dir.ok()) return Fail(work_dir.status());
-  const std::string job_json = *work_dir + "/job.json";
-  if (absl::Status written = WriteJobJson(*spec, job_json); !written.ok()) return Fail(written);
+  const v1::JobSpec* spec = &bench->spec;
+  const std::string* work_dir = &bench->work_dir;
+  const std::string& job_json = bench->job_json;
   const double target = absl::GetFlag(FLAGS_target_accuracy);
 
-  const MachineInfo machine = DescribeMachine();
-  std::printf("time_to_accuracy: %s\n", MachineLine(machine).c_str());
-  std::printf("job: %s\n", JobSpecJson(*spec).c_str());
-  std::printf("logs: %s\n", work_dir->c_str());
-  std::fflush(stdout);
-
   TributaryLocalOptions cluster_options;
-  cluster_options.binary = *tributary;
-  cluster_options.job_json = job_json;
-  cluster_options.run_dir = *work_dir + "/tributary-local";
+  ApplyClusterFlags(bench->tributary, job_json, *work_dir + "/tributary-local", cluster_options);
   cluster_options.workers = absl::GetFlag(FLAGS_workers);
-  cluster_options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
-  cluster_options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
   cluster_options.name =
       absl::StrFormat("cluster %dWx%dR", cluster_options.workers, spec->replicas_per_worker());
   std::printf("running tributary local: %d workers x %u replicas, %d PS shards ...\n",
@@ -123,18 +86,11 @@ int Run(const char* argv0) {
   if (!cluster.ok()) return Fail(cluster.status());
 
   // The same job in LOCAL_SGD: the nodes step on their own and average every H steps.
-  std::optional<TrainingRun> local_sgd;
-  std::optional<v1::JobSpec> local_sgd_spec;
-  if (absl::GetFlag(FLAGS_local_sgd) && spec->mode() != v1::LOCAL_SGD) {
-    std::printf("running tributary local in LOCAL_SGD ...\n");
-    std::fflush(stdout);
-    local_sgd_spec.emplace();
-    absl::StatusOr<TrainingRun> run =
-        RunLocalSgdVariant(cluster_options, *spec, absl::GetFlag(FLAGS_local_sgd_sync_every),
-                           *work_dir, &*local_sgd_spec);
-    if (!run.ok()) return Fail(run.status());
-    local_sgd = *std::move(run);
-  }
+  v1::JobSpec local_sgd_spec;
+  absl::StatusOr<std::optional<TrainingRun>> local_sgd_run =
+      RunLocalSgdIfAsked(cluster_options, *spec, *work_dir, &local_sgd_spec);
+  if (!local_sgd_run.ok()) return Fail(local_sgd_run.status());
+  std::optional<TrainingRun>& local_sgd = *local_sgd_run;
 
   TrainLocalOptions local_options;
   local_options.binary = *train_local;
@@ -179,12 +135,12 @@ int Run(const char* argv0) {
       "{\"bench\": \"time_to_accuracy\", %s, "
       "\"job\": %s, \"workers\": %d, \"ps_shards\": %d, \"target_accuracy\": %.4f, "
       "\"cluster\": %s, \"single\": %s, \"ratios\": %s, \"local_sgd\": %s}\n",
-      MachineJsonMembers(machine, after).c_str(), JobSpecJson(*spec).c_str(),
+      MachineJsonMembers(bench->machine, after).c_str(), JobSpecJson(*spec).c_str(),
       cluster_options.workers, cluster_options.ps_shards, target,
       TrainingRunJson(*cluster, target).c_str(), TrainingRunJson(*local, target).c_str(),
       Ratios(*cluster, *local, target).c_str(),
       local_sgd.has_value()
-          ? absl::StrCat("{\"sync_every\": ", local_sgd_spec->sync_every(),
+          ? absl::StrCat("{\"sync_every\": ", local_sgd_spec.sync_every(),
                          ", \"run\": ", TrainingRunJson(*local_sgd, target),
                          ", \"ratios\": ", Ratios(*local_sgd, *local, target), "}")
                 .c_str()
@@ -196,8 +152,6 @@ int Run(const char* argv0) {
 }  // namespace tributary::bench
 
 int main(int argc, char** argv) {
-  tributary::RememberGivenFlags(argc, argv);
-  tributary::InitProcess(argc, argv, tributary::bench::kUsage);
-  FLAGS_minloglevel = 1;
-  return tributary::bench::Run(argv[0]);
+  return tributary::bench::BenchMain(argc, argv, tributary::bench::kUsage,
+                                     tributary::bench::Run);
 }

@@ -6,7 +6,6 @@
 // the reason, when /usr/bin/python3 cannot import torch (bash scripts/setup installs
 // Debian's python3-torch). With --model_file both sides train that TorchScript file.
 // Ends with one JSON line.
-#include <glog/logging.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,14 +22,14 @@
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
 #include "bench/common/bench_runfiles.h"
+#include "bench/common/cluster_bench.h"
+#include "bench/common/local_sgd_run.h"
 #include "bench/common/machine.h"
 #include "bench/common/run_to_end.h"
 #include "bench/common/training_run.h"
 #include "bench/common/tributary_local_run.h"
-#include "bench/common/work_dir.h"
 #include "common/child_process.h"
 #include "common/job_flags.h"
-#include "common/process.h"
 #include "common/tls.h"
 
 // The job flag (cli/job_flags.cc): a TorchScript file both sides train.
@@ -39,9 +38,6 @@ ABSL_DECLARE_FLAG(std::string, model_file);
 ABSL_FLAG(int, workers, 2,
           "Worker processes of tributary local, and DDP processes unless --ddp_processes is "
           "given. Default: 2.");
-ABSL_FLAG(int, ps_shards, 2, "Cluster: PS shards (tributary local --ps_shards). Default: 2.");
-ABSL_FLAG(std::vector<std::string>, tributary_arg, {},
-          "Cluster: further flags for tributary local, comma separated. Default: none.");
 ABSL_FLAG(int, ddp_processes, 0, "DDP: processes (world size); 0 = --workers. Default: 0.");
 ABSL_FLAG(int, ddp_threads, 0,
           "DDP: torch (and OpenBLAS) threads per process; 0 = CPU cores / processes, at "
@@ -52,16 +48,6 @@ ABSL_FLAG(std::string, python, "/usr/bin/python3",
 ABSL_FLAG(double, target_accuracy, 0.85,
           "Test accuracy whose time to reach is compared (seconds from the first step to the "
           "first evaluation at or above it); 0 = no target. Default: 0.85.");
-ABSL_FLAG(std::string, work_dir, "",
-          "Directory for the job spec and every process's log. Default: a new "
-          "/tmp/tributary-vs_ddp-XXXXXX.");
-ABSL_FLAG(bool, local_sgd, true,
-          "Cluster: also run the job in LOCAL_SGD mode (a second row: plain averaging every "
-          "--local_sgd_sync_every steps), unless the job's mode is LOCAL_SGD already. "
-          "Default: true.");
-ABSL_FLAG(uint32_t, local_sgd_sync_every, 0,
-          "Cluster, LOCAL_SGD run: steps between synchronizations; 0 = the job default (8). "
-          "Default: 0.");
 
 namespace tributary::bench {
 namespace {
@@ -78,10 +64,7 @@ constexpr char kUsage[] =
     "With --model_file=net.pt both sides train that TorchScript file (DDP loads it with\n"
     "torch.jit.load).";
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "vs_ddp: %s\n", status.ToString().c_str());
-  return 1;
-}
+int Fail(const absl::Status& status) { return BenchFail("vs_ddp", status); }
 
 struct DdpRun {
   TrainingRun run;
@@ -145,7 +128,7 @@ absl::StatusOr<DdpRun> ParseDdp(const std::string& log_path, double process_seco
 
 int Run(const char* argv0) {
   const MachineInfo machine = DescribeMachine();
-  absl::StatusOr<std::string> work_dir = MakeWorkDir(absl::GetFlag(FLAGS_work_dir), "vs_ddp");
+  absl::StatusOr<std::string> work_dir = WorkDirFromFlags("vs_ddp");
   if (!work_dir.ok()) return Fail(work_dir.status());
   const std::string python = absl::GetFlag(FLAGS_python);
 
@@ -215,12 +198,8 @@ int Run(const char* argv0) {
   }
 
   TributaryLocalOptions cluster_options;
-  cluster_options.binary = *tributary;
-  cluster_options.job_json = job_json;
-  cluster_options.run_dir = *work_dir + "/tributary-local";
+  ApplyClusterFlags(*tributary, job_json, *work_dir + "/tributary-local", cluster_options);
   cluster_options.workers = workers;
-  cluster_options.ps_shards = absl::GetFlag(FLAGS_ps_shards);
-  cluster_options.extra_args = absl::GetFlag(FLAGS_tributary_arg);
   cluster_options.extra_args.insert(cluster_options.extra_args.end(), cluster_model_args.begin(),
                                     cluster_model_args.end());
   cluster_options.name = absl::StrFormat("tributary %dWx%dR", workers, spec->replicas_per_worker());
@@ -229,17 +208,11 @@ int Run(const char* argv0) {
   std::fflush(stdout);
   absl::StatusOr<TrainingRun> cluster = RunTributaryLocal(cluster_options);
   if (!cluster.ok()) return Fail(cluster.status());
-  std::optional<TrainingRun> local_sgd;
   v1::JobSpec local_sgd_spec;
-  if (absl::GetFlag(FLAGS_local_sgd) && spec->mode() != v1::LOCAL_SGD) {
-    std::printf("running tributary local in LOCAL_SGD ...\n");
-    std::fflush(stdout);
-    absl::StatusOr<TrainingRun> run = RunLocalSgdVariant(
-        cluster_options, *spec, absl::GetFlag(FLAGS_local_sgd_sync_every), *work_dir,
-        &local_sgd_spec);
-    if (!run.ok()) return Fail(run.status());
-    local_sgd = *std::move(run);
-  }
+  absl::StatusOr<std::optional<TrainingRun>> local_sgd_run =
+      RunLocalSgdIfAsked(cluster_options, *spec, *work_dir, &local_sgd_spec);
+  if (!local_sgd_run.ok()) return Fail(local_sgd_run.status());
+  std::optional<TrainingRun>& local_sgd = *local_sgd_run;
 
   std::printf("running PyTorch DDP (gloo): %d processes x %d threads ...\n", processes, threads);
   std::fflush(stdout);
@@ -302,8 +275,6 @@ int Run(const char* argv0) {
 }  // namespace tributary::bench
 
 int main(int argc, char** argv) {
-  tributary::RememberGivenFlags(argc, argv);
-  tributary::InitProcess(argc, argv, tributary::bench::kUsage);
-  FLAGS_minloglevel = 1;
-  return tributary::bench::Run(argv[0]);
+  return tributary::bench::BenchMain(argc, argv, tributary::bench::kUsage,
+                                     tributary::bench::Run);
 }
