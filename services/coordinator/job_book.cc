@@ -132,6 +132,16 @@ namespace {
 // Whether a worker's report carries an evaluation: the step it was made after (workers
 // since test_accuracy_step), or an accuracy (workers before it; a model with its own
 // loss reports -1 there).
+bool SameMetrics(const google::protobuf::Map<std::string, double>& a,
+                 const google::protobuf::Map<std::string, double>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, value] : a) {
+    auto found = b.find(name);
+    if (found == b.end() || found->second != value) return false;
+  }
+  return true;
+}
+
 bool HasEvaluated(const v1::HeartbeatRequest& report) {
   return report.test_accuracy_step() > 0 || report.test_accuracy() >= 0;
 }
@@ -214,6 +224,20 @@ JobBook::Progress JobBook::RecordProgress(v1::Job& job, uint64_t generation, uin
     *job.add_progress() = std::move(point);
     ThinProgress(*job.mutable_progress(), progress_history_);
     changed_(false);
+  } else if (!advanced && evaluation != nullptr && job.progress_size() > 0 &&
+             job.progress(job.progress_size() - 1).step() == step) {
+    // An evaluation reached after the point at its step was made (a worker reports the
+    // step before it evaluates there, e.g. the last one) completes that point, so the
+    // last point carries what the job's result will.
+    v1::ProgressPoint& last = *job.mutable_progress(job.progress_size() - 1);
+    if (last.test_accuracy() != evaluation->test_accuracy() ||
+        last.test_loss() != evaluation->test_loss() ||
+        !SameMetrics(last.metrics(), evaluation->test_metrics())) {
+      last.set_test_accuracy(evaluation->test_accuracy());
+      last.set_test_loss(evaluation->test_loss());
+      *last.mutable_metrics() = evaluation->test_metrics();
+      changed_(false);
+    }
   }
   return progress;
 }

@@ -139,6 +139,36 @@ TEST(JobBookTest, APointCarriesOnlyAnEvaluationOfItsStepOrBefore) {
   EXPECT_FLOAT_EQ(job->progress(2).test_accuracy(), 0.75f);
 }
 
+// A worker reports its last step before it evaluates there: the point at that step is
+// made with the earlier evaluation, and the evaluation that follows completes it (the
+// last point then says what the job's result says).
+TEST(JobBookTest, AnEvaluationArrivingAfterItsStepsPointCompletesThatPoint) {
+  Changes changes;
+  JobBook book = Book(&changes);
+  v1::Job* job = *book.Submit(Spec(), kT0);
+  v1::HeartbeatRequest rank0 = Report(7, v1::WORKER_TRAINING, 10, 0.5);
+  rank0.set_test_accuracy(0.5f);
+  rank0.set_test_loss(4.0f);
+  rank0.set_test_accuracy_step(5);
+  book.RecordProgress(*job, 7, 0, {{&rank0, 1, 0}}, kT0);
+  ASSERT_EQ(job->progress_size(), 1);
+  EXPECT_FLOAT_EQ(job->progress(0).test_loss(), 4.0f);
+  const int changed = changes.progress;
+  rank0.set_test_accuracy(0.6f);
+  rank0.set_test_loss(3.5f);
+  rank0.set_test_accuracy_step(10);
+  (*rank0.mutable_test_metrics())["token_accuracy"] = 0.25;
+  book.RecordProgress(*job, 7, 0, {{&rank0, 1, 0}}, kT0);
+  ASSERT_EQ(job->progress_size(), 1);  // No new point: the step did not advance.
+  EXPECT_FLOAT_EQ(job->progress(0).test_loss(), 3.5f);
+  EXPECT_FLOAT_EQ(job->progress(0).test_accuracy(), 0.6f);
+  EXPECT_EQ(job->progress(0).metrics().at("token_accuracy"), 0.25);
+  EXPECT_EQ(changes.progress, changed + 1);
+  // The same reports again change nothing.
+  book.RecordProgress(*job, 7, 0, {{&rank0, 1, 0}}, kT0);
+  EXPECT_EQ(changes.progress, changed + 1);
+}
+
 TEST(JobBookTest, AWorkerWithoutAReportHoldsTheJobAtTheResumeStep) {
   Changes changes;
   JobBook book = Book(&changes);
