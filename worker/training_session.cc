@@ -530,8 +530,9 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     }
     SplitComputeLocked(start_of_replica, stats);
   }
+  // Summed: the communication thread copies replica after replica.
   for (int i = 0; i < replicas_->size(); ++i) {
-    stats.copy_seconds = std::max(stats.copy_seconds, replicas_->replica(i).TakeCopySeconds());
+    stats.copy_seconds += replicas_->replica(i).TakeCopySeconds();
   }
   // The previous step's update is the root cause when it failed: this step ran on
   // parameters that never arrived, and pushed nothing.

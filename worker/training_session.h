@@ -81,11 +81,12 @@ struct StepStats {
   std::vector<double> replica_seconds;  // Forward + backward of each replica.
   // The slowest replica's forward pass (start to its first gradient: the loss and the
   // last layer's first gradient included, its waits for parameters not) and backward
-  // pass (its first gradient to its end).
+  // pass (its first gradient to its end). A GPU replica reports a gradient when its
+  // work is queued, so there the split is the host's: most device time counts as backward.
   double forward_seconds = 0;
   double backward_seconds = 0;
-  // Host <-> device copies of parameters and gradients (GPU replicas; the most of any
-  // replica, whichever step they served); 0 on CPU.
+  // Host <-> device copies of parameters and gradients (GPU replicas, the copies' own
+  // device time summed over the process's replicas, whichever step they served); 0 on CPU.
   double copy_seconds = 0;
   // Leader: time the communication thread spent handing this step's partitions to
   // the PS connection (Push: encoding, and writing where the lane blocks).

@@ -28,12 +28,12 @@ constexpr StepTimeSeries kStepTimeSeries[kStepTimes] = {
      "updated parameters (the part of the update not overlapped)."},
     {"tributary_worker_forward_seconds",
      "Per step: the slowest replica's forward pass, to its first gradient (its waits for "
-     "parameters not included)."},
+     "parameters not included; on a GPU, until the first gradient's work is queued)."},
     {"tributary_worker_backward_seconds",
      "Per step: the slowest replica's backward pass, from its first gradient to its end."},
     {"tributary_worker_copy_seconds",
-     "Per step: host<->device copies of parameters and gradients of a GPU replica (0 on "
-     "CPU)."},
+     "Per step: host<->device copies of parameters and gradients, summed over the GPU "
+     "replicas (0 on CPU)."},
     {"tributary_worker_push_seconds",
      "Per step: time the node leader spent handing the step's partitions to the PS "
      "connection."},

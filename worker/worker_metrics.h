@@ -34,7 +34,7 @@ enum class StepTime {
   kCopy,            // tributary_worker_copy_seconds
   kPush,            // tributary_worker_push_seconds
 };
-inline constexpr int kStepTimes = 8;
+inline constexpr int kStepTimes = static_cast<int>(StepTime::kPush) + 1;
 
 class WorkerMetrics {
  public:

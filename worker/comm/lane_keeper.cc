@@ -81,7 +81,10 @@ class NetworkLanes : public LaneKeeper::LaneFactory {
                                                           ConnectAbort& abort,
                                                           DataPlaneTrouble* trouble) override {
     *trouble = DataPlaneTrouble::kNone;
-    if (spot.shard->stub == nullptr) return NoChannel(spot);
+    if (!HasChannel(spot)) {
+      *trouble = DataPlaneTrouble::kRefused;  // Not a data-plane trouble: no fallback.
+      return NoChannel(spot);
+    }
     TcpLane::Target target;
     target.stub = spot.shard->stub;
     target.address = spot.shard->address;
@@ -96,7 +99,7 @@ class NetworkLanes : public LaneKeeper::LaneFactory {
   }
 
   absl::StatusOr<std::unique_ptr<PushPullLane>> Grpc(const LaneKeeper::LaneSpot& spot) override {
-    if (spot.slot >= channels_.size() || channels_[spot.slot] == nullptr) return NoChannel(spot);
+    if (!HasChannel(spot)) return NoChannel(spot);
     absl::StatusOr<std::unique_ptr<GrpcLane>> grpc =
         GrpcLane::Open(*channels_[spot.slot], identity_.node_credential, spot.name);
     if (!grpc.ok()) return grpc.status();
@@ -104,6 +107,12 @@ class NetworkLanes : public LaneKeeper::LaneFactory {
   }
 
  private:
+  // Both the shard's stub (OpenDataPlane) and the lane's channel exist: the shard's
+  // address made a channel.
+  bool HasChannel(const LaneKeeper::LaneSpot& spot) const {
+    return spot.shard->stub != nullptr && spot.slot < channels_.size() &&
+           channels_[spot.slot] != nullptr;
+  }
   static absl::Status NoChannel(const LaneKeeper::LaneSpot& spot) {
     return absl::InvalidArgumentError(absl::StrCat(spot.name, ": no channel"));
   }

@@ -5,6 +5,7 @@
 // Close ending readers blocked on their lanes. No gRPC server, no sockets.
 #include "worker/comm/lane_keeper.h"
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -131,7 +132,8 @@ class FakeLanes : public LaneKeeper::LaneFactory {
     return MakeLocked(spot, /*tcp=*/false);
   }
 
-  // The n-th lane made (0 first), once it is made.
+  // The n-th lane made (0 first), once it is made; null (and a test failure) when it
+  // is not made within kPatience.
   std::shared_ptr<LaneState> Lane(size_t n) {
     const absl::Time deadline = absl::Now() + kPatience;
     while (absl::Now() < deadline) {
@@ -141,7 +143,8 @@ class FakeLanes : public LaneKeeper::LaneFactory {
       }
       absl::SleepFor(absl::Milliseconds(2));
     }
-    return nullptr;
+    ADD_FAILURE() << "lane " << n << " was never made";
+    return std::make_shared<LaneState>(SIZE_MAX, false);  // So the caller fails, not crashes.
   }
   size_t made() {
     absl::MutexLock lock(&mu_);
@@ -304,7 +307,6 @@ TEST_F(LaneKeeperTest, ABrokenLaneIsReplacedAndItsPartitionsAskedForAgain) {
   EXPECT_THAT(owner_.reconnected(), ElementsAre(ElementsAre(0, 1)));
   EXPECT_EQ(keeper->reconnects(), 1);
   std::shared_ptr<LaneState> second = lanes_->Lane(2);  // Lane 1 is shard 1's.
-  ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->slot, 0u);
   // The new lane carries the shard's pushes and updates; the old one gets nothing.
   EXPECT_TRUE(keeper->Write(1, HeaderFor(1), nullptr, 0));
@@ -312,7 +314,7 @@ TEST_F(LaneKeeperTest, ABrokenLaneIsReplacedAndItsPartitionsAskedForAgain) {
   second->Deliver(1);
   ASSERT_TRUE(owner_.WaitFor([](const RecordingOwner& o) { return o.updates_seen() == 1; }));
   EXPECT_TRUE(owner_.failed().empty());
-  EXPECT_TRUE(lanes_->Lane(1)->Written().empty());
+  EXPECT_TRUE(first->Written().empty());
 }
 
 TEST_F(LaneKeeperTest, ARefusalFailsTheOwnerAndIsNotRetried) {
@@ -369,9 +371,14 @@ TEST_F(LaneKeeperTest, AutoFallsBackToGrpcWhenTheDataPortFailsAndMovesBackWhenIt
   ASSERT_EQ(lanes_->made(), 2u);
   EXPECT_FALSE(lanes_->Lane(0)->tcp);
   EXPECT_EQ(keeper->tcp_lanes(), 0);
-  // The prober tries again (every 20-40 ms here) and fails while the port fails.
+  // The prober (a round every 100 ms, a slot's retry after 20-40 ms here) tries again
+  // and fails while the port fails.
   const int tried = lanes_->data_plane_calls();
-  while (lanes_->data_plane_calls() < tried + 4) absl::SleepFor(absl::Milliseconds(5));
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (lanes_->data_plane_calls() < tried + 4 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(lanes_->data_plane_calls(), tried + 4) << "the prober never tried again";
   EXPECT_EQ(lanes_->made(), 2u);
 
   lanes_->AnswerDataPlane({absl::OkStatus(), DataPlaneTrouble::kNone});
@@ -418,6 +425,19 @@ TEST_F(LaneKeeperTest, TcpOnlyReturnsTheDataPlanesError) {
   EXPECT_EQ(opened.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(opened.message(), HasSubstr("no TCP data plane"));
   EXPECT_EQ(lanes_->made(), 0u);
+}
+
+// The network's lanes (no factory passed) for a shard whose address made no stub:
+// every transport refuses at Open, naming the shard, and `auto` does not fall back.
+TEST_F(LaneKeeperTest, TheNetworksLanesRefuseAShardWithoutAChannel) {
+  for (PsTransport transport : {PsTransport::kAuto, PsTransport::kTcp, PsTransport::kGrpc}) {
+    options_.transport = transport;
+    LaneKeeper keeper(identity_, shards_, 3, options_, owner_, nullptr);
+    const absl::Status opened = keeper.Open();
+    EXPECT_EQ(opened.code(), absl::StatusCode::kInvalidArgument) << opened;
+    EXPECT_THAT(opened.message(), HasSubstr("PS shard 0 at ps-0:7000: no channel"));
+    EXPECT_EQ(keeper.tcp_lanes(), 0);
+  }
 }
 
 TEST_F(LaneKeeperTest, CloseEndsReadersBlockedOnTheirLanes) {

@@ -92,7 +92,9 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&parameters_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&gradients_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gradients_, 0, bytes, stream_));
-  return SetParameters(host_parameters, 0, model_.num_parameters);
+  absl::Status uploaded = SetParameters(host_parameters, 0, model_.num_parameters);
+  copy_nanos_ = 0;  // The first upload is set-up, not a step's copy.
+  return uploaded;
 }
 
 GpuReplica::~GpuReplica() {
@@ -114,13 +116,9 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
       !range.ok()) {
     return range;
   }
-  const auto start = std::chrono::steady_clock::now();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset, host + offset, length * sizeof(float),
-                                       cudaMemcpyHostToDevice, stream_));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  CountCopy(start);
-  return absl::OkStatus();
+  return TimedCopy(parameters_ + offset, host + offset, length * sizeof(float),
+                   cudaMemcpyHostToDevice);
 }
 
 absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* dst) {
@@ -129,19 +127,31 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
       !range.ok()) {
     return range;
   }
-  const auto start = std::chrono::steady_clock::now();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, gradients_ + offset, length * sizeof(float),
-                                       cudaMemcpyDeviceToHost, stream_));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  CountCopy(start);
-  return absl::OkStatus();
+  return TimedCopy(dst, gradients_ + offset, length * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
-void GpuReplica::CountCopy(std::chrono::steady_clock::time_point start) {
-  copy_nanos_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::steady_clock::now() - start)
-                     .count();
+absl::Status GpuReplica::TimedCopy(void* dst, const void* src, size_t bytes,
+                                   cudaMemcpyKind kind) {
+  // Events of this call (another thread may copy on the stream at the same time).
+  cudaEvent_t begin = nullptr;
+  cudaEvent_t end = nullptr;
+  cudaError_t error = cudaEventCreate(&begin);
+  if (error == cudaSuccess) error = cudaEventCreate(&end);
+  if (error == cudaSuccess) error = cudaEventRecord(begin, stream_);
+  if (error == cudaSuccess) error = cudaMemcpyAsync(dst, src, bytes, kind, stream_);
+  if (error == cudaSuccess) error = cudaEventRecord(end, stream_);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
+  float milliseconds = 0;
+  if (error == cudaSuccess) error = cudaEventElapsedTime(&milliseconds, begin, end);
+  if (begin != nullptr) cudaEventDestroy(begin);
+  if (end != nullptr) cudaEventDestroy(end);
+  if (error != cudaSuccess) {
+    return CudaError(device_, error,
+                     kind == cudaMemcpyHostToDevice ? "host-to-device copy" : "device-to-host copy");
+  }
+  copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
+  return absl::OkStatus();
 }
 
 double GpuReplica::TakeCopySeconds() { return copy_nanos_.exchange(0) * 1e-9; }

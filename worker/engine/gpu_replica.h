@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,8 +54,9 @@ class GpuReplica : public Replica {
                            const GradientReadyFn& on_ready);
   absl::StatusOr<LossStats> CollectLoss(int64_t n);
 
-  // Adds the time since `start` to copy_nanos_.
-  void CountCopy(std::chrono::steady_clock::time_point start);
+  // cudaMemcpyAsync on the stream, then synchronizes it; adds the copy's own time (CUDA
+  // events around it, not the work queued before it) to copy_nanos_.
+  absl::Status TimedCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 
   ModelDef model_;
   int device_;
