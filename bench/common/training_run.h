@@ -35,8 +35,9 @@ struct StepTimes {
   double copy_seconds = 0;
   double push_seconds = 0;
   // The PS shards' optimizer applications (tributary_ps_optimizer_apply_seconds),
-  // summed over the shards; job_steps: the steps the job ran (each shard applies every
-  // step's partitions once), -1 when the shards' /metrics could not be read.
+  // summed over the shards (SYNC and LOCAL_SGD apply each step's partitions once, ASYNC
+  // every push); -1 when the shards' /metrics were not read. job_steps: the steps the
+  // job ran.
   double ps_apply_seconds = -1;
   uint64_t job_steps = 0;
 

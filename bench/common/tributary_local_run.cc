@@ -225,7 +225,8 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
         }
       }
       v1::ClusterStatus status;
-      if (stub->GetClusterStatus(Deadline(absl::Seconds(2)).get(), v1::GetClusterStatusRequest(),
+      if (options.scrape_shards &&
+          stub->GetClusterStatus(Deadline(absl::Seconds(2)).get(), v1::GetClusterStatusRequest(),
                                  &status)
               .ok()) {
         for (const v1::ShardSummary& shard : status.shards()) {

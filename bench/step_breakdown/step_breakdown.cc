@@ -103,8 +103,11 @@ void PrintStages(const TrainingRun& run) {
     std::printf("\n%s: no worker /metrics could be read\n", run.name.c_str());
     return;
   }
-  const double other =
-      t.Share(t.step_seconds - t.forward_seconds - t.backward_seconds - t.parameters_wait_seconds);
+  // Never below 0 (the forward subtracts its own replica's wait, the table shows the
+  // longest of any replica).
+  const double other = std::max(
+      0.0,
+      t.Share(t.step_seconds - t.forward_seconds - t.backward_seconds - t.parameters_wait_seconds));
   std::printf(
       "\n%s: %llu worker-steps, mean step %.3f ms; share of a step:\n"
       "  on the training thread (these add up to the step):\n"
@@ -166,6 +169,7 @@ int Run(const char* argv0) {
   TributaryLocalOptions options;
   ApplyClusterFlags(bench->tributary, bench->job_json, bench->work_dir + "/tributary-local",
                     options);
+  options.scrape_shards = true;  // For the PS apply share.
   options.workers = workers;
   if (device == "gpu") {
     options.extra_args.insert(options.extra_args.begin(),

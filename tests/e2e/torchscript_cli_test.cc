@@ -122,9 +122,10 @@ google::protobuf::Struct Evaluate(const std::string& model, std::vector<std::str
 }
 
 // The README's recipe for the example CNN (docs/models.md): 2 workers of one replica
-// (BatchNorm sees 64 samples per replica), Adam with a cosine schedule, on half its
-// epochs (2 of 4: the whole recipe's 0.9165 costs CI another 2-4 minutes on 2 cores;
-// 2 epochs give 0.9029 here).
+// (BatchNorm sees 64 samples per replica), Adam with a cosine schedule, with
+// --epochs=2 instead of 4 (the schedule then spans 2 epochs; the whole recipe's 0.9165
+// costs CI another 2-4 minutes on 2 cores; 2 epochs give 0.9029-0.9061 here, dropout
+// masks in LibTorch not being reproducible).
 TEST(TorchScriptCliTest, TheExampleCnnReachesItsAccuracyAndTheExportGivesTheSame) {
   const std::string exported = TestDir("cnn") + "/trained_cnn.pt";
   Outcome run = Local("cnn", {"--model_file=" + ExampleModel("cnn"), "--optimizer=adam",
@@ -134,7 +135,7 @@ TEST(TorchScriptCliTest, TheExampleCnnReachesItsAccuracyAndTheExportGivesTheSame
   EXPECT_TRUE(absl::StrContains(run.output, "uploaded")) << run.output;
   const google::protobuf::Struct summary = Summary("cnn");
   const double accuracy = Field(summary, "test_accuracy");
-  EXPECT_GE(accuracy, 0.895) << "Fashion-MNIST test accuracy of the example CNN, 2 epochs";
+  EXPECT_GE(accuracy, 0.89) << "Fashion-MNIST test accuracy of the example CNN, 2 epochs";
   // PyTorch, loading the exported file, sees the model rank 0 evaluated last.
   const google::protobuf::Struct evaluated = Evaluate(exported);
   std::cout << "example CNN: test accuracy " << accuracy << " in the cluster, "
