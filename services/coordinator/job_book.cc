@@ -129,9 +129,7 @@ void JobBook::Finish(v1::Job& job, v1::JobState to, const std::string& reason, a
 
 namespace {
 
-// Whether a worker's report carries an evaluation: the step it was made after (workers
-// since test_accuracy_step), or an accuracy (workers before it; a model with its own
-// loss reports -1 there).
+// Whether two sets of named metrics hold the same values.
 bool SameMetrics(const google::protobuf::Map<std::string, double>& a,
                  const google::protobuf::Map<std::string, double>& b) {
   if (a.size() != b.size()) return false;
@@ -142,6 +140,9 @@ bool SameMetrics(const google::protobuf::Map<std::string, double>& a,
   return true;
 }
 
+// Whether a worker's report carries an evaluation: the step it was made after (workers
+// since test_accuracy_step), or an accuracy (workers before it; a model with its own
+// loss reports -1 there).
 bool HasEvaluated(const v1::HeartbeatRequest& report) {
   return report.test_accuracy_step() > 0 || report.test_accuracy() >= 0;
 }
