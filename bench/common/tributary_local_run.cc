@@ -16,6 +16,7 @@
 #include "common/channel.h"
 #include "common/job_spec.h"
 #include "common/child_process.h"
+#include "common/data_plane_wire.h"
 #include "common/cluster_auth.h"
 #include "common/testing/prometheus_text.h"
 #include "common/tls.h"
@@ -47,33 +48,8 @@ std::optional<int> CoordinatorPort(const std::string& run_dir) {
   return static_cast<int>(*port);
 }
 
-// One worker's histogram sums, as last scraped (they only grow).
-StepTimes ScrapeWorker(const std::string& host, int http_port, bool* ok) {
-  StepTimes times;
-  *ok = false;
-  httplib::Client http(host, http_port);
-  http.set_connection_timeout(0, 300000);
-  http.set_read_timeout(1, 0);
-  auto response = http.Get("/metrics");
-  if (!response || response->status != 200) return times;
-  absl::StatusOr<testing::ParsedMetrics> metrics = testing::ParsePrometheusText(response->body);
-  if (!metrics.ok()) return times;
-  times.workers = 1;
-  times.steps = static_cast<uint64_t>(metrics->Sum("tributary_worker_step_seconds_count"));
-  times.step_seconds = metrics->Sum("tributary_worker_step_seconds_sum");
-  times.push_wait_seconds = metrics->Sum("tributary_worker_push_wait_seconds_sum");
-  times.reduce_seconds = metrics->Sum("tributary_worker_reduce_seconds_sum");
-  times.parameters_wait_seconds = metrics->Sum("tributary_worker_parameters_wait_seconds_sum");
-  times.forward_seconds = metrics->Sum("tributary_worker_forward_seconds_sum");
-  times.backward_seconds = metrics->Sum("tributary_worker_backward_seconds_sum");
-  times.copy_seconds = metrics->Sum("tributary_worker_copy_seconds_sum");
-  times.push_seconds = metrics->Sum("tributary_worker_push_seconds_sum");
-  *ok = true;
-  return times;
-}
-
-// One shard's optimizer apply seconds so far; nullopt when its /metrics did not answer.
-std::optional<double> ScrapeShardApply(const std::string& host, int http_port) {
+// A process's /metrics, parsed; nullopt when it did not answer.
+std::optional<testing::ParsedMetrics> ScrapeMetrics(const std::string& host, int http_port) {
   httplib::Client http(host, http_port);
   http.set_connection_timeout(0, 300000);
   http.set_read_timeout(1, 0);
@@ -81,17 +57,23 @@ std::optional<double> ScrapeShardApply(const std::string& host, int http_port) {
   if (!response || response->status != 200) return std::nullopt;
   absl::StatusOr<testing::ParsedMetrics> metrics = testing::ParsePrometheusText(response->body);
   if (!metrics.ok()) return std::nullopt;
-  return metrics->Sum("tributary_ps_optimizer_apply_seconds_sum");
+  return *std::move(metrics);
 }
 
-// The host part of "host:port" ("127.0.0.1" when empty).
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host.empty() ? "127.0.0.1" : host;
+// One worker's histogram sums, as last scraped (they only grow).
+StepTimes WorkerTimes(const testing::ParsedMetrics& metrics) {
+  StepTimes times;
+  times.workers = 1;
+  times.steps = static_cast<uint64_t>(metrics.Sum("tributary_worker_step_seconds_count"));
+  times.step_seconds = metrics.Sum("tributary_worker_step_seconds_sum");
+  times.push_wait_seconds = metrics.Sum("tributary_worker_push_wait_seconds_sum");
+  times.reduce_seconds = metrics.Sum("tributary_worker_reduce_seconds_sum");
+  times.parameters_wait_seconds = metrics.Sum("tributary_worker_parameters_wait_seconds_sum");
+  times.forward_seconds = metrics.Sum("tributary_worker_forward_seconds_sum");
+  times.backward_seconds = metrics.Sum("tributary_worker_backward_seconds_sum");
+  times.copy_seconds = metrics.Sum("tributary_worker_copy_seconds_sum");
+  times.push_seconds = metrics.Sum("tributary_worker_push_seconds_sum");
+  return times;
 }
 
 bool Terminal(v1::JobState state) {
@@ -218,10 +200,11 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
               .ok()) {
         for (const v1::WorkerInfo& worker : workers.workers()) {
           if (worker.http_port() == 0) continue;
-          bool ok = false;
-          StepTimes times = ScrapeWorker(worker.host().empty() ? "127.0.0.1" : worker.host(),
-                                         static_cast<int>(worker.http_port()), &ok);
-          if (ok) worker_times[worker.worker_id()] = times;
+          if (std::optional<testing::ParsedMetrics> metrics =
+                  ScrapeMetrics(worker.host().empty() ? "127.0.0.1" : worker.host(),
+                                static_cast<int>(worker.http_port()))) {
+            worker_times[worker.worker_id()] = WorkerTimes(*metrics);
+          }
         }
       }
       v1::ClusterStatus status;
@@ -230,10 +213,12 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
                                  &status)
               .ok()) {
         for (const v1::ShardSummary& shard : status.shards()) {
-          if (shard.shard().http_port() == 0) continue;
-          if (std::optional<double> apply = ScrapeShardApply(
-                  HostOf(shard.shard().address()), static_cast<int>(shard.shard().http_port()))) {
-            shard_apply[shard.shard().shard_index()] = *apply;
+          absl::StatusOr<std::string> host = data_plane::HostOf(shard.shard().address());
+          if (shard.shard().http_port() == 0 || !host.ok()) continue;
+          if (std::optional<testing::ParsedMetrics> metrics =
+                  ScrapeMetrics(*host, static_cast<int>(shard.shard().http_port()))) {
+            shard_apply[shard.shard().shard_index()] =
+                metrics->Sum("tributary_ps_optimizer_apply_seconds_sum");
           }
         }
       }
