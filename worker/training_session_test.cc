@@ -8,6 +8,8 @@
 // fails the step that needed it.
 #include "worker/training_session.h"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -309,6 +311,16 @@ TEST_F(TrainingSessionTest, WithoutOverlapAStepReturnsWithItsUpdateApplied) {
     absl::StatusOr<StepStats> stats = session_->RunStep(step);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->parameters_wait_seconds, 0);  // Nothing left for the forward to wait for.
+    // Where the step went: the replica's pass split at its first gradient, the leader's
+    // pushes, no host<->device copies on a CPU replica.
+    EXPECT_GT(stats->forward_seconds, 0);
+    EXPECT_GT(stats->backward_seconds, 0);
+    ASSERT_FALSE(stats->replica_seconds.empty());
+    const double slowest =
+        *std::max_element(stats->replica_seconds.begin(), stats->replica_seconds.end());
+    EXPECT_LE(stats->forward_seconds + stats->backward_seconds, slowest + 1e-9);
+    EXPECT_GT(stats->push_seconds, 0);
+    EXPECT_EQ(stats->copy_seconds, 0);
     node1_->Finish(step);
     // No FinishUpdate: the step's update is already in.
     EXPECT_EQ(session_->parameters(), node1_->parameters()) << "after step " << step;
