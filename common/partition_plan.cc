@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/row_pieces.h"
 
 namespace tributary {
 namespace {
@@ -76,6 +77,43 @@ std::string ShapeText(const v1::TensorView& tensor) {
   return text + "]";
 }
 
+
+// `elements` cut into `parts` nearly equal lengths (the first elements % parts one longer).
+std::vector<int64_t> EvenCut(int64_t elements, int64_t parts) {
+  std::vector<int64_t> lengths;
+  lengths.reserve(static_cast<size_t>(parts));
+  const int64_t base = elements / parts;
+  const int64_t longer = elements % parts;
+  for (int64_t i = 0; i < parts; ++i) lengths.push_back(base + (i < longer ? 1 : 0));
+  return lengths;
+}
+
+// The layer-following cut of the trained region [0, trained) (MakePartitionPlan).
+std::vector<int64_t> LayerFollowingCut(const v1::ParameterLayout& layout, int64_t trained,
+                                       int64_t max_elements) {
+  const int64_t group = std::min(max_elements, kGroupElements);
+  std::vector<int64_t> lengths;
+  int64_t current = 0;  // Elements of the partition being grouped.
+  auto add_unit = [&](int64_t unit) {
+    if (current > 0 && current + unit > group) {
+      lengths.push_back(current);
+      current = 0;
+    }
+    current += unit;
+  };
+  for (const v1::TensorView& tensor : layout.tensors()) {
+    if (tensor.offset() >= trained) break;
+    const int64_t rows = tensor.shape_size() > 0 ? tensor.shape(0) : 1;
+    const int64_t pieces = RowPieceCount(rows, tensor.length() / rows);
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t piece = RowPiece(rows, pieces, p).count * (tensor.length() / rows);
+      const int64_t parts = (piece + max_elements - 1) / max_elements;
+      for (const int64_t unit : EvenCut(piece, parts)) add_unit(unit);
+    }
+  }
+  if (current > 0) lengths.push_back(current);
+  return lengths;
+}
 }  // namespace
 
 absl::Status ValidateParameterLayout(const v1::ParameterLayout& layout) {
@@ -150,12 +188,16 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
     }
   }
   const int64_t max_elements = partition_bytes / 4;
-  // Parameters: at least one partition per shard when there are enough elements.
-  int64_t count = (trained + max_elements - 1) / max_elements;
-  count = std::max(count, std::min<int64_t>(num_shards, trained));
+  // Parameters: the layer-following cut (the units: every tensor, large ones in their
+  // row pieces, longer units in nearly equal parts of at most max_elements; grouped),
+  // or, when that gives a shard nothing, an even cut into one partition per shard.
+  std::vector<int64_t> lengths = LayerFollowingCut(layout, trained, max_elements);
+  const int64_t at_least = std::min<int64_t>(num_shards, trained);
+  if (static_cast<int64_t>(lengths.size()) < at_least) lengths = EvenCut(trained, at_least);
   // Buffers: the fewest partitions that fit, never mixed with parameters.
   const int64_t buffer_count = (total - trained + max_elements - 1) / max_elements;
   // More partitions than ids can name cannot be pushed; refuse rather than wrap.
+  const int64_t count = static_cast<int64_t>(lengths.size());
   if (count + buffer_count > static_cast<int64_t>(UINT32_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "partition_bytes ", partition_bytes, " cuts ", total, " elements into ",
@@ -168,12 +210,10 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
   plan.set_total_elements(total);
   std::vector<int64_t> shard_bytes(num_shards, 0);
   int64_t offset = 0;
-  // Cuts [offset, offset + elements) into `parts` nearly equal partitions.
-  auto cut = [&](int64_t elements, int64_t parts, bool buffers) {
-    const int64_t base = elements / parts;
-    const int64_t longer = elements % parts;  // The first `longer` partitions get one more.
-    for (int64_t i = 0; i < parts; ++i) {
-      const int64_t length = base + (i < longer ? 1 : 0);
+  // Places partitions of the given lengths, in buffer order, each on the shard with
+  // the fewest bytes so far.
+  auto place = [&](const std::vector<int64_t>& parts, bool buffers) {
+    for (const int64_t length : parts) {
       const uint32_t shard = static_cast<uint32_t>(
           std::min_element(shard_bytes.begin(), shard_bytes.end()) - shard_bytes.begin());
       shard_bytes[shard] += length * 4;
@@ -186,8 +226,8 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
       offset += length;
     }
   };
-  cut(trained, count, false);
-  if (buffer_count > 0) cut(total - trained, buffer_count, true);
+  place(lengths, false);
+  if (buffer_count > 0) place(EvenCut(total - trained, buffer_count), true);
   plan.set_fingerprint(Fingerprint(layout, plan));
   return plan;
 }
@@ -235,6 +275,16 @@ absl::Status ValidatePartitionPlan(const v1::PartitionPlan& plan) {
                      plan.total_elements()));
   }
   return absl::OkStatus();
+}
+
+uint64_t MostParameterPartitions(uint64_t trained, int64_t partition_bytes, uint32_t num_shards) {
+  if (partition_bytes < 4) return 0;
+  const uint64_t group =
+      std::min<uint64_t>(static_cast<uint64_t>(partition_bytes) / 4, kGroupElements);
+  // Two neighbouring partitions of the layer-following cut together hold more than a
+  // group (a partition is closed only when the next unit would overflow it).
+  return std::max<uint64_t>(2 * ((trained + group - 1) / group) + 1,
+                            std::min<uint64_t>(num_shards, trained));
 }
 
 std::vector<uint32_t> PartitionsOfShard(const v1::PartitionPlan& plan, uint32_t shard) {

@@ -19,6 +19,14 @@ namespace {
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
+std::vector<int64_t> PartitionEnds(const v1::PartitionPlan& plan) {
+  std::vector<int64_t> ends;
+  for (const v1::Partition& partition : plan.partitions()) {
+    ends.push_back(partition.offset() + partition.length());
+  }
+  return ends;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
@@ -179,7 +187,7 @@ TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datase
       params_(model_.num_parameters),
       node_grad_(model_.num_parameters),
       local_sgd_(assignment_.job().mode() == v1::LOCAL_SGD),
-      gate_(model_.num_parameters) {
+      gate_(PartitionEnds(plan_)) {
   // Every party generates the same initial parameters from the job's seed (or takes
   // the job's init_from file); the PS keeps whatever it already holds, and Prepare()
   // pulls that.
@@ -435,8 +443,11 @@ absl::Status TrainingSession::ApplyPartition(const v1::Partition& partition, dou
 }
 
 absl::Status TrainingSession::ApplyUpdate() {
-  // First partition first: the next forward needs the first layers first.
-  for (const v1::Partition& partition : plan_.partitions()) {
+  // Last partition first: the order the gradients were pushed, so the order the shards
+  // answer in, and the order the next forward reads the first layer's row pieces in
+  // (CpuExecutor). The later layers' updates are in long before the forward gets there.
+  for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
+    const v1::Partition& partition = plan_.partitions(id);
     double waited = 0;
     absl::Status applied = ApplyPartition(partition, &waited);
     {
@@ -444,14 +455,14 @@ absl::Status TrainingSession::ApplyUpdate() {
       update_wait_seconds_ += waited;
     }
     if (!applied.ok()) return applied;
-    gate_.Applied(partition.offset() + partition.length());
+    gate_.Applied(id);
   }
   return absl::OkStatus();
 }
 
 void TrainingSession::WaitForParameters(int replica, int64_t offset, int64_t length) {
   const int64_t end = offset + length;
-  if (gate_.Ready(end)) return;
+  if (gate_.Ready(offset, end)) return;
   uint64_t step;
   {
     absl::MutexLock lock(&mu_);
@@ -461,7 +472,7 @@ void TrainingSession::WaitForParameters(int replica, int64_t offset, int64_t len
   const absl::Time start = absl::Now();
   // A failed update releases the forward too: it computes on stale values, and the
   // step reports the update's error instead of pushing anything.
-  gate_.WaitFor(end);
+  gate_.WaitFor(offset, end);
   absl::MutexLock lock(&mu_);
   parameters_wait_seconds_[replica] += SecondsSince(start);
 }

@@ -20,7 +20,7 @@ constexpr size_t kListedIds = 16;
 // The plan must be one the job's model can have: no more elements than the model has
 // parameters (a built-in model's count; a TorchScript file holds every parameter, so
 // not more elements than its bytes), and no more partitions than MakePartitionPlan
-// cuts (the fewest of at most partition_bytes, or one per shard, plus the buffers').
+// can cut (MostParameterPartitions, plus the fewest for the buffers).
 // A caller cannot make the shard hold more than the model.
 absl::Status PlanFitsModel(const v1::JobSpec& spec, const v1::PartitionPlan& plan) {
   if (plan.num_shards() > kMaxPsShards) {
@@ -50,9 +50,9 @@ absl::Status PlanFitsModel(const v1::JobSpec& spec, const v1::PartitionPlan& pla
   for (const v1::Partition& partition : plan.partitions()) {
     (partition.buffers() ? buffers : trained) += static_cast<uint64_t>(partition.length());
   }
-  const uint64_t most = std::max((trained + per_partition - 1) / per_partition,
-                                 std::min<uint64_t>(plan.num_shards(), trained)) +
-                        (buffers + per_partition - 1) / per_partition;
+  const uint64_t most =
+      MostParameterPartitions(trained, plan.partition_bytes(), plan.num_shards()) +
+      (buffers + per_partition - 1) / per_partition;
   if (static_cast<uint64_t>(plan.partitions_size()) > most) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InitPartitions: plan has ", plan.partitions_size(), " partitions; ", elements,

@@ -7,7 +7,9 @@
 #include <limits>
 #include <utility>
 
+#include "common/row_pieces.h"
 #include "worker/engine/counter_rng.h"
+#include "worker/engine/ordered_ready.h"
 
 namespace tributary::engine {
 namespace {
@@ -253,14 +255,30 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
     const int64_t in_size = l.in.size();
     const int64_t out_size = l.out.size();
     y.resize(n * out_size);
-    if (needed && l.has_parameters()) needed(l.weight.offset, l.weight.length + l.bias.length);
+    const int64_t pieces = l.kind == LayerKind::kLinear ? RowPieceCount(out_size, in_size) : 1;
+    if (needed && l.has_parameters() && pieces == 1) {
+      needed(l.weight.offset, l.weight.length + l.bias.length);
+    }
     switch (l.kind) {
       case LayerKind::kLinear: {
         ConstMatrixMap<S> xm(x.data(), n, in_size);
         ConstMatrixMap<S> w(params + l.weight.offset, out_size, in_size);
         ConstRowVectorMap<S> b(params + l.bias.offset, out_size);
         MatrixMap<S> ym(y.data(), n, out_size);
-        Product(*runner_, ym, xm, w.transpose(), false);
+        if (pieces == 1) {
+          Product(*runner_, ym, xm, w.transpose(), false);
+        } else {
+          // The weight's row pieces (row_pieces.h), last first: the order backward
+          // finished them, so the order their updates come back in. Each piece waits
+          // only for its own rows; the runner's threads take pieces in turn.
+          runner_->Run(static_cast<int>(pieces), [&](int t) {
+            const RowRange rows = RowPiece(out_size, pieces, pieces - 1 - t);
+            if (needed) needed(l.weight.offset + rows.first * in_size, rows.count * in_size);
+            ym.middleCols(rows.first, rows.count).noalias() =
+                xm * w.middleRows(rows.first, rows.count).transpose();
+          });
+          if (needed) needed(l.bias.offset, l.bias.length);
+        }
         ym.rowwise() += b;
         break;
       }
@@ -385,11 +403,11 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         ConstMatrixMap<S> w(params + l.weight.offset, out_size, in_size);
         MatrixMap<S> dw(grads + l.weight.offset, out_size, in_size);
         RowVectorMap<S> db(grads + l.bias.offset, out_size);
+        const int64_t pieces = RowPieceCount(out_size, in_size);
         if (n == 0) {
           dw.setZero();
           db.setZero();
         } else {
-          Product(*runner_, dw, dy.transpose(), xm, false);
           // Summed into an aligned scratch, then copied: Eigen picks which columns it
           // sums with vectors, and so their order of additions, from the destination's
           // address, and grads may lie anywhere (aligned.h).
@@ -397,6 +415,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           RowVectorMap<S> sums(bias_sums_.data(), out_size);
           sums.noalias() = dy.colwise().sum();
           db = sums;
+          if (pieces == 1) Product(*runner_, dw, dy.transpose(), xm, false);
         }
         if (need_input_grad) {
           MatrixMap<S> dx(grad_in_.data(), n, in_size);
@@ -404,7 +423,25 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
         }
         // Ready once the weights are no longer read (Replica::DoneWithParametersWhenReady).
         ready(l.bias, l.bias.offset);
-        ready(l.weight, l.weight.offset);
+        if (pieces == 1 || n == 0) {
+          ready(l.weight, l.weight.offset);
+          break;
+        }
+        // The weight's gradient in its row pieces, last first, on the runner's threads;
+        // each is reported as soon as it and every piece after it are final, so the
+        // node can push it while the pieces before it are computed.
+        const int weight_tensor = model_.TensorAt(l.weight.offset);
+        OrderedReady in_order(static_cast<int>(pieces), [&](int t) {
+          if (!on_ready) return;
+          const RowRange rows = RowPiece(out_size, pieces, pieces - 1 - t);
+          on_ready(weight_tensor, l.weight.offset + rows.first * in_size, rows.count * in_size);
+        });
+        runner_->Run(static_cast<int>(pieces), [&](int t) {
+          const RowRange rows = RowPiece(out_size, pieces, pieces - 1 - t);
+          dw.middleRows(rows.first, rows.count).noalias() =
+              dy.middleCols(rows.first, rows.count).transpose() * xm;
+          in_order.Done(t);
+        });
         break;
       }
       case LayerKind::kConv2d:

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/row_pieces.h"
 #include "proto/job.pb.h"
 #include "worker/engine/cpu_executor.h"
 #include "worker/engine/model_registry.h"
@@ -179,6 +180,108 @@ TEST(GradientCheckTest, ReadyCallbacksRunLastLayerFirstAndCoverTheBuffer) {
     }
     EXPECT_EQ(frontier, 0);
   }
+}
+
+// A linear layer large enough for row pieces (row_pieces.h): 64 x 2048 -> 8 pieces of
+// 8 rows. Its weight's gradient is reported piece by piece, last first; the forward
+// asks for the pieces last first; both give what a plain loop computes, and the
+// pieces' arithmetic does not depend on how many threads take them.
+TEST(GradientCheckTest, LargeLinearLayersWorkInRowPieces) {
+  constexpr int64_t kIn = 2048, kHidden = 64, kClasses = 10, kSamples = 3;
+  ModelBuilder b("pieced", Shape{kIn, 1, 1});
+  b.Linear("fc1", kHidden).Relu().Linear("fc2", kClasses);
+  const ModelDef model = Must(std::move(b).Build());
+  ASSERT_EQ(RowPieceCount(kHidden, kIn), 8);
+  const LayerSpec& fc1 = model.layers[0];
+  const LayerSpec& fc2 = model.layers[2];
+  const OwnedBatch batch = RandomBatch(model, kSamples, 4);
+  std::vector<float> init(model.num_parameters);
+  InitParameters(model, 5, init.data());
+  const std::vector<double> params(init.begin(), init.end());
+
+  // The plain computation: h = relu(x W1^T + b1), z = h W2^T + b2, summed cross-entropy.
+  std::vector<double> expected(model.num_parameters, 0.0);
+  for (int64_t s = 0; s < kSamples; ++s) {
+    const float* x = batch.features.data() + s * kIn;
+    std::vector<double> h(kHidden), z(kClasses);
+    for (int64_t o = 0; o < kHidden; ++o) {
+      double sum = params[fc1.bias.offset + o];
+      for (int64_t i = 0; i < kIn; ++i) sum += params[fc1.weight.offset + o * kIn + i] * x[i];
+      h[o] = sum > 0 ? sum : 0;
+    }
+    double max = -1e300;
+    for (int64_t c = 0; c < kClasses; ++c) {
+      double sum = params[fc2.bias.offset + c];
+      for (int64_t o = 0; o < kHidden; ++o) sum += params[fc2.weight.offset + c * kHidden + o] * h[o];
+      z[c] = sum;
+      max = std::max(max, sum);
+    }
+    double total = 0;
+    for (double v : z) total += std::exp(v - max);
+    std::vector<double> dz(kClasses), dh(kHidden, 0.0);
+    for (int64_t c = 0; c < kClasses; ++c) {
+      dz[c] = std::exp(z[c] - max) / total - (c == batch.labels[s] ? 1 : 0);
+      expected[fc2.bias.offset + c] += dz[c];
+      for (int64_t o = 0; o < kHidden; ++o) {
+        expected[fc2.weight.offset + c * kHidden + o] += dz[c] * h[o];
+        dh[o] += dz[c] * params[fc2.weight.offset + c * kHidden + o];
+      }
+    }
+    for (int64_t o = 0; o < kHidden; ++o) {
+      if (h[o] <= 0) continue;
+      expected[fc1.bias.offset + o] += dh[o];
+      for (int64_t i = 0; i < kIn; ++i) expected[fc1.weight.offset + o * kIn + i] += dh[o] * x[i];
+    }
+  }
+
+  std::vector<std::pair<int64_t, int64_t>> ready, needed;
+  CpuExecutor<double> executor(model);
+  std::vector<double> grads(model.num_parameters);
+  executor.ForwardBackward(
+      params.data(), batch.View(), nullptr, grads.data(),
+      [&](int, int64_t offset, int64_t length) { ready.emplace_back(offset, length); },
+      [&](int64_t offset, int64_t length) { needed.emplace_back(offset, length); });
+  for (int64_t j = 0; j < model.num_parameters; ++j) {
+    ASSERT_NEAR(grads[j], expected[j], 1e-9 + 1e-9 * std::abs(expected[j])) << "parameter " << j;
+  }
+  // Reported: fc2's bias and weight, fc1's bias, then fc1's weight in 8 pieces of 8 rows,
+  // strictly decreasing and without gaps.
+  ASSERT_EQ(ready.size(), 3u + 8u);
+  int64_t frontier = model.num_parameters;
+  for (const auto& [offset, length] : ready) {
+    EXPECT_EQ(offset + length, frontier);
+    frontier = offset;
+  }
+  EXPECT_EQ(frontier, 0);
+  for (size_t k = 3; k < ready.size(); ++k) EXPECT_EQ(ready[k].second, 8 * kIn) << k;
+  // Asked for: fc1's weight pieces last first, fc1's bias, then fc2 (weight and bias).
+  ASSERT_EQ(needed.size(), 8u + 1u + 1u);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(needed[k].first, fc1.weight.offset + (7 - k) * 8 * kIn) << k;
+    EXPECT_EQ(needed[k].second, 8 * kIn) << k;
+  }
+  EXPECT_EQ(needed[8], std::make_pair(fc1.bias.offset, fc1.bias.length));
+  EXPECT_EQ(needed[9], std::make_pair(fc2.weight.offset, fc2.weight.length + fc2.bias.length));
+
+  // Two threads take the pieces in turn: the same bits, the same report order.
+  const int threads_before = CpuMatmulThreads();
+  SetCpuMatmulThreads(2);
+  CpuExecutor<float> two(model);
+  SetCpuMatmulThreads(1);
+  CpuExecutor<float> one(model);
+  SetCpuMatmulThreads(threads_before);
+  std::vector<float> grads_one(model.num_parameters), grads_two(model.num_parameters);
+  std::vector<std::pair<int64_t, int64_t>> ready_two;
+  const LossStats loss_one =
+      one.ForwardBackward(init.data(), batch.View(), nullptr, grads_one.data(), nullptr);
+  const LossStats loss_two = two.ForwardBackward(
+      init.data(), batch.View(), nullptr, grads_two.data(),
+      [&](int, int64_t offset, int64_t length) { ready_two.emplace_back(offset, length); });
+  EXPECT_EQ(loss_one.loss_sum, loss_two.loss_sum);
+  for (int64_t j = fc1.weight.offset; j < fc1.weight.offset + fc1.weight.length; ++j) {
+    ASSERT_EQ(grads_one[j], grads_two[j]) << "parameter " << j;
+  }
+  EXPECT_EQ(ready_two, ready);
 }
 
 // Large convolutions put a few samples in each matrix product (~4 MiB of columns):
