@@ -4,9 +4,10 @@
 // as backward finishes each partition (last layer first) a communication thread
 // reduces it over the node group and the leader pushes it to its shard. The step
 // returns once everything is pushed; the same thread then applies the PS's update
-// partition by partition, first partition first (leader: wait for it and write it
-// into the parameter buffer; all: broadcast it over the node group), while the next
-// step's forward runs and waits, layer by layer, only for the partitions it reads.
+// partition by partition, last partition first, the order they were pushed (leader:
+// wait for it and write it into the parameter buffer; all: broadcast it over the node
+// group), while the next step's forward runs and waits, piece by piece, only for the
+// partitions it reads.
 // LOCAL_SGD: the leader applies the job's optimizer to the node's own parameters at
 // every step instead (the update is the node's mean gradient), and pushes only at the
 // end of each round: its parameter change since the round began.

@@ -8,9 +8,10 @@
 //    averaged): the gradients of a batch split across replicas, added up, equal the
 //    gradient of the whole batch. Whoever applies them divides by the total count.
 //  - ForwardBackward overwrites the replica's whole gradient buffer.
-//  - Backward reports each parameter tensor's gradient as final through
-//    GradientReadyFn, in strictly decreasing offset order (last layer first, bias
-//    before weight): when it reports offset o, gradients [o, num_parameters) are final.
+//  - Backward reports each parameter tensor's gradient (or each row piece of a large
+//    one) as final through GradientReadyFn, in strictly decreasing offset order (last
+//    layer first, bias before weight): when it reports offset o, gradients
+//    [o, num_parameters) are final.
 //  - Dropout masks depend on (seed, step, dataset sample id, layer, element) only
 //    (native engine; the TorchScript engine draws them from LibTorch's generator).
 //  - Buffers (TorchScript models: BatchNorm running statistics): the flat buffer's
@@ -107,11 +108,13 @@ struct LossStats {
 // tensor: index into ModelDef::tensors; [offset, offset + length) of the flat buffer.
 using GradientReadyFn = std::function<void(int tensor, int64_t offset, int64_t length)>;
 
-// Called on the replica's thread before the forward pass first reads parameters
-// [offset, offset + length) (one layer's weight and bias), in increasing offset order.
-// It may block until that range holds the step's parameters, and on a GPU replica
-// call SetParameters for it: the next step's forward can then start while the last
-// partitions of the previous update are still arriving.
+// Called before the forward pass first reads parameters [offset, offset + length) (a
+// layer's weight and bias, or one row piece of a large weight, then its bias), in the
+// order the pass reads them: the native CPU engine reads a large linear weight's row
+// pieces last first (common/row_pieces.h), and may call it from its product threads,
+// one piece each. It may block until that range holds the step's parameters, and on a
+// GPU replica call SetParameters for it: the next step's forward can then start while
+// other partitions of the previous update are still arriving.
 using ParametersNeededFn = std::function<void(int64_t offset, int64_t length)>;
 
 class Replica {
