@@ -338,8 +338,19 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     }
     const absl::Time start = absl::Now();
     float* grad = node_grad_.data() + partition.offset();
+    // One native CPU replica in a node of one process, not LOCAL_SGD (which writes what
+    // it pushes into node_grad_): the replica's own gradient buffer is the node's sum,
+    // pushed from where it lies. It stays unchanged until the update is in (the
+    // PsConnection::Push contract): the native engine writes gradients only in
+    // backward, which starts after the next forward read every parameter, so after
+    // every partition's update passed the gate.
+    const float* in_place = local_sgd_ || !updates_into_parameters_
+                                ? nullptr
+                                : reducer_->SumInPlace(partition.offset());
     absl::Status reduced =
-        reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
+        in_place != nullptr
+            ? absl::OkStatus()
+            : reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
     {
       absl::MutexLock lock(&mu_);
       reduce_seconds_ += SecondsSince(start);
@@ -355,8 +366,8 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
         ps_->ExpectUpdateInto(partition.id(), step, params_.data() + partition.offset());
       }
       const absl::Time push_start = absl::Now();
-      absl::Status pushed =
-          ps_->Push(step, partition.id(), grad, update_.node_samples, /*steps=*/1);
+      absl::Status pushed = ps_->Push(step, partition.id(), in_place != nullptr ? in_place : grad,
+                                      update_.node_samples, /*steps=*/1);
       CountPush(push_start);
       if (!pushed.ok()) return pushed;
       continue;

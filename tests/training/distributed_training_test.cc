@@ -83,11 +83,18 @@ TEST(DistributedTrainingTest, SyncOnTwoNodesEqualsOneReplica) {
   ClusterShape shape;
   shape.ps_shards = 2;
   shape.workers = 2;  // Two nodes of one worker process each.
+  shape.worker_args = {"--noexit_after_job"};  // The same workers for the second job.
   auto cluster = StartCluster("two_nodes", shape);
   const v1::JobSpec spec = FashionMlp(/*batch=*/64, /*steps=*/20, /*replicas=*/2, /*nodes=*/2);
   const v1::Job job = RunToCompletion(*cluster, spec);
   EXPECT_EQ(job.step(), 20u);
   ExpectEqualsSingleReplica(*cluster, spec, 20);
+  // One replica per node on the same cluster: each node pushes straight from its
+  // replica's gradient buffer (IntraNodeReducer::SumInPlace), no copy, same values.
+  v1::JobSpec one = FashionMlp(/*batch=*/64, /*steps=*/20, /*replicas=*/1, /*nodes=*/2);
+  one.set_name("exactness-one-replica");
+  EXPECT_EQ(RunToCompletion(*cluster, one).step(), 20u);
+  ExpectEqualsSingleReplica(*cluster, one, 20);
 }
 
 // The same job on two fresh clusters of the same layout (2 nodes x 2 replicas, 2

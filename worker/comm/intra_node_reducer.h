@@ -31,6 +31,12 @@ class IntraNodeReducer {
   // `out` is scratch. The replicas' gradients for the range must be final.
   virtual absl::Status ReduceGradients(int64_t offset, int64_t length, float* out) = 0;
 
+  // Where the node's gradient sum of elements [offset, ...) already lies in host memory
+  // when forming it needs no copy (one CPU replica in a node of one process: that
+  // replica's own gradient buffer), or null. The values there stay until the replica's
+  // next backward pass; ReduceGradients would only have copied them.
+  virtual const float* SumInPlace(int64_t offset) const { return nullptr; }
+
   // Makes params[offset, offset + length) of the leader's host buffer current on every
   // replica of the group (`params` is this process's host parameter buffer; on the
   // other workers it receives the leader's values first). It may run while the

@@ -90,6 +90,22 @@ TEST(ThreadReducerTest, SumsTheReplicasOfTheProcess) {
   EXPECT_EQ(out, expected);
 }
 
+TEST(ThreadReducerTest, OneCpuReplicasSumLiesInItsOwnGradientBuffer) {
+  const engine::ModelDef model = SmallMlp();
+  Process one(model, 1, 2);
+  std::unique_ptr<IntraNodeReducer> reducer = MakeThreadReducer(*one.group);
+  const float* gradients = one.group->replica(0).host_gradients();
+  EXPECT_EQ(reducer->SumInPlace(0), gradients);
+  EXPECT_EQ(reducer->SumInPlace(7), gradients + 7);
+  // What a push from there sends is what ReduceGradients would have copied.
+  std::vector<float> copied(model.num_parameters);
+  ASSERT_TRUE(reducer->ReduceGradients(0, model.num_parameters, copied.data()).ok());
+  EXPECT_EQ(std::vector<float>(gradients, gradients + model.num_parameters), copied);
+  // Several replicas must be summed: nothing lies in place.
+  Process three(model, 3, 3);
+  EXPECT_EQ(MakeThreadReducer(*three.group)->SumInPlace(0), nullptr);
+}
+
 TEST(GlooReducerTest, ReducesOntoTheLeaderAndBroadcastsItsParameters) {
   const engine::ModelDef model = SmallMlp();
   const int processes = 3;

@@ -30,6 +30,11 @@ class ThreadReducer : public IntraNodeReducer {
     return absl::OkStatus();
   }
 
+  const float* SumInPlace(int64_t offset) const override {
+    if (replicas_.size() != 1 || has_device_replicas_) return nullptr;
+    return replicas_.replica(0).host_gradients() + offset;
+  }
+
   // On the calling thread, not through ReplicaGroup::RunOnAll: the worker applies an
   // update while the replicas' threads already run the next forward pass.
   absl::Status BroadcastParameters(float* params, int64_t offset, int64_t length) override {
