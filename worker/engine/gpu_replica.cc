@@ -1,6 +1,8 @@
 #include "worker/engine/gpu_replica.h"
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,17 @@ absl::StatusOr<std::unique_ptr<GpuReplica>> GpuReplica::Create(const ModelDef& m
 absl::Status GpuReplica::Init(const float* host_parameters) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  tensor_done_.assign(model_.tensors.size(), nullptr);
+  for (cudaEvent_t& event : tensor_done_) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  for (int slot = 0; slot < kUploadSlots; ++slot) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&upload_begin_[slot]));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&upload_end_[slot]));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&download_begin_));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&download_end_));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   // Plain FP32 products (no TF32), so results stay within float tolerance of the CPU.
@@ -91,20 +104,45 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   const size_t bytes = model_.num_parameters * sizeof(float);
   CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&parameters_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&gradients_), bytes));
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_parameters_), bytes));
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_gradients_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gradients_, 0, bytes, stream_));
-  absl::Status uploaded = SetParameters(host_parameters, 0, model_.num_parameters);
+  if (absl::Status uploaded = SetParameters(host_parameters, 0, model_.num_parameters);
+      !uploaded.ok()) {
+    return uploaded;
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+  {
+    absl::MutexLock lock(&upload_mu_);
+    for (int slot = 0; slot < kUploadSlots; ++slot) {
+      if (absl::Status s = HarvestUpload(slot, /*wait=*/true); !s.ok()) return s;
+    }
+  }
   copy_nanos_ = 0;  // The first upload is set-up, not a step's copy.
-  return uploaded;
+  return absl::OkStatus();
 }
 
 GpuReplica::~GpuReplica() {
   // Errors cannot be reported from a destructor; the device is released regardless.
   cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   for (void* p : allocations_) cudaFree(p);
   if (parameters_ != nullptr) cudaFree(parameters_);
   if (gradients_ != nullptr) cudaFree(gradients_);
+  if (pinned_parameters_ != nullptr) cudaFreeHost(pinned_parameters_);
+  if (pinned_gradients_ != nullptr) cudaFreeHost(pinned_gradients_);
+  for (cudaEvent_t event : tensor_done_) {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+  for (int slot = 0; slot < kUploadSlots; ++slot) {
+    if (upload_begin_[slot] != nullptr) cudaEventDestroy(upload_begin_[slot]);
+    if (upload_end_[slot] != nullptr) cudaEventDestroy(upload_end_[slot]);
+  }
+  if (download_begin_ != nullptr) cudaEventDestroy(download_begin_);
+  if (download_end_ != nullptr) cudaEventDestroy(download_end_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -116,9 +154,68 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
       !range.ok()) {
     return range;
   }
+  if (length == 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  return TimedCopy(parameters_ + offset, host + offset, length * sizeof(float),
-                   cudaMemcpyHostToDevice);
+  absl::MutexLock lock(&upload_mu_);
+  // The staging range may still feed the range's previous upload (normally long done).
+  if (std::optional<uint64_t> previous = uploads_.Latest(offset, length)) {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[*previous % kUploadSlots]));
+  }
+  const size_t bytes = static_cast<size_t>(length) * sizeof(float);
+  std::memcpy(pinned_parameters_ + offset, host + offset, bytes);
+  // The pass still running reads these parameters until its backward is past them.
+  if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
+  const uint64_t seq = next_upload_++;
+  const int slot = static_cast<int>(seq % kUploadSlots);
+  if (absl::Status s = HarvestUpload(slot, /*wait=*/true); !s.ok()) return s;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(upload_begin_[slot], copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset, pinned_parameters_ + offset, bytes,
+                                       cudaMemcpyHostToDevice, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(upload_end_[slot], copy_stream_));
+  upload_untimed_[slot] = true;
+  uploads_.Recorded(offset, length, seq);
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::HarvestUpload(int slot, bool wait) {
+  if (!upload_untimed_[slot]) return absl::OkStatus();
+  if (wait) {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[slot]));
+  } else {
+    const cudaError_t query = cudaEventQuery(upload_end_[slot]);
+    if (query == cudaErrorNotReady) return absl::OkStatus();
+    CUDA_RETURN_IF_ERROR(query);
+  }
+  float milliseconds = 0;
+  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, upload_begin_[slot], upload_end_[slot]));
+  copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
+  upload_untimed_[slot] = false;
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::WaitForTensors(cudaStream_t stream, int64_t offset, int64_t length) {
+  const int64_t end = offset + length;
+  for (int t = model_.TensorAt(offset); t < static_cast<int>(model_.tensors.size()) &&
+                                        model_.tensors[t].offset < end;
+       ++t) {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, tensor_done_[t], 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::WaitForUploads(int64_t offset, int64_t length) {
+  absl::MutexLock lock(&upload_mu_);
+  if (std::optional<uint64_t> latest = uploads_.Latest(offset, length)) {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, upload_end_[*latest % kUploadSlots], 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::TensorDone(const TensorRange& range, const GradientReadyFn& on_ready) {
+  const int tensor = model_.TensorAt(range.offset);
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(tensor_done_[tensor], stream_));
+  if (on_ready) on_ready(tensor, range.offset, range.length);
+  return absl::OkStatus();
 }
 
 absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* dst) {
@@ -127,34 +224,34 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
       !range.ok()) {
     return range;
   }
+  if (length == 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  return TimedCopy(dst, gradients_ + offset, length * sizeof(float), cudaMemcpyDeviceToHost);
-}
-
-absl::Status GpuReplica::TimedCopy(void* dst, const void* src, size_t bytes,
-                                   cudaMemcpyKind kind) {
-  // Events of this call (another thread may copy on the stream at the same time).
-  cudaEvent_t begin = nullptr;
-  cudaEvent_t end = nullptr;
-  cudaError_t error = cudaEventCreate(&begin);
-  if (error == cudaSuccess) error = cudaEventCreate(&end);
-  if (error == cudaSuccess) error = cudaEventRecord(begin, stream_);
-  if (error == cudaSuccess) error = cudaMemcpyAsync(dst, src, bytes, kind, stream_);
-  if (error == cudaSuccess) error = cudaEventRecord(end, stream_);
-  if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
+  absl::MutexLock lock(&download_mu_);
+  // Only the range's own tensors: the layers before it may still be computing.
+  if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
+  const size_t bytes = static_cast<size_t>(length) * sizeof(float);
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_begin_, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_gradients_ + offset, gradients_ + offset, bytes,
+                                       cudaMemcpyDeviceToHost, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_end_, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(download_end_));
   float milliseconds = 0;
-  if (error == cudaSuccess) error = cudaEventElapsedTime(&milliseconds, begin, end);
-  if (begin != nullptr) cudaEventDestroy(begin);
-  if (end != nullptr) cudaEventDestroy(end);
-  if (error != cudaSuccess) {
-    return CudaError(device_, error,
-                     kind == cudaMemcpyHostToDevice ? "host-to-device copy" : "device-to-host copy");
-  }
+  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, download_begin_, download_end_));
   copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
+  std::memcpy(dst, pinned_gradients_ + offset, bytes);
   return absl::OkStatus();
 }
 
-double GpuReplica::TakeCopySeconds() { return copy_nanos_.exchange(0) * 1e-9; }
+double GpuReplica::TakeCopySeconds() {
+  {
+    absl::MutexLock lock(&upload_mu_);
+    for (int slot = 0; slot < kUploadSlots; ++slot) {
+      // An error here surfaces from the next copy or pass, which checks every call.
+      HarvestUpload(slot, /*wait=*/false).IgnoreError();
+    }
+  }
+  return copy_nanos_.exchange(0) * 1e-9;
+}
 
 absl::Status GpuReplica::Reserve(int64_t n) {
   if (n <= capacity_) return absl::OkStatus();
@@ -232,6 +329,13 @@ absl::StatusOr<LossStats> GpuReplica::RunForward(const Batch& batch, const Dropo
     if (dropout != nullptr && parameters_needed_ && l.has_parameters()) {
       parameters_needed_(l.weight.offset, l.weight.length + l.bias.length);
     }
+    // The layer's kernels start once the latest upload of its parameters landed.
+    if (l.has_parameters()) {
+      if (absl::Status s = WaitForUploads(l.weight.offset, l.weight.length + l.bias.length);
+          !s.ok()) {
+        return s;
+      }
+    }
     switch (l.kind) {
       case LayerKind::kLinear:
         // Row-major Y[n, out] = X[n, in] W[out, in]^T; in cuBLAS's column-major terms
@@ -288,8 +392,12 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
                                      const GradientReadyFn& on_ready) {
   const int64_t n = batch.count;
   const float one = 1.0f, zero = 0.0f;
-  auto ready = [&](const TensorRange& range) {
-    if (on_ready) on_ready(model_.TensorAt(range.offset), range.offset, range.length);
+  // A tensor is done once its gradient is computed and the pass reads its parameters no
+  // more (after the input gradient's product): its gradient may then go down and its
+  // next values come up (CopyGradients, SetParameters wait for this event).
+  auto done = [&](const LayerSpec& l) -> absl::Status {
+    if (absl::Status s = TensorDone(l.bias, on_ready); !s.ok()) return s;
+    return TensorDone(l.weight, on_ready);
   };
   float* dy = grad_a_;
   float* dx = grad_b_;
@@ -308,8 +416,6 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
         CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in_size, out_size, n,
                                            &one, x, in_size, dy, out_size, &zero, dw, in_size));
         CUDA_RETURN_IF_ERROR(gpu::SumRows(dy, n, out_size, gradients_ + l.bias.offset, stream_));
-        ready(l.bias);
-        ready(l.weight);
         if (need_input_grad) {
           // Row-major dX[n, in] = dY W.
           CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in_size, n,
@@ -317,6 +423,7 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
                                              dy, out_size, &zero, dx, in_size));
           wrote_dx = true;
         }
+        if (absl::Status s = done(l); !s.ok()) return s;
         break;
       }
       case LayerKind::kConv2d: {
@@ -334,8 +441,6 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
                                            1));
         CUDA_RETURN_IF_ERROR(
             gpu::SumChannels(dy, n, l.out.channels, ohw, gradients_ + l.bias.offset, stream_));
-        ready(l.bias);
-        ready(l.weight);
         if (need_input_grad) {
           // Per sample, row-major dcol[ckk, ohw] = W[oc, ckk]^T dout[oc, ohw].
           CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
@@ -345,6 +450,7 @@ absl::Status GpuReplica::RunBackward(const Batch& batch, const DropoutKey* dropo
           CUDA_RETURN_IF_ERROR(gpu::Col2Im(dcol_, dx, n, w, stream_));
           wrote_dx = true;
         }
+        if (absl::Status s = done(l); !s.ok()) return s;
         break;
       }
       case LayerKind::kMaxPool2d:
@@ -402,6 +508,7 @@ absl::StatusOr<LossStats> GpuReplica::ForwardBackward(const Batch& batch, const 
     CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(gradients_, 0, model_.num_parameters * sizeof(float), stream_));
     for (int t = static_cast<int>(model_.tensors.size()); t-- > 0;) {
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(tensor_done_[t], stream_));
       if (on_ready) on_ready(t, model_.tensors[t].offset, model_.tensors[t].length);
     }
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));

@@ -2,6 +2,18 @@
 // and activations in device memory, matrix products through cuBLAS (FP32, no
 // TF32), the rest in gpu_kernels.cu. Every CUDA and cuBLAS return code is checked and
 // turned into an absl::Status carrying the library's own error string.
+//
+// Copies between host and device run on a copy stream of their own, through pinned
+// staging buffers, ordered by events instead of stream synchronizations (issue 25):
+//  - backward records, per tensor, an event once the tensor's gradient is computed
+//    and the pass reads its parameters no more (tensor_done_), then reports it ready;
+//    CopyGradients makes the copy stream wait for the events of the range's tensors
+//    only, so layer k's gradient goes down while the layers before it compute;
+//  - SetParameters stages the range in pinned memory and enqueues its upload after
+//    the same events (the pass's last reads of those parameters), without waiting;
+//    the forward makes the compute stream wait, layer by layer, for the latest upload
+//    over the layer's range (CopyLedger), so layer k's parameters go up while the
+//    layers before it compute.
 #ifndef TRIBUTARY_WORKER_ENGINE_GPU_REPLICA_H_
 #define TRIBUTARY_WORKER_ENGINE_GPU_REPLICA_H_
 
@@ -13,7 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/engine/copy_ledger.h"
 #include "worker/engine/replica.h"
 
 namespace tributary::engine {
@@ -54,14 +69,38 @@ class GpuReplica : public Replica {
                            const GradientReadyFn& on_ready);
   absl::StatusOr<LossStats> CollectLoss(int64_t n);
 
-  // cudaMemcpyAsync on the stream, then synchronizes it; adds the copy's own time (CUDA
-  // events around it, not the work queued before it) to copy_nanos_.
-  absl::Status TimedCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  // Makes `stream` wait until this pass computed the gradients of, and no longer
+  // reads the parameters of, every tensor overlapping [offset, offset + length).
+  absl::Status WaitForTensors(cudaStream_t stream, int64_t offset, int64_t length);
+  // Makes stream_ wait for the latest upload over [offset, offset + length).
+  absl::Status WaitForUploads(int64_t offset, int64_t length);
+  // Records on stream_ that tensor `range` is done for this pass, then reports it ready.
+  absl::Status TensorDone(const TensorRange& range, const GradientReadyFn& on_ready);
+  // Adds the time of the upload last timed in `slot` once it finished (wait: block
+  // until it has; else only if it already has).
+  absl::Status HarvestUpload(int slot, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(upload_mu_);
+
+  static constexpr int kUploadSlots = 64;
 
   ModelDef model_;
   int device_;
   std::atomic<int64_t> copy_nanos_{0};  // SetParameters and CopyGradients, not yet taken.
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;        // Compute.
+  cudaStream_t copy_stream_ = nullptr;   // Uploads and downloads, in order.
+  float* pinned_parameters_ = nullptr;   // Staging of uploads (cudaMallocHost).
+  float* pinned_gradients_ = nullptr;    // Staging of downloads.
+  std::vector<cudaEvent_t> tensor_done_;  // Per tensor (no timing).
+  absl::Mutex upload_mu_;
+  CopyLedger uploads_ ABSL_GUARDED_BY(upload_mu_);
+  uint64_t next_upload_ ABSL_GUARDED_BY(upload_mu_) = 1;
+  // Upload `seq` records its begin and end events in slot seq % kUploadSlots; a later
+  // upload in the same slot implies the earlier one finished (one in-order stream).
+  cudaEvent_t upload_begin_[kUploadSlots] = {};
+  cudaEvent_t upload_end_[kUploadSlots] = {};
+  bool upload_untimed_[kUploadSlots] ABSL_GUARDED_BY(upload_mu_) = {};
+  absl::Mutex download_mu_;
+  cudaEvent_t download_begin_ = nullptr;
+  cudaEvent_t download_end_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   float* parameters_ = nullptr;
   float* gradients_ = nullptr;
