@@ -74,6 +74,32 @@ Optimizer::Optimizer(v1::OptimizerSpec spec, uint64_t total_steps)
   }
 }
 
+UpdateCoefficients Optimizer::Coefficients(uint64_t step) const {
+  UpdateCoefficients c;
+  c.lr = LearningRate(step);
+  c.weight_decay = spec_.weight_decay();
+  switch (spec_.type()) {
+    case v1::MOMENTUM:
+      c.kind = spec_.nesterov() ? UpdateCoefficients::kNesterov : UpdateCoefficients::kMomentum;
+      c.momentum = spec_.momentum();
+      break;
+    case v1::ADAM:
+    case v1::ADAMW: {
+      c.kind = spec_.type() == v1::ADAMW ? UpdateCoefficients::kAdamW : UpdateCoefficients::kAdam;
+      c.beta1 = spec_.beta1();
+      c.beta2 = spec_.beta2();
+      c.epsilon = spec_.epsilon();
+      const double t = static_cast<double>(step) + 1;
+      c.correction1 = static_cast<float>(1 - std::pow(static_cast<double>(c.beta1), t));
+      c.correction2 = static_cast<float>(1 - std::pow(static_cast<double>(c.beta2), t));
+      break;
+    }
+    default:
+      c.kind = UpdateCoefficients::kSgd;
+  }
+  return c;
+}
+
 float Optimizer::LearningRate(uint64_t step) const {
   const v1::LrSchedule& schedule = spec_.schedule();
   const double base = spec_.learning_rate();
@@ -101,70 +127,33 @@ float Optimizer::LearningRate(uint64_t step) const {
 
 namespace {
 
-// One update of out[i] from in[i] and g(i), the gradient of element i. Every optimizer
-// has one loop per variant with no branch inside, so that it vectorizes (with
+// One update of out[i] from in[i] and g(i), the gradient of element i, through the
+// element functions the GPU kernel runs too (optimizer_step.h). Every optimizer has one
+// loop per variant with no branch inside, so that it vectorizes (with
 // -fno-math-errno: BUILD.bazel); the arithmetic of an element never depends on how
 // its gradient is obtained, so Apply and ApplyMean agree bit for bit.
 template <typename Gradient>
-void Update(const v1::OptimizerSpec& spec, float lr, uint64_t step, const float* in, float* out,
-            Gradient g, float* state, size_t n) {
-  const float wd = spec.weight_decay();
-  switch (spec.type()) {
-    case v1::MOMENTUM: {
-      const float mu = spec.momentum();
-      float* velocity = state;
-      if (spec.nesterov()) {
-        for (size_t i = 0; i < n; ++i) {
-          const float p = in[i];
-          const float d = g(i) + wd * p;
-          velocity[i] = mu * velocity[i] + d;
-          out[i] = p - lr * (d + mu * velocity[i]);
-        }
-      } else {
-        for (size_t i = 0; i < n; ++i) {
-          const float p = in[i];
-          const float d = g(i) + wd * p;
-          velocity[i] = mu * velocity[i] + d;
-          out[i] = p - lr * velocity[i];
-        }
-      }
+void Update(const UpdateCoefficients& c, const float* in, float* out, Gradient g, float* state,
+            size_t n) {
+  switch (c.kind) {
+    case UpdateCoefficients::kMomentum:
+      for (size_t i = 0; i < n; ++i) out[i] = MomentumStep(c, in[i], g(i), state[i]);
       break;
-    }
-    case v1::ADAM:
-    case v1::ADAMW: {
-      const float b1 = spec.beta1();
-      const float b2 = spec.beta2();
-      const float eps = spec.epsilon();
-      const double t = static_cast<double>(step) + 1;
-      const float correction1 = static_cast<float>(1 - std::pow(static_cast<double>(b1), t));
-      const float correction2 = static_cast<float>(1 - std::pow(static_cast<double>(b2), t));
-      float* m = state;
-      float* v = state + n;
-      auto adam = [&](auto decoupled_tag) {
-        constexpr bool kDecoupled = decltype(decoupled_tag)::value;
-        for (size_t i = 0; i < n; ++i) {
-          float p = in[i];
-          if (kDecoupled) p -= lr * wd * p;
-          const float d = kDecoupled ? g(i) : g(i) + wd * p;
-          m[i] = b1 * m[i] + (1 - b1) * d;
-          v[i] = b2 * v[i] + (1 - b2) * d * d;
-          const float m_hat = m[i] / correction1;
-          const float v_hat = v[i] / correction2;
-          out[i] = p - lr * m_hat / (std::sqrt(v_hat) + eps);
-        }
-      };
-      if (spec.type() == v1::ADAMW) {
-        adam(std::true_type{});
-      } else {
-        adam(std::false_type{});
-      }
+    case UpdateCoefficients::kNesterov:
+      for (size_t i = 0; i < n; ++i) out[i] = NesterovStep(c, in[i], g(i), state[i]);
       break;
-    }
-    default:  // SGD
+    case UpdateCoefficients::kAdam:
       for (size_t i = 0; i < n; ++i) {
-        const float p = in[i];
-        out[i] = p - lr * (g(i) + wd * p);
+        out[i] = AdamStep<false>(c, in[i], g(i), state[i], state[n + i]);
       }
+      break;
+    case UpdateCoefficients::kAdamW:
+      for (size_t i = 0; i < n; ++i) {
+        out[i] = AdamStep<true>(c, in[i], g(i), state[i], state[n + i]);
+      }
+      break;
+    default:  // SGD
+      for (size_t i = 0; i < n; ++i) out[i] = SgdStep(c, in[i], g(i));
   }
 }
 
@@ -172,8 +161,7 @@ void Update(const v1::OptimizerSpec& spec, float lr, uint64_t step, const float*
 
 void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* state,
                       size_t n) const {
-  Update(spec_, LearningRate(step), step, params, params, [grad](size_t i) { return grad[i]; },
-         state, n);
+  Update(Coefficients(step), params, params, [grad](size_t i) { return grad[i]; }, state, n);
 }
 
 bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
@@ -186,9 +174,9 @@ bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
     return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   };
   uint32_t bad = 0;
-  const float lr = LearningRate(step);
+  const UpdateCoefficients c = Coefficients(step);
   if (grad_sum == nullptr) {
-    Update(spec_, lr, step, in, out,
+    Update(c, in, out,
            [&](size_t i) {
              float x;
              std::memcpy(&x, last + 4 * i, 4);
@@ -197,7 +185,7 @@ bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
            },
            state, n);
   } else {
-    Update(spec_, lr, step, in, out,
+    Update(c, in, out,
            [&](size_t i) {
              float x;
              std::memcpy(&x, last + 4 * i, 4);
@@ -212,7 +200,7 @@ bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
 
 void Optimizer::ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum,
                           float divisor, float* state, size_t n) const {
-  Update(spec_, LearningRate(step), step, in, out,
+  Update(Coefficients(step), in, out,
          [grad_sum, divisor](size_t i) { return grad_sum[i] / divisor; }, state, n);
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "common/optimizer_step.h"
 #include "proto/job.pb.h"
 
 namespace tributary {
@@ -24,6 +25,10 @@ class Optimizer {
 
   // Learning rate of update number `step` (0-based), schedule and warm-up applied.
   float LearningRate(uint64_t step) const;
+
+  // Everything update number `step` applies to each element (optimizer_step.h): what
+  // Apply and ApplyMean use, and what a device kernel takes to do the same.
+  UpdateCoefficients Coefficients(uint64_t step) const;
 
   // One update of params[0, n) with the mean gradient grad[0, n), as update number
   // `step` (0-based; Adam's bias correction uses step + 1). state holds

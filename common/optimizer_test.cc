@@ -257,6 +257,43 @@ TEST(OptimizerTest, ApplyMeanAddingIsSumThenApplyMeanBitForBit) {
   }
 }
 
+// What the GPU replica's fused kernel runs (StepOf per element, gpu_kernels.cu): for
+// every optimizer, bit for bit what ApplyMean computes on the host.
+TEST(OptimizerTest, TheKernelsElementStepIsApplyMeanBitForBit) {
+  std::vector<v1::OptimizerSpec> specs;
+  for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
+    v1::OptimizerSpec spec = Spec(type, 0.05f);
+    spec.set_weight_decay(0.01f);
+    if (type == v1::MOMENTUM) spec.set_momentum(0.9f);
+    specs.push_back(spec);
+  }
+  v1::OptimizerSpec nesterov = specs[1];
+  nesterov.set_nesterov(true);
+  specs.push_back(nesterov);
+  constexpr size_t kN = 257;
+  for (const v1::OptimizerSpec& spec : specs) {
+    const Optimizer optimizer = Make(spec);
+    SCOPED_TRACE(v1::OptimizerType_Name(spec.type()) + (spec.nesterov() ? " nesterov" : ""));
+    std::vector<float> host(kN), device(kN), sum(kN);
+    for (size_t i = 0; i < kN; ++i) {
+      host[i] = device[i] = std::sin(static_cast<float>(i)) * 0.5f;
+    }
+    const size_t slots = static_cast<size_t>(optimizer.state_slots());
+    std::vector<float> host_state(slots * kN, 0.0f), device_state(slots * kN, 0.0f);
+    for (uint64_t step = 0; step < 5; ++step) {
+      for (size_t i = 0; i < kN; ++i) sum[i] = std::cos(static_cast<float>(i * (step + 3))) * 7;
+      optimizer.ApplyMean(step, host.data(), host.data(), sum.data(), 13.0f, host_state.data(), kN);
+      const UpdateCoefficients c = optimizer.Coefficients(step);
+      for (size_t i = 0; i < kN; ++i) {
+        device[i] = StepOf(c, device[i], sum[i] / 13.0f, device_state.data(),
+                           static_cast<long long>(i), static_cast<long long>(kN));
+      }
+      ASSERT_EQ(0, std::memcmp(host.data(), device.data(), kN * sizeof(float))) << "step " << step;
+      ASSERT_EQ(host_state, device_state) << "step " << step;
+    }
+  }
+}
+
 TEST(OptimizerTest, BadSpecsNameTheField) {
   v1::OptimizerSpec spec = Spec(v1::SGD, 0.0f);
   absl::StatusOr<Optimizer> bad = Optimizer::Create(spec, 10);

@@ -12,13 +12,14 @@ NVCC_ARCH_FLAGS = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
-def cuda_library(name, srcs, hdrs = [], deps = [], visibility = None, tags = []):
+def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_inputs = [], visibility = None, tags = []):
     """tags go to both targets: tags = ["manual"] keeps `bazel build //...` without
-    --config=cuda from running nvcc; a select() on //tools:cuda_enabled pulls it in."""
+    --config=cuda from running nvcc; a select() on //tools:cuda_enabled pulls it in.
+    nvcc_inputs: headers of other packages the .cu files include (exported files)."""
     archive = "lib%s_cu.a" % name
     native.genrule(
         name = name + "_nvcc",
-        srcs = srcs + hdrs + ["@local_cuda//:headers"],
+        srcs = srcs + hdrs + nvcc_inputs + ["@local_cuda//:headers"],
         outs = [archive],
         tools = ["@local_cuda//:nvcc"],
         cmd = " ".join([

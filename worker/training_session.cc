@@ -86,7 +86,12 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   session->optimizer_ = *std::move(optimizer);
   if (session->local_sgd_ && assignment.node_leader()) {
     const size_t n = session->model_.num_parameters;
-    session->inner_state_.assign(n * session->optimizer_->state_slots(), 0.0f);
+    session->inner_on_replica_ = assignment.local_world_size() == 1 &&
+                                 session->replicas_->size() == 1 &&
+                                 session->replicas_->replica(0).AppliesInnerUpdate();
+    if (!session->inner_on_replica_) {
+      session->inner_state_.assign(n * session->optimizer_->state_slots(), 0.0f);
+    }
     session->anchor_.resize(n);
     session->local_.resize(n);
   }
@@ -111,7 +116,8 @@ absl::Status TrainingSession::MakeReplicas() {
       spec_of_device.gpu = device.index();
     }
     absl::StatusOr<std::unique_ptr<engine::Replica>> replica =
-        engine::CreateReplica(model_, spec_of_device, params_.data());
+        options_.make_replica ? options_.make_replica(model_, device, params_.data())
+                              : engine::CreateReplica(model_, spec_of_device, params_.data());
     if (!replica.ok()) return replica.status();
     replicas.push_back(*std::move(replica));
   }
@@ -336,8 +342,29 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       if (stopping_) return absl::CancelledError("session closing");
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
     }
-    const absl::Time start = absl::Now();
     float* grad = node_grad_.data() + partition.offset();
+    if (inner_on_replica_ && !partition.buffers()) {
+      // The gradient stays on the replica; at the round's end the replica takes its
+      // inner step there and the node's values come to the host to be pushed.
+      if (!update_.sync) continue;
+      float* local = local_.data() + partition.offset();
+      if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
+      if (absl::Status s = replicas_->replica(0).CopyParameters(partition.offset(),
+                                                                partition.length(), local);
+          !s.ok()) {
+        return s;
+      }
+      const float* anchor = anchor_.data() + partition.offset();
+      const float scale = static_cast<float>(round_samples_);
+      for (int64_t i = 0; i < partition.length(); ++i) grad[i] = (anchor[i] - local[i]) * scale;
+      const absl::Time push_start = absl::Now();
+      absl::Status pushed =
+          ps_->Push(round_start_, partition.id(), grad, round_samples_, round_steps);
+      CountPush(push_start);
+      if (!pushed.ok()) return pushed;
+      continue;
+    }
+    const absl::Time start = absl::Now();
     // One native CPU replica in a node of one process, not LOCAL_SGD (which writes what
     // it pushes into node_grad_): the replica's own gradient buffer is the node's sum,
     // pushed from where it lies. It stays unchanged until the update is in (the
@@ -404,6 +431,13 @@ void TrainingSession::CountPush(absl::Time start) {
   push_seconds_ += seconds;
 }
 
+absl::Status TrainingSession::ReplicaInnerUpdate(const v1::Partition& partition) {
+  if (update_.node_samples == 0) return absl::OkStatus();  // No samples: nothing to apply.
+  return replicas_->replica(0).InnerUpdate(
+      optimizer_->Coefficients(update_.step), optimizer_->state_slots(), partition.offset(),
+      partition.length(), static_cast<float>(update_.node_samples));
+}
+
 void TrainingSession::InnerUpdate(const v1::Partition& partition, float* out) {
   const int64_t offset = partition.offset();
   const float* in = params_.data() + offset;
@@ -444,9 +478,14 @@ absl::Status TrainingSession::ApplyPartition(const v1::Partition& partition, dou
     if (!status.ok()) return status;
     *waited += SecondsSince(start);
     if (local_sgd_) {
+      // The round's new values; a replica that keeps its own parameters gets them
+      // through BroadcastParameters below (SetParameters).
       std::memcpy(anchor_.data() + partition.offset(), params,
                   partition.length() * sizeof(float));
     }
+  } else if (inner_on_replica_ && !partition.buffers()) {
+    // LOCAL_SGD inside a round, on the replica: nothing to copy or broadcast.
+    return ReplicaInnerUpdate(partition);
   } else if (leader()) {
     InnerUpdate(partition, params);  // LOCAL_SGD inside a round: the node's own step.
   }

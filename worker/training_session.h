@@ -67,6 +67,11 @@ struct SessionOptions {
   // parameters [offset, offset + length) that the previous step's update has not
   // applied yet (tracing; the tests watch the overlap through it). May be empty.
   std::function<void(uint64_t step, int64_t offset, int64_t length)> on_parameters_wait;
+  // Makes the replica of one assigned device; unset: engine::CreateReplica (tests
+  // pass replicas of their own, e.g. one that keeps its parameters apart like a GPU).
+  std::function<absl::StatusOr<std::unique_ptr<engine::Replica>>(
+      const engine::ModelDef& model, const v1::Device& device, float* host_parameters)>
+      make_replica;
   // The job's TorchScript file (fetched and checked) when its model is torchscript.
   std::shared_ptr<const std::string> torchscript_bytes;
   // JobSpec.init_from's parameters, read by the runtime: they replace the seed's (the
@@ -181,6 +186,8 @@ class TrainingSession {
   // LOCAL_SGD, leader: the node's update of the partition by the inner optimizer, from
   // the parameters into `out` (which may be the parameters themselves).
   void InnerUpdate(const v1::Partition& partition, float* out);
+  // The same on the replica (inner_on_replica_): its parameters, its gradient.
+  absl::Status ReplicaInnerUpdate(const v1::Partition& partition);
   // Time spent in one Push, into push_seconds_.
   void CountPush(absl::Time start);
   // The step's forward and backward seconds, from the slowest replica's start
@@ -223,6 +230,10 @@ class TrainingSession {
   std::vector<float> inner_state_;
   std::vector<float> anchor_;
   std::vector<float> local_;
+  // LOCAL_SGD on a node of one process with one replica that applies the inner step
+  // where it keeps its parameters (a GPU): the gradients and parameters stay there
+  // inside a round; the node's values come to the host only at the round's end.
+  bool inner_on_replica_ = false;
   uint64_t round_start_ = 0;
   uint64_t round_samples_ = 0;
   std::unique_ptr<engine::ReplicaGroup> replicas_;

@@ -5,7 +5,9 @@
 // while the update of its last partition cannot have arrived, and the forward pass of
 // step 1 starts and reaches the last layer before that partition is in. Training
 // stays exact (the single-replica reference), and a missing or interrupted update
-// fails the step that needed it.
+// fails the step that needed it. Last, LOCAL_SGD on a replica that keeps its
+// parameters apart from the worker's host buffer (as a GPU replica does) takes its
+// inner steps there, and only round ends cross between the two.
 #include "worker/training_session.h"
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/batch_split.h"
 #include "common/job_spec.h"
+#include "common/partition_plan.h"
 #include "worker/engine/cpu_replica.h"
 #include "worker/engine/model_registry.h"
 #include "worker/engine/trainer.h"
@@ -409,6 +413,156 @@ TEST_F(TrainingSessionTest, InitialParametersReplaceTheSeedsAndMustFitTheModel) 
       TrainingSession::Create(assignment, data_, options);
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ((*session)->parameters(), trained);
+}
+
+// A replica that keeps its parameters apart from the worker's host buffer, as a GPU
+// replica keeps them on the device, computing through a CPU replica over its own copy;
+// it counts the elements that cross between the two.
+class ApartReplica : public engine::Replica {
+ public:
+  ApartReplica(const engine::ModelDef& model, const float* host)
+      : params_(host, host + model.num_parameters), inner_(model, params_.data()) {}
+
+  const engine::ModelDef& model() const override { return inner_.model(); }
+  std::string device() const override { return "apart:0"; }
+  absl::Status SetParameters(const float* host, int64_t offset, int64_t length) override {
+    std::copy(host + offset, host + offset + length, params_.begin() + offset);
+    uploaded += length;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<engine::LossStats> ForwardBackward(const engine::Batch& batch,
+                                                    const engine::DropoutKey& key,
+                                                    const engine::GradientReadyFn& on_ready) override {
+    inner_.set_parameters_needed(parameters_needed_);
+    return inner_.ForwardBackward(batch, key, on_ready);
+  }
+  absl::StatusOr<engine::LossStats> Evaluate(const engine::Batch& batch) override {
+    return inner_.Evaluate(batch);
+  }
+  absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) override {
+    downloaded += length;
+    return inner_.CopyGradients(offset, length, dst);
+  }
+  bool AppliesInnerUpdate() const override { return true; }
+  absl::Status InnerUpdate(const UpdateCoefficients& c, int slots, int64_t offset, int64_t length,
+                           float divisor) override {
+    if (state_.empty()) state_.assign(static_cast<size_t>(slots) * params_.size(), 0.0f);
+    const float* gradients = inner_.host_gradients();
+    float* state = state_.data() + offset * slots;
+    for (int64_t i = 0; i < length; ++i) {
+      params_[offset + i] =
+          StepOf(c, params_[offset + i], gradients[offset + i] / divisor, state, i, length);
+    }
+    ++inner_updates;
+    return absl::OkStatus();
+  }
+  absl::Status CopyParameters(int64_t offset, int64_t length, float* dst) override {
+    std::copy(params_.begin() + offset, params_.begin() + offset + length, dst);
+    downloaded += length;
+    return absl::OkStatus();
+  }
+
+  int64_t uploaded = 0;
+  int64_t downloaded = 0;
+  int inner_updates = 0;
+
+ private:
+  std::vector<float> params_;
+  std::vector<float> state_;
+  engine::CpuReplica inner_;
+};
+
+// One node of one replica, LOCAL_SGD with rounds of 4 over 10 steps (rounds end after
+// steps 3, 7 and 9), the shard in memory. make_replica: unset for the CPU replica.
+struct LocalSgdRun {
+  std::vector<float> parameters;
+  ApartReplica* apart = nullptr;  // Owned by the session, which is gone: counts only.
+  int64_t uploaded = 0, downloaded = 0;
+  int inner_updates = 0;
+};
+
+LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart) {
+  v1::JobSpec spec = Spec();
+  spec.set_mode(v1::LOCAL_SGD);
+  spec.set_sync_every(4);
+  spec.set_max_steps(10);
+  spec.set_nodes_min(1);
+  spec.set_replicas_per_worker(1);
+  spec = WithDefaults(spec);
+  v1::Assignment a = NodeZero(spec);
+  a.set_world_size(1);
+  a.set_num_nodes(1);
+  a.clear_devices();
+  v1::Device* cpu = a.add_devices();
+  cpu->set_kind(v1::CPU);
+  cpu->set_index(-1);
+  cpu->set_name("cpu");
+  a.set_replicas(1);
+  a.set_total_replicas(1);
+  a.set_node_replicas(1);
+  ps::ParameterShard shard(ps::ShardOptions{}, nullptr);
+  SessionOptions options;
+  options.update_timeout = kHang;
+  options.ps_connection = [&shard](const PsIdentity& identity, const v1::PartitionPlan& plan) {
+    return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard},
+                                                  identity, plan, v1::LOCAL_SGD, v1::FLOAT32);
+  };
+  LocalSgdRun run;
+  if (apart) {
+    options.make_replica = [&run](const engine::ModelDef& model, const v1::Device&,
+                                  float* host) -> absl::StatusOr<std::unique_ptr<engine::Replica>> {
+      auto replica = std::make_unique<ApartReplica>(model, host);
+      run.apart = replica.get();
+      return replica;
+    };
+  }
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(a, data, options);
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return run;
+  absl::StatusOr<uint64_t> first = (*session)->Prepare();
+  EXPECT_TRUE(first.ok()) << first.status();
+  for (uint64_t step = 0; step < 10; ++step) {
+    absl::StatusOr<StepStats> stats = (*session)->RunStep(step);
+    EXPECT_TRUE(stats.ok()) << "step " << step << ": " << stats.status();
+    if (!stats.ok()) return run;
+  }
+  EXPECT_TRUE((*session)->FinishUpdate().ok());
+  run.parameters = (*session)->parameters();
+  if (run.apart != nullptr) {
+    run.uploaded = run.apart->uploaded;
+    run.downloaded = run.apart->downloaded;
+    run.inner_updates = run.apart->inner_updates;
+  }
+  return run;
+}
+
+TEST(LocalSgdOnTheReplicaTest, InnerStepsStayOnTheReplicaAndGiveTheHostPathsBits) {
+  const v1::JobSpec spec = Spec();
+  absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec.dataset(), spec.seed());
+  ASSERT_TRUE(data.ok()) << data.status();
+  const LocalSgdRun host = RunLocalSgd(*data, /*apart=*/false);
+  const LocalSgdRun apart = RunLocalSgd(*data, /*apart=*/true);
+  ASSERT_FALSE(host.parameters.empty());
+  ASSERT_EQ(apart.parameters.size(), host.parameters.size());
+  const int64_t n = static_cast<int64_t>(host.parameters.size());
+  size_t differing = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    differing += std::memcmp(&host.parameters[i], &apart.parameters[i], sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0u) << "of " << n << " parameters";
+  // Uploads: the whole model at Prepare and after each of the 3 rounds. Downloads: the
+  // node's values at each round's end, never a gradient.
+  EXPECT_EQ(apart.uploaded, 4 * n);
+  EXPECT_EQ(apart.downloaded, 3 * n);
+  // Every step takes its inner step on the replica, partition by partition.
+  const v1::PartitionPlan plan = *MakePartitionPlan(
+      engine::BuildModel(spec.model())->Layout(), spec.partition_bytes(), 1);
+  EXPECT_EQ(apart.inner_updates, 10 * plan.partitions_size());
+  // And training moved the parameters.
+  std::vector<float> initial(n);
+  engine::InitParameters(*engine::BuildModel(spec.model()), spec.seed(), initial.data());
+  EXPECT_NE(host.parameters, initial);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "common/optimizer_step.h"
 #include "worker/engine/counter_rng.h"
 #include "worker/engine/gpu_kernels.h"
 
@@ -14,6 +15,13 @@ unsigned int Blocks(int64_t count) {
 #define GRID_STRIDE(i, count)                                                   \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (count); \
        i += int64_t{blockDim.x} * gridDim.x)
+
+// One thread per element: the same StepOf the host loops' element functions are
+// (optimizer_step.h), with the gradient divided as ApplyMean divides it.
+__global__ void ApplyMeanKernel(UpdateCoefficients c, float* params, const float* grad_sum,
+                                float divisor, float* state, int64_t n) {
+  GRID_STRIDE(i, n) { params[i] = StepOf(c, params[i], grad_sum[i] / divisor, state, i, n); }
+}
 
 __global__ void AddBiasRowsKernel(float* y, const float* bias, int64_t n, int64_t features) {
   GRID_STRIDE(i, n * features) { y[i] += bias[i % features]; }
@@ -304,6 +312,13 @@ cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int6
 
 cudaError_t Fill(float* data, float value, int64_t count, cudaStream_t stream) {
   FillKernel<<<Blocks(count), kThreads, 0, stream>>>(data, value, count);
+  return cudaGetLastError();
+}
+
+cudaError_t ApplyMean(const UpdateCoefficients& c, float* params, const float* grad_sum,
+                      float divisor, float* state, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ApplyMeanKernel<<<Blocks(n), kThreads, 0, stream>>>(c, params, grad_sum, divisor, state, n);
   return cudaGetLastError();
 }
 

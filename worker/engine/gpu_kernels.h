@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "common/optimizer_step.h"
+
 namespace tributary::engine::gpu {
 
 // Geometry of a Conv2d or MaxPool2d layer.
@@ -62,6 +64,12 @@ cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int6
                                 cudaStream_t stream);
 
 cudaError_t Fill(float* data, float value, int64_t count, cudaStream_t stream);
+
+// LOCAL_SGD's inner step in one pass over the range, in place: params[i] updated with
+// the mean gradient grad_sum[i] / divisor, state slot by slot (state[i], state[n + i]),
+// element by element what Optimizer::ApplyMean computes on the host.
+cudaError_t ApplyMean(const UpdateCoefficients& c, float* params, const float* grad_sum,
+                      float divisor, float* state, int64_t n, cudaStream_t stream);
 
 }  // namespace tributary::engine::gpu
 

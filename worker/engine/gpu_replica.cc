@@ -97,6 +97,7 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   }
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&download_begin_));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&download_end_));
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&inner_done_, cudaEventDisableTiming));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   // Plain FP32 products (no TF32), so results stay within float tolerance of the CPU.
@@ -107,13 +108,15 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_parameters_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_gradients_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gradients_, 0, bytes, stream_));
+  // Downloads before the first pass read the zeros.
+  for (cudaEvent_t event : tensor_done_) CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream_));
   if (absl::Status uploaded = SetParameters(host_parameters, 0, model_.num_parameters);
       !uploaded.ok()) {
     return uploaded;
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
   {
-    absl::MutexLock lock(&upload_mu_);
+    absl::MutexLock lock(&copy_mu_);
     for (int slot = 0; slot < kUploadSlots; ++slot) {
       if (absl::Status s = HarvestUpload(slot, /*wait=*/true); !s.ok()) return s;
     }
@@ -139,6 +142,8 @@ GpuReplica::~GpuReplica() {
     if (upload_begin_[slot] != nullptr) cudaEventDestroy(upload_begin_[slot]);
     if (upload_end_[slot] != nullptr) cudaEventDestroy(upload_end_[slot]);
   }
+  if (inner_state_ != nullptr) cudaFree(inner_state_);
+  if (inner_done_ != nullptr) cudaEventDestroy(inner_done_);
   if (download_begin_ != nullptr) cudaEventDestroy(download_begin_);
   if (download_end_ != nullptr) cudaEventDestroy(download_end_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -156,7 +161,7 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
   }
   if (length == 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  absl::MutexLock lock(&upload_mu_);
+  absl::MutexLock lock(&copy_mu_);
   // The staging range may still feed the range's previous upload (normally long done).
   if (std::optional<uint64_t> previous = uploads_.Latest(offset, length)) {
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[*previous % kUploadSlots]));
@@ -204,7 +209,7 @@ absl::Status GpuReplica::WaitForTensors(cudaStream_t stream, int64_t offset, int
 }
 
 absl::Status GpuReplica::WaitForUploads(int64_t offset, int64_t length) {
-  absl::MutexLock lock(&upload_mu_);
+  absl::MutexLock lock(&copy_mu_);
   if (std::optional<uint64_t> latest = uploads_.Latest(offset, length)) {
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, upload_end_[*latest % kUploadSlots], 0));
   }
@@ -226,7 +231,7 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
   }
   if (length == 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  absl::MutexLock lock(&download_mu_);
+  absl::MutexLock lock(&copy_mu_);
   // Only the range's own tensors: the layers before it may still be computing.
   if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
   const size_t bytes = static_cast<size_t>(length) * sizeof(float);
@@ -242,9 +247,70 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
   return absl::OkStatus();
 }
 
+absl::Status GpuReplica::InnerUpdate(const UpdateCoefficients& c, int slots, int64_t offset,
+                                     int64_t length, float divisor) {
+  if (absl::Status range = CheckRange("gpu replica inner update", offset, length,
+                                      model_.num_parameters);
+      !range.ok()) {
+    return range;
+  }
+  if (slots < 0 || slots > 2 || (inner_slots_ >= 0 && slots != inner_slots_)) {
+    return absl::InvalidArgumentError(absl::StrCat("gpu replica inner update: ", slots,
+                                                   " state slots per element (was ",
+                                                   inner_slots_, ")"));
+  }
+  if (!(divisor > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu replica inner update: divisor ", divisor, " must be > 0"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (inner_slots_ < 0) {
+    inner_slots_ = slots;
+    if (slots > 0) {
+      const size_t bytes = static_cast<size_t>(slots) * model_.num_parameters * sizeof(float);
+      CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&inner_state_), bytes));
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(inner_state_, 0, bytes, stream_));
+    }
+  }
+  if (length == 0) return absl::OkStatus();
+  // After the pass's backward (same stream) and the latest upload of the range (the
+  // round's new values).
+  if (absl::Status s = WaitForUploads(offset, length); !s.ok()) return s;
+  float* state = inner_state_ == nullptr ? nullptr : inner_state_ + offset * inner_slots_;
+  CUDA_RETURN_IF_ERROR(gpu::ApplyMean(c, parameters_ + offset, gradients_ + offset, divisor, state,
+                                      length, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(inner_done_, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::CopyParameters(int64_t offset, int64_t length, float* dst) {
+  if (absl::Status range =
+          CheckRange("gpu replica parameters", offset, length, model_.num_parameters);
+      !range.ok()) {
+    return range;
+  }
+  if (length == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  absl::MutexLock lock(&copy_mu_);
+  // The values the latest inner update and upload wrote (inner_done_ was never
+  // recorded without an inner update: the wait is then a no-op).
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, inner_done_, 0));
+  const size_t bytes = static_cast<size_t>(length) * sizeof(float);
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_begin_, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_gradients_ + offset, parameters_ + offset, bytes,
+                                       cudaMemcpyDeviceToHost, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_end_, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(download_end_));
+  float milliseconds = 0;
+  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, download_begin_, download_end_));
+  copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
+  std::memcpy(dst, pinned_gradients_ + offset, bytes);
+  return absl::OkStatus();
+}
+
 double GpuReplica::TakeCopySeconds() {
   {
-    absl::MutexLock lock(&upload_mu_);
+    absl::MutexLock lock(&copy_mu_);
     for (int slot = 0; slot < kUploadSlots; ++slot) {
       // An error here surfaces from the next copy or pass, which checks every call.
       HarvestUpload(slot, /*wait=*/false).IgnoreError();
@@ -514,21 +580,36 @@ absl::StatusOr<LossStats> GpuReplica::ForwardBackward(const Batch& batch, const 
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return LossStats{};
   }
+  absl::StatusOr<LossStats> stats = Pass(batch, &key, on_ready);
+  if (!stats.ok()) SettleAfterError();
+  return stats;
+}
+
+absl::StatusOr<LossStats> GpuReplica::Pass(const Batch& batch, const DropoutKey* key,
+                                           const GradientReadyFn& on_ready) {
   if (absl::Status s = Reserve(batch.count); !s.ok()) return s;
   if (absl::Status s = Upload(batch); !s.ok()) return s;
-  if (absl::StatusOr<LossStats> f = RunForward(batch, &key); !f.ok()) return f.status();
-  if (absl::Status s = RunBackward(batch, &key, on_ready); !s.ok()) return s;
+  if (absl::StatusOr<LossStats> f = RunForward(batch, key); !f.ok()) return f.status();
+  if (key != nullptr) {
+    if (absl::Status s = RunBackward(batch, key, on_ready); !s.ok()) return s;
+  }
+  // Synchronizes stream_: every kernel of the pass is done when this returns.
   return CollectLoss(batch.count);
+}
+
+void GpuReplica::SettleAfterError() {
+  // Errors here are the device's own; the pass's error is the one to report.
+  cudaStreamSynchronize(stream_);
+  for (cudaEvent_t event : tensor_done_) cudaEventRecord(event, stream_);
 }
 
 absl::StatusOr<LossStats> GpuReplica::Evaluate(const Batch& batch) {
   if (absl::Status status = CheckBatch(model_, batch); !status.ok()) return status;
   if (batch.count == 0) return LossStats{};
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  if (absl::Status s = Reserve(batch.count); !s.ok()) return s;
-  if (absl::Status s = Upload(batch); !s.ok()) return s;
-  if (absl::StatusOr<LossStats> f = RunForward(batch, nullptr); !f.ok()) return f.status();
-  return CollectLoss(batch.count);
+  absl::StatusOr<LossStats> stats = Pass(batch, nullptr, {});
+  if (!stats.ok()) SettleAfterError();
+  return stats;
 }
 
 }  // namespace tributary::engine

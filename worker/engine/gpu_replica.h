@@ -52,6 +52,11 @@ class GpuReplica : public Replica {
   absl::StatusOr<LossStats> Evaluate(const Batch& batch) override;
   absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) override;
   double TakeCopySeconds() override;
+  // LOCAL_SGD inside a round: gpu::ApplyMean on the compute stream, state on the device.
+  bool AppliesInnerUpdate() const override { return true; }
+  absl::Status InnerUpdate(const UpdateCoefficients& c, int slots, int64_t offset, int64_t length,
+                           float divisor) override;
+  absl::Status CopyParameters(int64_t offset, int64_t length, float* dst) override;
 
   // For the worker's NCCL reduction: device buffers and the stream that orders them.
   float* device_gradients() { return gradients_; }
@@ -65,9 +70,15 @@ class GpuReplica : public Replica {
   absl::Status Reserve(int64_t n);
   absl::Status Upload(const Batch& batch);
   absl::StatusOr<LossStats> RunForward(const Batch& batch, const DropoutKey* dropout);
+  // Upload, forward, and with a dropout key (training) backward, then the loss.
+  absl::StatusOr<LossStats> Pass(const Batch& batch, const DropoutKey* key,
+                                 const GradientReadyFn& on_ready);
   absl::Status RunBackward(const Batch& batch, const DropoutKey* dropout,
                            const GradientReadyFn& on_ready);
   absl::StatusOr<LossStats> CollectLoss(int64_t n);
+  // After a failed pass: waits for the kernels it enqueued (they may still read the
+  // parameters a later upload overwrites) and marks every tensor done.
+  void SettleAfterError();
 
   // Makes `stream` wait until this pass computed the gradients of, and no longer
   // reads the parameters of, every tensor overlapping [offset, offset + length).
@@ -78,7 +89,7 @@ class GpuReplica : public Replica {
   absl::Status TensorDone(const TensorRange& range, const GradientReadyFn& on_ready);
   // Adds the time of the upload last timed in `slot` once it finished (wait: block
   // until it has; else only if it already has).
-  absl::Status HarvestUpload(int slot, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(upload_mu_);
+  absl::Status HarvestUpload(int slot, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
 
   static constexpr int kUploadSlots = 64;
 
@@ -90,17 +101,22 @@ class GpuReplica : public Replica {
   float* pinned_parameters_ = nullptr;   // Staging of uploads (cudaMallocHost).
   float* pinned_gradients_ = nullptr;    // Staging of downloads.
   std::vector<cudaEvent_t> tensor_done_;  // Per tensor (no timing).
-  absl::Mutex upload_mu_;
-  CopyLedger uploads_ ABSL_GUARDED_BY(upload_mu_);
-  uint64_t next_upload_ ABSL_GUARDED_BY(upload_mu_) = 1;
+  // Everything enqueued on copy_stream_ (uploads, downloads) and its bookkeeping.
+  absl::Mutex copy_mu_;
+  CopyLedger uploads_ ABSL_GUARDED_BY(copy_mu_);
+  uint64_t next_upload_ ABSL_GUARDED_BY(copy_mu_) = 1;
   // Upload `seq` records its begin and end events in slot seq % kUploadSlots; a later
   // upload in the same slot implies the earlier one finished (one in-order stream).
   cudaEvent_t upload_begin_[kUploadSlots] = {};
   cudaEvent_t upload_end_[kUploadSlots] = {};
-  bool upload_untimed_[kUploadSlots] ABSL_GUARDED_BY(upload_mu_) = {};
-  absl::Mutex download_mu_;
+  bool upload_untimed_[kUploadSlots] ABSL_GUARDED_BY(copy_mu_) = {};
   cudaEvent_t download_begin_ = nullptr;
   cudaEvent_t download_end_ = nullptr;
+  // The inner optimizer's state (slots x num_parameters, allocated at the first
+  // InnerUpdate, zeroed) and the event after the latest InnerUpdate's kernel.
+  float* inner_state_ = nullptr;
+  int inner_slots_ = -1;
+  cudaEvent_t inner_done_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   float* parameters_ = nullptr;
   float* gradients_ = nullptr;

@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/optimizer_step.h"
 #include "worker/engine/model.h"
 
 namespace tributary::engine {
@@ -157,6 +158,25 @@ class Replica {
   // (SetParameters, CopyGradients) since the previous call; always 0 where the
   // replica computes on host memory (CPU). Thread-safe.
   virtual double TakeCopySeconds() { return 0; }
+
+  // LOCAL_SGD's inner step where the replica keeps its parameters (issue 25: a GPU
+  // replica runs one fused kernel over the range after the pass's backward, and no
+  // parameter or gradient crosses PCIe inside a round): parameters [offset, offset +
+  // length) updated with the mean gradient, the replica's own gradient sum / divisor,
+  // by `c` (optimizer_step.h, what Optimizer::ApplyMean does on the host). The
+  // optimizer state, `slots` floats per element, is the replica's: zero when it was
+  // created, kept per range in the worker's layout (slots x length at slots x offset).
+  // Only where AppliesInnerUpdate(); the worker updates host parameters otherwise.
+  virtual bool AppliesInnerUpdate() const { return false; }
+  virtual absl::Status InnerUpdate(const UpdateCoefficients& c, int slots, int64_t offset,
+                                   int64_t length, float divisor) {
+    return absl::UnimplementedError(device() + ": no inner update on the replica");
+  }
+  // Copies the replica's current parameters [offset, offset + length) to host memory
+  // dst (after InnerUpdate: the values it wrote). Where AppliesInnerUpdate().
+  virtual absl::Status CopyParameters(int64_t offset, int64_t length, float* dst) {
+    return absl::UnimplementedError(device() + ": parameters live in the host buffer");
+  }
 
   // Installs a hook ForwardBackward calls before each layer's parameters are first
   // read (not Evaluate). Empty (the default) means the parameters are always current.
