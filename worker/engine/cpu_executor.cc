@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -151,6 +152,17 @@ void Product(ParallelRunner& runner, Dst& dst, const Lhs& lhs, const Rhs& rhs, b
   });
 }
 
+// Calls fn(t) for t in [0, pieces): on the runner's threads when the work is worth
+// splitting (the same threshold as Product), else in order on the calling thread.
+void RunPieces(ParallelRunner& runner, int64_t pieces, double flops,
+               const std::function<void(int)>& fn) {
+  if (runner.threads() > 1 && flops >= kMinParallelFlops) {
+    runner.Run(static_cast<int>(pieces), fn);
+    return;
+  }
+  for (int t = 0; t < static_cast<int>(pieces); ++t) fn(t);
+}
+
 }  // namespace
 
 void SetCpuMatmulThreads(int threads) { matmul_threads = std::max(1, threads); }
@@ -271,7 +283,7 @@ LossStats CpuExecutor<Scalar>::RunForward(const Scalar* params, const Batch& bat
           // The weight's row pieces (row_pieces.h), last first: the order backward
           // finished them, so the order their updates come back in. Each piece waits
           // only for its own rows; the runner's threads take pieces in turn.
-          runner_->Run(static_cast<int>(pieces), [&](int t) {
+          RunPieces(*runner_, pieces, 2.0 * n * out_size * in_size, [&](int t) {
             const RowRange rows = RowPiece(out_size, pieces, pieces - 1 - t);
             if (needed) needed(l.weight.offset + rows.first * in_size, rows.count * in_size);
             ym.middleCols(rows.first, rows.count).noalias() =
@@ -436,7 +448,7 @@ LossStats CpuExecutor<Scalar>::ForwardBackward(const Scalar* params, const Batch
           const RowRange rows = RowPiece(out_size, pieces, pieces - 1 - t);
           on_ready(weight_tensor, l.weight.offset + rows.first * in_size, rows.count * in_size);
         });
-        runner_->Run(static_cast<int>(pieces), [&](int t) {
+        RunPieces(*runner_, pieces, 2.0 * n * out_size * in_size, [&](int t) {
           const RowRange rows = RowPiece(out_size, pieces, pieces - 1 - t);
           dw.middleRows(rows.first, rows.count).noalias() =
               dy.middleCols(rows.first, rows.count).transpose() * xm;

@@ -187,7 +187,9 @@ TEST(GradientCheckTest, ReadyCallbacksRunLastLayerFirstAndCoverTheBuffer) {
 // asks for the pieces last first; both give what a plain loop computes, and the
 // pieces' arithmetic does not depend on how many threads take them.
 TEST(GradientCheckTest, LargeLinearLayersWorkInRowPieces) {
-  constexpr int64_t kIn = 2048, kHidden = 64, kClasses = 10, kSamples = 3;
+  // 80 samples: 2 * 80 * 64 * 2048 = 21 MFLOP per product, enough for the executor to
+  // split the pieces over its threads (kMinParallelFlops) when it has two.
+  constexpr int64_t kIn = 2048, kHidden = 64, kClasses = 10, kSamples = 80;
   ModelBuilder b("pieced", Shape{kIn, 1, 1});
   b.Linear("fc1", kHidden).Relu().Linear("fc2", kClasses);
   const ModelDef model = Must(std::move(b).Build());
