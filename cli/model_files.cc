@@ -103,7 +103,7 @@ absl::StatusOr<ExportResult> ExportModel(std::shared_ptr<grpc::Channel> coordina
                                   ? cluster.expected_shards()
                                   : static_cast<uint32_t>(cluster.shards_size());
   absl::StatusOr<v1::PartitionPlan> plan =
-      MakePartitionPlan(model->Layout(), spec.partition_bytes(), num_shards);
+      MakePartitionPlan(model->Layout(), spec.partition_bytes(), num_shards, spec.partition_cut());
   if (!plan.ok()) return plan.status();
 
   absl::StatusOr<PulledParameters> pulled =

@@ -119,6 +119,7 @@ constexpr std::pair<const char*, const char*> kFlagOfField[] = {
     {"replicas_per_worker", "replicas"},
     {"devices", "job_devices"},
     {"partition_bytes", "partition_bytes"},
+    {"partition_cut", "partition_cut"},
     {"wire_dtype", "wire_dtype"},
     {"checkpoint_dir", "checkpoint_dir"},
     {"checkpoint_interval_steps", "checkpoint_interval"},

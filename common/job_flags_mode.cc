@@ -33,6 +33,11 @@ ABSL_FLAG(uint32_t, replicas, 0,
 ABSL_FLAG(std::string, job_devices, "auto", "Where replicas run: auto, cpu or gpu. Default: auto.");
 ABSL_FLAG(int64_t, partition_bytes, tributary::kDefaultPartitionBytes,
           "Largest partition in bytes. Default: 4194304 (4 MiB).");
+ABSL_FLAG(std::string, partition_cut, "even",
+          "How the parameters are cut into partitions: even (nearly equal partitions, the "
+          "fewest messages) or layers (following the layers and the engine's row pieces, "
+          "so pushes start during backward and the next forward on the first updates "
+          "back). Default: even.");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "Gradient dtype on the wire: float32, float16 or bfloat16. Default: float32.");
 
@@ -109,6 +114,13 @@ absl::Status ApplyModeFlags(const FlagUse& use, v1::JobSpec& spec) {
     spec.set_devices(*devices);
   }
   if (use("partition_bytes")) spec.set_partition_bytes(absl::GetFlag(FLAGS_partition_bytes));
+  if (use("partition_cut")) {
+    absl::StatusOr<v1::PartitionCut> cut = ParseChoice<v1::PartitionCut>(
+        "partition_cut", absl::GetFlag(FLAGS_partition_cut),
+        {{"even", v1::CUT_EVEN}, {"layers", v1::CUT_LAYERS}});
+    if (!cut.ok()) return cut.status();
+    spec.set_partition_cut(*cut);
+  }
   if (use("wire_dtype")) {
     absl::StatusOr<v1::DType> dtype = ParseChoice<v1::DType>(
         "wire_dtype", absl::GetFlag(FLAGS_wire_dtype),

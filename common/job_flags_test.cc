@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 
 ABSL_DECLARE_FLAG(std::string, job_json);
+ABSL_DECLARE_FLAG(std::string, partition_cut);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, input_shape);
 ABSL_DECLARE_FLAG(std::string, dataset);
@@ -81,6 +82,22 @@ TEST_F(JobFlagsTest, DefaultsAreTheMainJob) {
   EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.05f);
   // Cosine decay: the recipe that reaches 0.87 in 3 epochs (constant: 0.855).
   EXPECT_EQ(spec->optimizer().schedule().kind(), v1::COSINE);
+}
+
+TEST_F(JobFlagsTest, ThePartitionCutIsEvenUnlessLayersAreAskedFor) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->partition_cut(), v1::CUT_EVEN);
+  absl::SetFlag(&FLAGS_partition_cut, "layers");
+  Given({"partition_cut"});
+  spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->partition_cut(), v1::CUT_LAYERS);
+  absl::SetFlag(&FLAGS_partition_cut, "rows");
+  const absl::StatusOr<v1::JobSpec> bad = JobSpecFromFlags();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("partition_cut"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("rows"), std::string::npos) << bad.status();
 }
 
 TEST_F(JobFlagsTest, SyntheticSizesAndInputShapeReachTheSpec) {

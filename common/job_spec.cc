@@ -409,6 +409,7 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.replicas_per_worker() == 0) spec.set_replicas_per_worker(1);
   if (spec.devices() == v1::DEVICE_KIND_UNSPECIFIED) spec.set_devices(v1::AUTO);
   if (spec.partition_bytes() == 0) spec.set_partition_bytes(kDefaultPartitionBytes);
+  if (spec.partition_cut() == v1::PARTITION_CUT_UNSPECIFIED) spec.set_partition_cut(v1::CUT_EVEN);
   if (spec.wire_dtype() == v1::DTYPE_UNSPECIFIED) spec.set_wire_dtype(v1::FLOAT32);
   if (spec.seed() == 0) spec.set_seed(1);
   return spec;
@@ -525,6 +526,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return Bad("partition_bytes", spec.partition_bytes(),
                absl::StrCat("must be a multiple of 4 in [", kMinPartitionBytes, ", ",
                             kMaxPartitionBytes, "]"));
+  }
+  if (!v1::PartitionCut_IsValid(spec.partition_cut()) ||
+      spec.partition_cut() == v1::PARTITION_CUT_UNSPECIFIED) {
+    return Bad("partition_cut", spec.partition_cut(), "must be CUT_EVEN or CUT_LAYERS");
   }
   if (!v1::DType_IsValid(spec.wire_dtype()) || spec.wire_dtype() == v1::DTYPE_UNSPECIFIED) {
     return Bad("wire_dtype", spec.wire_dtype(), "must be FLOAT32, FLOAT16 or BFLOAT16");

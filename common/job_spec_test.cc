@@ -31,6 +31,7 @@ TEST(JobSpecTest, AnEmptySpecGetsTheDocumentedDefaults) {
   EXPECT_EQ(spec.devices(), v1::AUTO);
   EXPECT_EQ(spec.partition_bytes(), kDefaultPartitionBytes);
   EXPECT_EQ(spec.wire_dtype(), v1::FLOAT32);
+  EXPECT_EQ(spec.partition_cut(), v1::CUT_EVEN);
   EXPECT_EQ(spec.seed(), 1u);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
@@ -64,6 +65,8 @@ TEST(JobSpecTest, InvalidFieldsAreNamedOneByOne) {
       {[](v1::JobSpec& s) { s.set_replicas_per_worker(65); }, "replicas_per_worker"},
       {[](v1::JobSpec& s) { s.set_partition_bytes(1001); }, "partition_bytes"},
       {[](v1::JobSpec& s) { s.set_partition_bytes(16); }, "partition_bytes"},
+      {[](v1::JobSpec& s) { s.set_partition_cut(static_cast<v1::PartitionCut>(7)); },
+       "partition_cut: must be CUT_EVEN or CUT_LAYERS, got 7"},
       {[](v1::JobSpec& s) { s.set_mode(static_cast<v1::TrainingMode>(9)); }, "mode"},
       {[](v1::JobSpec& s) { s.set_mode(v1::BOUNDED_STALENESS); s.set_staleness(0); },
        "staleness"},

@@ -10,9 +10,9 @@
 #include <cmath>
 
 #if defined(__CUDACC__)
-#define TRIBUTARY_HOST_DEVICE __host__ __device__ __forceinline__
+#define TRIBUTARY_OPTIMIZER_STEP __host__ __device__ __forceinline__
 #else
-#define TRIBUTARY_HOST_DEVICE inline
+#define TRIBUTARY_OPTIMIZER_STEP inline
 #endif
 
 namespace tributary {
@@ -35,18 +35,18 @@ struct UpdateCoefficients {
 
 // Each returns the element's new value from its value p and gradient g, updating its
 // state slots (velocity; Adam's m and v) in place.
-TRIBUTARY_HOST_DEVICE float SgdStep(const UpdateCoefficients& c, float p, float g) {
+TRIBUTARY_OPTIMIZER_STEP float SgdStep(const UpdateCoefficients& c, float p, float g) {
   return p - c.lr * (g + c.weight_decay * p);
 }
 
-TRIBUTARY_HOST_DEVICE float MomentumStep(const UpdateCoefficients& c, float p, float g,
+TRIBUTARY_OPTIMIZER_STEP float MomentumStep(const UpdateCoefficients& c, float p, float g,
                                          float& velocity) {
   const float d = g + c.weight_decay * p;
   velocity = c.momentum * velocity + d;
   return p - c.lr * velocity;
 }
 
-TRIBUTARY_HOST_DEVICE float NesterovStep(const UpdateCoefficients& c, float p, float g,
+TRIBUTARY_OPTIMIZER_STEP float NesterovStep(const UpdateCoefficients& c, float p, float g,
                                          float& velocity) {
   const float d = g + c.weight_decay * p;
   velocity = c.momentum * velocity + d;
@@ -55,7 +55,7 @@ TRIBUTARY_HOST_DEVICE float NesterovStep(const UpdateCoefficients& c, float p, f
 
 // kDecoupled: AdamW (the decay applied to the value, not added to the gradient).
 template <bool kDecoupled>
-TRIBUTARY_HOST_DEVICE float AdamStep(const UpdateCoefficients& c, float p, float g, float& m,
+TRIBUTARY_OPTIMIZER_STEP float AdamStep(const UpdateCoefficients& c, float p, float g, float& m,
                                      float& v) {
   if (kDecoupled) p -= c.lr * c.weight_decay * p;
   const float d = kDecoupled ? g : g + c.weight_decay * p;
@@ -68,7 +68,7 @@ TRIBUTARY_HOST_DEVICE float AdamStep(const UpdateCoefficients& c, float p, float
 
 // The update of element i of a range of n: value p, gradient g, state laid out slot by
 // slot (state[i], state[n + i]). The kind is the same for the whole range.
-TRIBUTARY_HOST_DEVICE float StepOf(const UpdateCoefficients& c, float p, float g, float* state,
+TRIBUTARY_OPTIMIZER_STEP float StepOf(const UpdateCoefficients& c, float p, float g, float* state,
                                    long long i, long long n) {
   switch (c.kind) {
     case UpdateCoefficients::kMomentum:

@@ -170,14 +170,20 @@ absl::Status ValidateParameterLayout(const v1::ParameterLayout& layout) {
 }
 
 absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& layout,
-                                                    int64_t partition_bytes,
-                                                    uint32_t num_shards) {
+                                                    int64_t partition_bytes, uint32_t num_shards,
+                                                    v1::PartitionCut cut) {
   if (absl::Status valid = ValidateParameterLayout(layout); !valid.ok()) return valid;
   if (partition_bytes < 4 || partition_bytes % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "partition_bytes must be a positive multiple of 4, got ", partition_bytes));
   }
   if (num_shards == 0) return absl::InvalidArgumentError("num_shards must be > 0, got 0");
+  // Specs stored before the cut existed name none: theirs was the even one.
+  if (cut == v1::PARTITION_CUT_UNSPECIFIED) cut = v1::CUT_EVEN;
+  if (cut != v1::CUT_EVEN && cut != v1::CUT_LAYERS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition cut must be CUT_EVEN or CUT_LAYERS, got ", static_cast<int>(cut)));
+  }
 
   const int64_t total = layout.total_elements();
   int64_t trained = total;  // Elements before the first buffer.
@@ -188,10 +194,13 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
     }
   }
   const int64_t max_elements = partition_bytes / 4;
-  // Parameters: the layer-following cut (the units: every tensor, large ones in their
-  // row pieces, longer units in nearly equal parts of at most max_elements; grouped),
-  // or, when that gives a shard nothing, an even cut into one partition per shard.
-  std::vector<int64_t> lengths = LayerFollowingCut(layout, trained, max_elements);
+  // Parameters: the even cut, or the layer-following one (the units: every tensor,
+  // large ones in their row pieces, longer units in nearly equal parts of at most
+  // max_elements; grouped); when that gives a shard nothing, an even cut into one
+  // partition per shard.
+  std::vector<int64_t> lengths =
+      cut == v1::CUT_LAYERS ? LayerFollowingCut(layout, trained, max_elements)
+                            : EvenCut(trained, (trained + max_elements - 1) / max_elements);
   const int64_t at_least = std::min<int64_t>(num_shards, trained);
   if (static_cast<int64_t>(lengths.size()) < at_least) lengths = EvenCut(trained, at_least);
   // Buffers: the fewest partitions that fit, never mixed with parameters.

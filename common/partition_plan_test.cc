@@ -29,10 +29,30 @@ v1::ParameterLayout Layout(const std::vector<int64_t>& lengths) {
   return layout;
 }
 
-v1::PartitionPlan MustPlan(const v1::ParameterLayout& layout, int64_t bytes, uint32_t shards) {
-  absl::StatusOr<v1::PartitionPlan> plan = MakePartitionPlan(layout, bytes, shards);
+v1::PartitionPlan MustPlan(const v1::ParameterLayout& layout, int64_t bytes, uint32_t shards,
+                           v1::PartitionCut cut = v1::CUT_EVEN) {
+  absl::StatusOr<v1::PartitionPlan> plan = MakePartitionPlan(layout, bytes, shards, cut);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return plan.ok() ? *plan : v1::PartitionPlan();
+}
+
+TEST(PartitionPlanTest, CutsEvenlyAcrossTensorBoundaries) {
+  // 1000 elements, at most 64 per partition (256 bytes) -> 16 partitions of 62 or 63.
+  const v1::PartitionPlan plan = MustPlan(Layout({300, 10, 690}), 256, 1);
+  ASSERT_EQ(plan.partitions_size(), 16);
+  int64_t offset = 0;
+  for (const v1::Partition& partition : plan.partitions()) {
+    EXPECT_EQ(partition.offset(), offset);
+    EXPECT_TRUE(partition.length() == 62 || partition.length() == 63) << partition.length();
+    EXPECT_LE(partition.length() * 4, 256);
+    EXPECT_EQ(partition.shard(), 0u);
+    offset += partition.length();
+  }
+  EXPECT_EQ(offset, 1000);
+  EXPECT_EQ(plan.total_elements(), 1000);
+  EXPECT_EQ(plan.partitions(0).length(), 63);   // 1000 = 16 * 62 + 8: the first 8 are longer.
+  EXPECT_EQ(plan.partitions(15).length(), 62);
+  EXPECT_TRUE(ValidatePartitionPlan(plan).ok());
 }
 
 // Lengths of the plan's partitions, in order.
@@ -64,11 +84,11 @@ v1::ParameterLayout MlpLayout() {
   return layout;
 }
 
-TEST(PartitionPlanTest, FollowsTheLayersAndTheEnginesRowPieces) {
+TEST(PartitionPlanTest, TheLayerCutFollowsTheLayersAndTheEnginesRowPieces) {
   // The first layer's weight in its 8 row pieces of 32 rows (25,088 floats), the last
   // one with the first layer's bias; the second layer's weight (two pieces of 16,384,
   // grouped: 128 KiB); the rest grouped. 4 MiB would hold the whole model.
-  const v1::PartitionPlan plan = MustPlan(MlpLayout(), 4 << 20, 2);
+  const v1::PartitionPlan plan = MustPlan(MlpLayout(), 4 << 20, 2, v1::CUT_LAYERS);
   EXPECT_THAT(Lengths(plan), ::testing::ElementsAre(25088, 25088, 25088, 25088, 25088, 25088,
                                                     25088, 25088 + 256, 32768, 128 + 1280 + 10));
   for (int k = 0; k < 8; ++k) EXPECT_EQ(plan.partitions(k).offset(), k * 25088);
@@ -78,13 +98,13 @@ TEST(PartitionPlanTest, FollowsTheLayersAndTheEnginesRowPieces) {
   EXPECT_THAT(shards, ::testing::ElementsAre(0, 1, 0, 1, 0, 1, 0, 1, 0, 1));
   EXPECT_TRUE(ValidatePartitionPlan(plan).ok());
   // One shard: the same cut.
-  EXPECT_EQ(Lengths(MustPlan(MlpLayout(), 4 << 20, 1)), Lengths(plan));
+  EXPECT_EQ(Lengths(MustPlan(MlpLayout(), 4 << 20, 1, v1::CUT_LAYERS)), Lengths(plan));
 }
 
-TEST(PartitionPlanTest, CutsLongUnitsIntoNearlyEqualPartsThatFit) {
+TEST(PartitionPlanTest, TheLayerCutCutsLongUnitsIntoNearlyEqualPartsThatFit) {
   // At most 64 elements per partition (256 bytes): 300 -> 5 x 60, 10 alone (it does
   // not fit beside a full neighbour), 690 -> 11 parts of 63 or 62.
-  const v1::PartitionPlan plan = MustPlan(Layout({300, 10, 690}), 256, 1);
+  const v1::PartitionPlan plan = MustPlan(Layout({300, 10, 690}), 256, 1, v1::CUT_LAYERS);
   EXPECT_THAT(Lengths(plan), ::testing::ElementsAre(60, 60, 60, 60, 60, 10, 63, 63, 63, 63, 63,
                                                     63, 63, 63, 62, 62, 62));
   int64_t offset = 0;
@@ -99,15 +119,15 @@ TEST(PartitionPlanTest, CutsLongUnitsIntoNearlyEqualPartsThatFit) {
   EXPECT_TRUE(ValidatePartitionPlan(plan).ok());
 }
 
-TEST(PartitionPlanTest, GroupsSmallTensorsUpTo128KiB) {
-  EXPECT_THAT(Lengths(MustPlan(Layout({100, 200, 30000, 5000}), 4 << 20, 1)),
+TEST(PartitionPlanTest, TheLayerCutGroupsSmallTensorsUpTo128KiB) {
+  EXPECT_THAT(Lengths(MustPlan(Layout({100, 200, 30000, 5000}), 4 << 20, 1, v1::CUT_LAYERS)),
               ::testing::ElementsAre(30300, 5000));
   // partition_bytes below 128 KiB groups up to partition_bytes.
-  EXPECT_THAT(Lengths(MustPlan(Layout({100, 200, 300, 50}), 1600, 1)),
+  EXPECT_THAT(Lengths(MustPlan(Layout({100, 200, 300, 50}), 1600, 1, v1::CUT_LAYERS)),
               ::testing::ElementsAre(300, 350));
 }
 
-TEST(PartitionPlanTest, NeverCutsMorePartitionsThanTheBoundAShardChecks) {
+TEST(PartitionPlanTest, NeitherCutGivesMorePartitionsThanTheBoundAShardChecks) {
   // Layouts of many shapes and sizes: the cut stays within MostParameterPartitions.
   uint64_t state = 12345;
   auto next = [&](uint64_t range) {
@@ -132,16 +152,35 @@ TEST(PartitionPlanTest, NeverCutsMorePartitionsThanTheBoundAShardChecks) {
     layout.set_total_elements(offset);
     const int64_t bytes = 4 * static_cast<int64_t>(next(round % 4 == 0 ? 100 : 200000));
     const uint32_t shards = static_cast<uint32_t>(next(5));
-    const v1::PartitionPlan plan = MustPlan(layout, bytes, shards);
-    ASSERT_LE(static_cast<uint64_t>(plan.partitions_size()),
-              MostParameterPartitions(static_cast<uint64_t>(offset), bytes, shards))
-        << "round " << round;
-    ASSERT_TRUE(ValidatePartitionPlan(plan).ok()) << "round " << round;
-    ASSERT_GE(plan.partitions_size(), static_cast<int>(std::min<int64_t>(shards, offset)));
+    for (v1::PartitionCut cut : {v1::CUT_EVEN, v1::CUT_LAYERS}) {
+      const v1::PartitionPlan plan = MustPlan(layout, bytes, shards, cut);
+      ASSERT_LE(static_cast<uint64_t>(plan.partitions_size()),
+                MostParameterPartitions(static_cast<uint64_t>(offset), bytes, shards))
+          << "round " << round << ", cut " << cut;
+      ASSERT_TRUE(ValidatePartitionPlan(plan).ok()) << "round " << round;
+      ASSERT_GE(plan.partitions_size(), static_cast<int>(std::min<int64_t>(shards, offset)));
+    }
   }
   EXPECT_EQ(MostParameterPartitions(64, 256, 1), 3u);
   EXPECT_EQ(MostParameterPartitions(3, 4 << 20, 5), 3u);
   EXPECT_EQ(MostParameterPartitions(100, 0, 1), 0u);
+}
+
+TEST(PartitionPlanTest, TheCutsDifferInTheirPlansAndAnUnknownCutIsRefused) {
+  const v1::PartitionPlan even = MustPlan(MlpLayout(), 4 << 20, 2, v1::CUT_EVEN);
+  EXPECT_THAT(Lengths(even), ::testing::ElementsAre(117573, 117573));
+  EXPECT_NE(even.fingerprint(), MustPlan(MlpLayout(), 4 << 20, 2, v1::CUT_LAYERS).fingerprint());
+  // A spec stored before the cut existed names none: the even cut, the same plan.
+  EXPECT_EQ(MustPlan(MlpLayout(), 4 << 20, 2, v1::PARTITION_CUT_UNSPECIFIED).fingerprint(),
+            even.fingerprint());
+  const absl::StatusOr<v1::PartitionPlan> bad =
+      MakePartitionPlan(MlpLayout(), 4 << 20, 2, static_cast<v1::PartitionCut>(7));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("partition cut must be CUT_EVEN or CUT_LAYERS, got 7"));
+  // The layer cut's digest is pinned like the even one's (checkpoints are checked
+  // against it).
+  EXPECT_EQ(MustPlan(Layout({300, 10, 690}), 256, 1, v1::CUT_LAYERS).fingerprint(),
+            "8c2d2dec62a52865411970f39ddb910a");
 }
 
 TEST(PartitionPlanTest, BalancesBytesAcrossShards) {
@@ -262,13 +301,12 @@ v1::ParameterLayout WithBuffers(const std::vector<int64_t>& lengths, size_t firs
 }
 
 TEST(PartitionPlanTest, BuffersGetPartitionsOfTheirOwnAfterTheParameters) {
-  // 1000 trained elements, then buffers of 5 + 3: the 17 parameter partitions of
-  // CutsLongUnitsIntoNearlyEqualPartsThatFit, one buffer partition holding exactly the
-  // 8 buffer elements.
+  // 1000 trained elements, then buffers of 5 + 3: 16 parameter partitions, one buffer
+  // partition holding exactly the 8 buffer elements.
   const v1::PartitionPlan plan = MustPlan(WithBuffers({300, 10, 690, 5, 3}, 3), 256, 2);
-  ASSERT_EQ(plan.partitions_size(), 18);
-  for (int i = 0; i < 17; ++i) EXPECT_FALSE(plan.partitions(i).buffers()) << i;
-  const v1::Partition& buffers = plan.partitions(17);
+  ASSERT_EQ(plan.partitions_size(), 17);
+  for (int i = 0; i < 16; ++i) EXPECT_FALSE(plan.partitions(i).buffers()) << i;
+  const v1::Partition& buffers = plan.partitions(16);
   EXPECT_TRUE(buffers.buffers());
   EXPECT_EQ(buffers.offset(), 1000);
   EXPECT_EQ(buffers.length(), 8);
@@ -286,11 +324,9 @@ TEST(PartitionPlanTest, BufferFlagsEnterTheFingerprintOnlyWhenPresent) {
   const v1::PartitionPlan plain = MustPlan(Layout({300, 8}), 256, 1);
   const v1::PartitionPlan buffered = MustPlan(WithBuffers({300, 8}, 1), 256, 1);
   EXPECT_NE(plain.fingerprint(), buffered.fingerprint());
-  // Plans without buffers hash as they did before buffers existed. The digest is
-  // pinned because every stored checkpoint is checked against it: this value is the
-  // layer-following cut's (the even cut before it gave 73c713a4cf05fde74e79e66e5d4db5f8;
-  // the hash itself did not change, the cut did).
-  EXPECT_EQ(MustPlan(Layout({300, 10, 690}), 256, 1).fingerprint(), "8c2d2dec62a52865411970f39ddb910a");
+  // Plans without buffers keep the fingerprint they had before buffers existed.
+  // (This digest was computed before TensorView.buffer existed.)
+  EXPECT_EQ(MustPlan(Layout({300, 10, 690}), 256, 1).fingerprint(), "73c713a4cf05fde74e79e66e5d4db5f8");
 }
 
 TEST(PartitionPlanTest, RefusesBuffersBeforeParametersOrFirst) {

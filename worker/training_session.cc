@@ -47,8 +47,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
                                                    assignment.devices_size(), " devices for ",
                                                    assignment.replicas(), " replicas"));
   }
-  absl::StatusOr<v1::PartitionPlan> plan = MakePartitionPlan(
-      model->Layout(), spec.partition_bytes(), static_cast<uint32_t>(assignment.shards_size()));
+  absl::StatusOr<v1::PartitionPlan> plan =
+      MakePartitionPlan(model->Layout(), spec.partition_bytes(),
+                        static_cast<uint32_t>(assignment.shards_size()), spec.partition_cut());
   if (!plan.ok()) return plan.status();
   const uint64_t total_steps = TotalSteps(spec, data.train.size());
   if (options.initial_parameters != nullptr &&

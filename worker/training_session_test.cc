@@ -59,7 +59,8 @@ v1::JobSpec Spec() {
   spec.mutable_optimizer()->set_learning_rate(0.1f);
   spec.set_nodes_min(2);
   spec.set_replicas_per_worker(2);
-  spec.set_partition_bytes(256);  // 20 partitions of the 1260 parameters.
+  spec.set_partition_bytes(256);  // 20-odd partitions of the 1260 parameters,
+  spec.set_partition_cut(v1::CUT_LAYERS);  // cut along the layers (the even cut: elsewhere).
   spec.set_seed(5);
   return WithDefaults(spec);
 }
@@ -557,7 +558,7 @@ TEST(LocalSgdOnTheReplicaTest, InnerStepsStayOnTheReplicaAndGiveTheHostPathsBits
   EXPECT_EQ(apart.downloaded, 3 * n);
   // Every step takes its inner step on the replica, partition by partition.
   const v1::PartitionPlan plan = *MakePartitionPlan(
-      engine::BuildModel(spec.model())->Layout(), spec.partition_bytes(), 1);
+      engine::BuildModel(spec.model())->Layout(), spec.partition_bytes(), 1, spec.partition_cut());
   EXPECT_EQ(apart.inner_updates, 10 * plan.partitions_size());
   // And training moved the parameters.
   std::vector<float> initial(n);
