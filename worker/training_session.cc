@@ -135,6 +135,8 @@ absl::Status TrainingSession::MakeReplicas() {
     absl::MutexLock lock(&mu_);
     final_from_.assign(assignment_.replicas(), model_.num_parameters);
     parameters_wait_seconds_.assign(assignment_.replicas(), 0);
+    waiting_threads_.assign(assignment_.replicas(), 0);
+    waiting_since_.assign(assignment_.replicas(), absl::InfinitePast());
   }
   // The next step's forward waits, layer by layer, only for the partitions it reads.
   for (int i = 0; i < replicas_->size(); ++i) {
@@ -516,16 +518,20 @@ void TrainingSession::WaitForParameters(int replica, int64_t offset, int64_t len
   if (gate_.Ready(offset, end)) return;
   uint64_t step;
   {
+    // The replica's wall time with at least one of its threads waiting: the native
+    // engine's product threads may wait for two row pieces at once.
     absl::MutexLock lock(&mu_);
     step = running_step_;
+    if (waiting_threads_[replica]++ == 0) waiting_since_[replica] = absl::Now();
   }
   if (options_.on_parameters_wait) options_.on_parameters_wait(step, offset, length);
-  const absl::Time start = absl::Now();
   // A failed update releases the forward too: it computes on stale values, and the
   // step reports the update's error instead of pushing anything.
   gate_.WaitFor(offset, end);
   absl::MutexLock lock(&mu_);
-  parameters_wait_seconds_[replica] += SecondsSince(start);
+  if (--waiting_threads_[replica] == 0) {
+    parameters_wait_seconds_[replica] += SecondsSince(waiting_since_[replica]);
+  }
 }
 
 absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {

@@ -264,6 +264,8 @@ class TrainingSession {
   std::vector<absl::Time> first_gradient_ ABSL_GUARDED_BY(mu_);
   uint64_t running_step_ ABSL_GUARDED_BY(mu_) = 0;                    // The step RunStep computes.
   std::vector<double> parameters_wait_seconds_ ABSL_GUARDED_BY(mu_);  // Per replica.
+  std::vector<int> waiting_threads_ ABSL_GUARDED_BY(mu_);             // Per replica, now.
+  std::vector<absl::Time> waiting_since_ ABSL_GUARDED_BY(mu_);        // Per replica.
   // The update to apply next (at most one: step s's is applied before step s + 1's
   // gradients are reduced, both on the communication thread).
   uint64_t update_step_ ABSL_GUARDED_BY(mu_) = 0;
