@@ -62,6 +62,7 @@ _MODES = {"sync": "SYNC", "async": "ASYNC", "bounded": "BOUNDED_STALENESS",
           "local_sgd": "LOCAL_SGD"}
 _DEVICES = {"auto": "AUTO", "cpu": "CPU", "gpu": "GPU"}
 _DTYPES = {"float32": "FLOAT32", "float16": "FLOAT16", "bfloat16": "BFLOAT16"}
+_CUTS = {"even": "CUT_EVEN", "layers": "CUT_LAYERS"}
 
 # The job flags of `tributary local` and `tributary submit` (docs/cli.md), each with the
 # JobSpec field it sets (its path in the proto3 JSON mapping) and how its value becomes
@@ -126,6 +127,7 @@ CLI_NAMES = {
     "replicas": ("replicasPerWorker", _same),
     "job_devices": ("devices", _choice("job_devices", _DEVICES)),
     "partition_bytes": ("partitionBytes", _same),
+    "partition_cut": ("partitionCut", _choice("partition_cut", _CUTS)),
     "wire_dtype": ("wireDtype", _choice("wire_dtype", _DTYPES)),
     "checkpoint_dir": ("checkpointDir", _same),
     "checkpoint_interval": ("checkpointIntervalSteps", _same),
@@ -148,7 +150,7 @@ _NOT_FIELDS = {
 # Where both mean the same ("epochs": 3) the JSON mapping takes it.
 _SHARED = {"model", "dataset", "optimizer", "outer_optimizer", "mode", "wire_dtype",
            "epochs", "max_steps", "eval_samples", "seed", "staleness", "sync_every", "nodes_min",
-           "nodes_max", "partition_bytes", "checkpoint_dir", "init_from"}
+           "nodes_max", "partition_bytes", "partition_cut", "checkpoint_dir", "init_from"}
 
 
 def _is_flag(key, value):
@@ -158,7 +160,7 @@ def _is_flag(key, value):
         return True
     if key in ("model", "dataset", "optimizer", "outer_optimizer"):
         return isinstance(value, str)
-    if key in ("mode", "wire_dtype"):
+    if key in ("mode", "wire_dtype", "partition_cut"):
         return isinstance(value, str) and value != value.upper()
     return False  # The same value either way: left to the JSON mapping.
 
