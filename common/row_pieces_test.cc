@@ -21,7 +21,9 @@ TEST(RowPiecesTest, PiecesHoldAtLeastTheMinimumAndAtMostTheCap) {
       ASSERT_GE(pieces, 1);
       ASSERT_LE(pieces, kMaxPieces);
       ASSERT_LE(pieces, rows);
-      if (pieces > 1) EXPECT_GE(RowPiece(rows, pieces, pieces - 1).count * length, kMinPieceElements);
+      if (pieces > 1) {
+        EXPECT_GE(RowPiece(rows, pieces, pieces - 1).count * length, kMinPieceElements);
+      }
     }
   }
 }
