@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -224,19 +225,24 @@ absl::Status GpuReplica::TensorDone(const TensorRange& range, const GradientRead
 }
 
 absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* dst) {
-  if (absl::Status range =
-          CheckRange("gpu replica gradients", offset, length, model_.num_parameters);
-      !range.ok()) {
+  // Only the range's own tensors: the layers before it may still be computing.
+  return Download("gpu replica gradients", gradients_, offset, length, dst,
+                  [&]() { return WaitForTensors(copy_stream_, offset, length); });
+}
+
+absl::Status GpuReplica::Download(const char* what, const float* device, int64_t offset,
+                                  int64_t length, float* dst,
+                                  const std::function<absl::Status()>& after) {
+  if (absl::Status range = CheckRange(what, offset, length, model_.num_parameters); !range.ok()) {
     return range;
   }
   if (length == 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   absl::MutexLock lock(&copy_mu_);
-  // Only the range's own tensors: the layers before it may still be computing.
-  if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
+  if (absl::Status s = after(); !s.ok()) return s;
   const size_t bytes = static_cast<size_t>(length) * sizeof(float);
   CUDA_RETURN_IF_ERROR(cudaEventRecord(download_begin_, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_gradients_ + offset, gradients_ + offset, bytes,
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_gradients_ + offset, device + offset, bytes,
                                        cudaMemcpyDeviceToHost, copy_stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(download_end_, copy_stream_));
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(download_end_));
@@ -284,28 +290,13 @@ absl::Status GpuReplica::InnerUpdate(const UpdateCoefficients& c, int slots, int
 }
 
 absl::Status GpuReplica::CopyParameters(int64_t offset, int64_t length, float* dst) {
-  if (absl::Status range =
-          CheckRange("gpu replica parameters", offset, length, model_.num_parameters);
-      !range.ok()) {
-    return range;
-  }
-  if (length == 0) return absl::OkStatus();
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  absl::MutexLock lock(&copy_mu_);
   // The values the latest inner update and upload wrote (inner_done_ was never
-  // recorded without an inner update: the wait is then a no-op).
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, inner_done_, 0));
-  const size_t bytes = static_cast<size_t>(length) * sizeof(float);
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_begin_, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_gradients_ + offset, parameters_ + offset, bytes,
-                                       cudaMemcpyDeviceToHost, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_end_, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(download_end_));
-  float milliseconds = 0;
-  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, download_begin_, download_end_));
-  copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
-  std::memcpy(dst, pinned_gradients_ + offset, bytes);
-  return absl::OkStatus();
+  // recorded without an inner update: the wait is then a no-op; the uploads come
+  // before on the same copy stream).
+  return Download("gpu replica parameters", parameters_, offset, length, dst, [&]() {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, inner_done_, 0));
+    return absl::OkStatus();
+  });
 }
 
 double GpuReplica::TakeCopySeconds() {

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,11 @@ class GpuReplica : public Replica {
   // Makes `stream` wait until this pass computed the gradients of, and no longer
   // reads the parameters of, every tensor overlapping [offset, offset + length).
   absl::Status WaitForTensors(cudaStream_t stream, int64_t offset, int64_t length);
+  // Copies device[offset, offset + length) to dst through the pinned staging, on the
+  // copy stream after `after` (which enqueues the waits the copy needs), and waits for
+  // it; adds its time to copy_nanos_.
+  absl::Status Download(const char* what, const float* device, int64_t offset, int64_t length,
+                        float* dst, const std::function<absl::Status()>& after);
   // Makes stream_ wait for the latest upload over [offset, offset + length).
   absl::Status WaitForUploads(int64_t offset, int64_t length);
   // Records on stream_ that tensor `range` is done for this pass, then reports it ready.
