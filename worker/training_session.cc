@@ -332,6 +332,7 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   // of the node group (collectives must match).
   for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
     const v1::Partition& partition = plan_.partitions(id);
+    const float* in_place = nullptr;
     {
       absl::MutexLock lock(&mu_);
       auto final_here = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -346,46 +347,29 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
     }
     float* grad = node_grad_.data() + partition.offset();
-    if (inner_on_replica_ && !partition.buffers()) {
-      // The gradient stays on the replica; at the round's end the replica takes its
-      // inner step there and the node's values come to the host to be pushed.
-      if (!update_.sync) continue;
-      float* local = local_.data() + partition.offset();
-      if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
-      if (absl::Status s = replicas_->replica(0).CopyParameters(partition.offset(),
-                                                                partition.length(), local);
-          !s.ok()) {
-        return s;
+    // LOCAL_SGD with the inner step on the replica: the gradient stays there, and only
+    // a round's end brings the node's values to the host (below).
+    const bool on_replica = inner_on_replica_ && !partition.buffers();
+    if (!on_replica) {
+      const absl::Time start = absl::Now();
+      // One native CPU replica in a node of one process, not LOCAL_SGD (which writes
+      // what it pushes into node_grad_): the replica's own gradient buffer is the node's
+      // sum, pushed from where it lies. It stays unchanged until the update is in (the
+      // PsConnection::Push contract): the native engine writes gradients only in
+      // backward, which starts after the next forward read every parameter, so after
+      // every partition's update passed the gate.
+      in_place = local_sgd_ || !updates_into_parameters_ ? nullptr
+                                                          : reducer_->SumInPlace(partition.offset());
+      absl::Status reduced =
+          in_place != nullptr
+              ? absl::OkStatus()
+              : reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
+      {
+        absl::MutexLock lock(&mu_);
+        reduce_seconds_ += SecondsSince(start);
       }
-      const float* anchor = anchor_.data() + partition.offset();
-      const float scale = static_cast<float>(round_samples_);
-      for (int64_t i = 0; i < partition.length(); ++i) grad[i] = (anchor[i] - local[i]) * scale;
-      const absl::Time push_start = absl::Now();
-      absl::Status pushed =
-          ps_->Push(round_start_, partition.id(), grad, round_samples_, round_steps);
-      CountPush(push_start);
-      if (!pushed.ok()) return pushed;
-      continue;
+      if (!reduced.ok()) return reduced;
     }
-    const absl::Time start = absl::Now();
-    // One native CPU replica in a node of one process, not LOCAL_SGD (which writes what
-    // it pushes into node_grad_): the replica's own gradient buffer is the node's sum,
-    // pushed from where it lies. It stays unchanged until the update is in (the
-    // PsConnection::Push contract): the native engine writes gradients only in
-    // backward, which starts after the next forward read every parameter, so after
-    // every partition's update passed the gate.
-    const float* in_place = local_sgd_ || !updates_into_parameters_
-                                ? nullptr
-                                : reducer_->SumInPlace(partition.offset());
-    absl::Status reduced =
-        in_place != nullptr
-            ? absl::OkStatus()
-            : reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
-    {
-      absl::MutexLock lock(&mu_);
-      reduce_seconds_ += SecondsSince(start);
-    }
-    if (!reduced.ok()) return reduced;
     if (!leader() || !update_.sync) continue;
     if (!local_sgd_) {
       // The update comes back into the parameters (ApplyPartition waits for it there):
@@ -409,7 +393,7 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     uint64_t samples = round_samples_;
     if (!partition.buffers()) {
       float* local = local_.data() + partition.offset();
-      InnerUpdate(partition, local);
+      if (absl::Status s = RoundEndValues(partition, local); !s.ok()) return s;
       const float* anchor = anchor_.data() + partition.offset();
       const float scale = static_cast<float>(round_samples_);
       for (int64_t i = 0; i < partition.length(); ++i) grad[i] = (anchor[i] - local[i]) * scale;
@@ -432,6 +416,15 @@ void TrainingSession::CountPush(absl::Time start) {
   const double seconds = SecondsSince(start);
   absl::MutexLock lock(&mu_);
   push_seconds_ += seconds;
+}
+
+absl::Status TrainingSession::RoundEndValues(const v1::Partition& partition, float* local) {
+  if (!inner_on_replica_) {
+    InnerUpdate(partition, local);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
+  return replicas_->replica(0).CopyParameters(partition.offset(), partition.length(), local);
 }
 
 absl::Status TrainingSession::ReplicaInnerUpdate(const v1::Partition& partition) {

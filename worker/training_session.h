@@ -188,6 +188,9 @@ class TrainingSession {
   void InnerUpdate(const v1::Partition& partition, float* out);
   // The same on the replica (inner_on_replica_): its parameters, its gradient.
   absl::Status ReplicaInnerUpdate(const v1::Partition& partition);
+  // LOCAL_SGD, leader, a round's end: the node's values of a parameter partition after
+  // this step's inner update, into `local` (from the replica when it keeps them).
+  absl::Status RoundEndValues(const v1::Partition& partition, float* local);
   // Time spent in one Push, into push_seconds_.
   void CountPush(absl::Time start);
   // The step's forward and backward seconds, from the slowest replica's start
