@@ -5,7 +5,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +19,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
+#include "common/secure_random.h"
 
 namespace tributary::data_plane {
 namespace {
@@ -281,6 +287,125 @@ absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration ti
         absl::StrCat("data plane: cannot connect to ", where, ": ", last_error));
   }
   return connected;
+}
+
+std::string TicketDigest(absl::string_view ticket) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(ticket.data(), ticket.size(), digest, &size, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<char*>(digest), size);
+}
+
+std::string LocalProof(absl::string_view ticket, absl::string_view challenge) {
+  const std::string message = absl::StrCat(kProofLabel, challenge);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), ticket.data(), static_cast<int>(ticket.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &size);
+  return std::string(reinterpret_cast<char*>(mac), size);
+}
+
+bool SameBytes(absl::string_view a, absl::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::array<char, kLocalRequestBytes> EncodeLocalRequest(absl::string_view ticket_digest,
+                                                        absl::string_view challenge) {
+  std::array<char, kLocalRequestBytes> request{};
+  std::memcpy(request.data(), kLocalMagic, 4);
+  std::memcpy(request.data() + 4, ticket_digest.data(),
+              std::min(ticket_digest.size(), kDigestBytes));
+  std::memcpy(request.data() + 4 + kDigestBytes, challenge.data(),
+              std::min(challenge.size(), kDigestBytes));
+  return request;
+}
+
+absl::Status ParseLocalRequest(const char (&request)[kLocalRequestBytes], std::string* digest,
+                               std::string* challenge) {
+  if (std::memcmp(request, kLocalMagic, 4) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data plane: the local connection did not start with \"TRDL\" (first bytes 0x",
+        absl::BytesToHexString(absl::string_view(request, 4)), ")"));
+  }
+  digest->assign(request + 4, kDigestBytes);
+  challenge->assign(request + 4 + kDigestBytes, kDigestBytes);
+  return absl::OkStatus();
+}
+
+bool IsLocalSocketName(absl::string_view name) {
+  if (!absl::StartsWith(name, kLocalNamePrefix)) return false;
+  const absl::string_view hex = name.substr(sizeof(kLocalNamePrefix) - 1);
+  return hex.size() == 32 && std::all_of(hex.begin(), hex.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+namespace {
+
+// The address of the abstract `name`: sun_path starts with a NUL.
+socklen_t AbstractAddress(absl::string_view name, sockaddr_un* address) {
+  *address = sockaddr_un{};
+  address->sun_family = AF_UNIX;
+  const size_t size = std::min(name.size(), sizeof(address->sun_path) - 1);
+  std::memcpy(address->sun_path + 1, name.data(), size);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + size);
+}
+
+}  // namespace
+
+absl::StatusOr<int> ListenLocal(std::string* name) {
+  absl::StatusOr<std::string> random = SecureRandomBytes(16);
+  if (!random.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane local socket: ", random.status().message()));
+  }
+  const std::string chosen = absl::StrCat(kLocalNamePrefix, absl::BytesToHexString(*random));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane local socket: socket: ", std::strerror(errno)));
+  }
+  sockaddr_un address;
+  const socklen_t length = AbstractAddress(chosen, &address);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd, 128) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("data plane local socket: cannot listen on @", chosen, ": ", error));
+  }
+  *name = chosen;
+  return fd;
+}
+
+absl::StatusOr<int> ConnectLocal(absl::string_view name, absl::Duration timeout) {
+  if (!IsLocalSocketName(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data plane: \"", absl::CHexEscape(name.substr(0, 64)),
+                     "\" is not a local socket name"));
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane: local socket: ", std::strerror(errno)));
+  }
+  // A Unix socket's connect waits for room in a full backlog up to the send timeout.
+  SetSendTimeout(fd, timeout);
+  sockaddr_un address;
+  const socklen_t length = AbstractAddress(name, &address);
+  int result;
+  do {
+    result = ::connect(fd, reinterpret_cast<sockaddr*>(&address), length);
+  } while (result != 0 && errno == EINTR);
+  if (result != 0) {
+    const int error = errno;
+    ::close(fd);
+    const std::string message =
+        absl::StrCat("data plane: cannot connect to @", name, ": ", std::strerror(error));
+    if (error == ECONNREFUSED || error == ENOENT) return absl::NotFoundError(message);
+    return absl::UnavailableError(message);
+  }
+  SetSendTimeout(fd, absl::ZeroDuration());
+  return fd;
 }
 
 void SetReceiveTimeout(int fd, absl::Duration timeout) {

@@ -11,6 +11,16 @@
 //     kStatus:  the stream's end (down): code (u32, gRPC/absl numbering) + text
 // Integers are little-endian. Every length is checked against a limit before any
 // byte of the payload is read.
+//
+// The local lane: the same protocol on a Unix stream socket in Linux's abstract
+// namespace, for a client in the shard's network namespace (the same host, or the
+// same pod). The name travels in OpenDataPlane's answer; abstract names have no file
+// permissions and another host may hold the same name, so before it sends its ticket
+// the client makes the shard prove it holds it:
+//   client -> shard: "TRDL", SHA-256(ticket) (32 bytes), a random challenge (32 bytes)
+//   shard -> client: HMAC-SHA256(ticket, kProofLabel + challenge) (32 bytes), or a
+//                    close when it issued no such ticket
+// then the hello and frames as above.
 #ifndef TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
 #define TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
 
@@ -38,6 +48,14 @@ inline constexpr size_t kMaxStatusText = 4096;
 // Bytes a message adds to its data (field tags, lengths, the job id): the frame limit
 // is the partition's bytes plus this.
 inline constexpr uint64_t kMessageOverheadBytes = 1024;
+
+inline constexpr char kLocalMagic[4] = {'T', 'R', 'D', 'L'};
+inline constexpr size_t kDigestBytes = 32;
+inline constexpr size_t kLocalRequestBytes = 4 + kDigestBytes + kDigestBytes;
+inline constexpr char kProofLabel[] = "tributary data plane local proof:";
+// The local socket's name (without the abstract namespace's leading NUL): this
+// prefix and 32 lowercase hex digits.
+inline constexpr char kLocalNamePrefix[] = "tributary-data-plane-";
 
 enum FrameKind : uint32_t { kMessage = 1, kStatus = 2 };
 
@@ -69,6 +87,28 @@ absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what);
 // Reads a frame header: INVALID_ARGUMENT for an unknown kind or a length above
 // max_length (both values named); ReadFull's errors otherwise.
 absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what);
+
+// SHA-256(ticket): how a local client names its ticket before the shard proved itself.
+std::string TicketDigest(absl::string_view ticket);
+// HMAC-SHA256(ticket, kProofLabel + challenge).
+std::string LocalProof(absl::string_view ticket, absl::string_view challenge);
+// Equal lengths and bytes, in time that does not depend on where they differ.
+bool SameBytes(absl::string_view a, absl::string_view b);
+std::array<char, kLocalRequestBytes> EncodeLocalRequest(absl::string_view ticket_digest,
+                                                        absl::string_view challenge);
+// The digest and challenge of a local request; INVALID_ARGUMENT for a wrong magic.
+absl::Status ParseLocalRequest(const char (&request)[kLocalRequestBytes], std::string* digest,
+                               std::string* challenge);
+
+// Whether `name` is one a shard gives its local socket (kLocalNamePrefix + 32 hex).
+bool IsLocalSocketName(absl::string_view name);
+// A listening Unix stream socket at a fresh random abstract name (close-on-exec);
+// UNAVAILABLE naming the error.
+absl::StatusOr<int> ListenLocal(std::string* name);
+// A connected Unix stream socket to the abstract `name` (close-on-exec), waiting at most
+// `timeout`. NOT_FOUND when nothing listens there in this network namespace (another
+// host: use TCP), UNAVAILABLE for the rest.
+absl::StatusOr<int> ConnectLocal(absl::string_view name, absl::Duration timeout);
 
 // A kStatus frame carrying `status` (OK included).
 absl::Status WriteStatusFrame(int fd, const absl::Status& status);

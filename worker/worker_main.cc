@@ -66,9 +66,11 @@ ABSL_FLAG(int, ps_streams_per_shard, 1,
           "--streams_per_shard); in [1, 16]. Default: 1.");
 ABSL_FLAG(std::string, ps_transport, "auto",
           "How PushPull's gradients and updates travel to and from the PS shards: auto (each "
-          "shard's TCP data plane when it runs one, else gRPC), tcp (the data plane only: "
-          "a shard without one is an error) or grpc (the gRPC PushPull stream). The data "
-          "plane moves the same messages with fewer copies and thread hand-offs "
+          "shard's data plane when it runs one: its local Unix socket when this worker is in "
+          "the shard's network namespace, else its TCP port; else gRPC), local (the local "
+          "socket only: a shard out of reach is an error), tcp (the TCP data port only: a "
+          "shard without one is an error) or grpc (the gRPC PushPull stream). The data plane "
+          "moves the same messages with fewer copies and thread hand-offs "
           "(docs/parameter_server.md); with TLS shards run none. Default: auto.");
 ABSL_FLAG(std::string, data_root, "/",
           "Every data path a job names (dataset directory, CSV and NPY files; relative ones "

@@ -216,9 +216,20 @@ double SumGBps(size_t model_bytes, v1::DType dtype, int repeats) {
   return best;
 }
 
-double RawTcpGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps) {
+namespace {
+
+std::pair<int, int> UnixPair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) PLOG(FATAL) << "raw Unix: socketpair";
+  return {fds[0], fds[1]};
+}
+
+double RawSocketGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps,
+                     bool unix_sockets) {
   std::vector<std::pair<int, int>> pairs;
-  for (size_t i = 0; i < bytes_per_connection.size(); ++i) pairs.push_back(TcpPair());
+  for (size_t i = 0; i < bytes_per_connection.size(); ++i) {
+    pairs.push_back(unix_sockets ? UnixPair() : TcpPair());
+  }
   std::vector<std::thread> threads;
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
@@ -272,6 +283,16 @@ double RawTcpGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk,
     ::close(server);
   }
   return total / seconds / 1e9;
+}
+
+}  // namespace
+
+double RawTcpGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps) {
+  return RawSocketGBps(bytes_per_connection, chunk, steps, /*unix_sockets=*/false);
+}
+
+double RawUnixGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps) {
+  return RawSocketGBps(bytes_per_connection, chunk, steps, /*unix_sockets=*/true);
 }
 
 // Bytes each connection carries up per step: every (node, shard, stream), a shard's

@@ -27,6 +27,8 @@ double SumGBps(size_t model_bytes, v1::DType dtype, int repeats);
 // echoes every piece back (the PS's push + pull without any processing). All
 // connections run at once. GB/s of bytes sent + received.
 double RawTcpGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps);
+// The same over Unix stream socket pairs: what the shards' local socket is made of.
+double RawUnixGBps(const std::vector<size_t>& bytes_per_connection, size_t chunk, int steps);
 
 struct PsConfig {
   int64_t model_bytes = 100 << 20;  // One FLOAT32 tensor of this size.
@@ -38,7 +40,8 @@ struct PsConfig {
   int summation_threads = 1;           // Executor threads of each shard.
   v1::DType wire_dtype = v1::FLOAT32;  // Gradient dtype on the wire (updates: FLOAT32).
   int streams_per_shard = 1;           // PsClient's PushPull streams (connections) per shard.
-  // How pushes and updates travel: each shard runs its TCP data plane beside gRPC.
+  // How pushes and updates travel: each shard runs its data plane (TCP port and local
+  // socket) beside gRPC.
   worker::PsTransport transport = worker::PsTransport::kTcp;
 };
 

@@ -1,8 +1,9 @@
 // ps_throughput: the parameter server's push + pull throughput swept over the number
-// of workers (node streams) and PS shards, each configuration beside raw loopback TCP
+// of workers (node streams) and PS shards, each configuration beside raw sockets
 // moving the same traffic (one connection per (worker, shard), each carrying that
-// shard's bytes up and back) and beside single-thread memcpy, all measured in this run
-// and in this process. Prints a table of figures and ratios, then one JSON line.
+// shard's bytes up and back: loopback TCP for the tcp and grpc transports, Unix socket
+// pairs for local) and beside single-thread memcpy, all measured in this run and in
+// this process. Prints a table of figures and ratios, then one JSON line.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -49,13 +50,16 @@ ABSL_FLAG(int, malloc_arena_max, 1,
 ABSL_FLAG(int, streams_per_shard, 1,
           "PushPull streams from each worker to each shard, each on its own connection (the "
           "worker's --ps_streams_per_shard); raw TCP uses as many connections. Default: 1.");
-ABSL_FLAG(std::vector<std::string>, transports, std::vector<std::string>({"tcp", "grpc"}),
-          "How pushes and updates travel, each measured per configuration: tcp (the shards' "
-          "TCP data plane, what workers use by default) and/or grpc (the gRPC PushPull "
-          "stream). Comma separated. Default: tcp,grpc.");
+ABSL_FLAG(std::vector<std::string>, transports,
+          std::vector<std::string>({"local", "tcp", "grpc"}),
+          "How pushes and updates travel, each measured per configuration: local (the "
+          "shards' data plane on their local Unix socket, what workers on the shards' host "
+          "use by default), tcp (the data plane's TCP port, what workers elsewhere use) "
+          "and/or grpc (the gRPC PushPull stream). Comma separated. Default: "
+          "local,tcp,grpc.");
 ABSL_FLAG(int, repeats, 3,
           "Repetitions of every measurement: memcpy, summation, and per configuration raw "
-          "TCP and each transport in turn; the best of each is reported. Default: 3.");
+          "sockets and each transport in turn; the best of each is reported. Default: 3.");
 
 namespace tributary::bench {
 namespace {
@@ -87,7 +91,9 @@ struct Row {
   int shards = 0;
   std::string transport;
   PsResult ps;
-  double tcp_gbps = 0;
+  double tcp_gbps = 0;   // Raw loopback TCP.
+  double unix_gbps = 0;  // Raw Unix socket pairs (0 when no local transport was measured).
+  double raw_gbps = 0;   // The raw figure of this row's kind of socket.
 };
 
 int Run() {
@@ -115,7 +121,7 @@ int Run() {
     absl::StatusOr<worker::PsTransport> transport = worker::ParsePsTransport(name);
     if (!transport.ok() || *transport == worker::PsTransport::kAuto) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--transports: '", name, "' is not tcp or grpc")));
+          absl::StrCat("--transports: '", name, "' is not local, tcp or grpc")));
     }
     transports.push_back(*transport);
   }
@@ -140,8 +146,9 @@ int Run() {
   std::printf("memcpy %.2f GB/s (one thread), summation %.2f GB/s of %s gradient (one thread)\n",
               memcpy_gbps, sum_gbps, dtype.c_str());
   std::printf("%7s %6s %9s  %10s  %13s  %8s  %9s  %10s  %9s\n", "workers", "shards",
-              "transport", "PS GB/s",
-              "raw TCP GB/s", "PS/TCP", "PS/memcpy", "step s", "agg wait");
+              "transport", "PS GB/s", "raw GB/s", "PS/raw", "PS/memcpy", "step s", "agg wait");
+  std::printf("(raw: the same bytes through plain sockets of the transport's kind: loopback TCP "
+              "for tcp and grpc, Unix socket pairs for local)\n");
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -156,11 +163,17 @@ int Run() {
       // best round: both sides get the same treatment and the same moments of a noisy
       // machine.
       double tcp_gbps = 0;
+      double unix_gbps = 0;
+      const bool any_local =
+          std::count(transports.begin(), transports.end(), worker::PsTransport::kLocal) > 0;
       std::vector<PsResult> best(transports.size());
       for (int r = 0; r < repeats; ++r) {
-        tcp_gbps = std::max(tcp_gbps,
-                            RawTcpGBps(*stream_bytes, static_cast<size_t>(config.partition_bytes),
-                                       std::max(1, config.steps / 2)));
+        const size_t chunk = static_cast<size_t>(config.partition_bytes);
+        const int raw_steps = std::max(1, config.steps / 2);
+        tcp_gbps = std::max(tcp_gbps, RawTcpGBps(*stream_bytes, chunk, raw_steps));
+        if (any_local) {
+          unix_gbps = std::max(unix_gbps, RawUnixGBps(*stream_bytes, chunk, raw_steps));
+        }
         for (size_t t = 0; t < transports.size(); ++t) {
           config.transport = transports[t];
           absl::StatusOr<PsResult> ps = MeasurePs(config);
@@ -179,10 +192,12 @@ int Run() {
         row.shards = shard_count;
         row.transport = worker::PsTransportName(transports[t]);
         row.tcp_gbps = tcp_gbps;
+        row.unix_gbps = unix_gbps;
+        row.raw_gbps = transports[t] == worker::PsTransport::kLocal ? unix_gbps : tcp_gbps;
         row.ps = best[t];
         std::printf("%7d %6d %9s  %10.3f  %13.3f  %8.3f  %9.3f  %10.3f  %9.3f\n", row.workers,
-                    row.shards, row.transport.c_str(), row.ps.gbps, row.tcp_gbps,
-                    row.ps.gbps / row.tcp_gbps, row.ps.gbps / memcpy_gbps, row.ps.step_seconds,
+                    row.shards, row.transport.c_str(), row.ps.gbps, row.raw_gbps,
+                    row.ps.gbps / row.raw_gbps, row.ps.gbps / memcpy_gbps, row.ps.step_seconds,
                     row.ps.aggregation_wait_seconds);
         std::fflush(stdout);
         rows.push_back(row);
@@ -194,11 +209,11 @@ int Run() {
   for (const Row& row : rows) {
     runs.push_back(absl::StrFormat(
         "{\"workers\": %d, \"shards\": %d, \"transport\": \"%s\", \"ps_GBps\": %.4f, "
-        "\"raw_tcp_GBps\": %.4f, "
+        "\"raw_tcp_GBps\": %.4f, \"raw_unix_GBps\": %.4f, \"ratio_vs_raw\": %.4f, "
         "\"ratio_vs_raw_tcp\": %.4f, \"ratio_vs_memcpy\": %.4f, \"step_seconds\": %.4f, "
         "\"aggregation_wait_seconds\": %.4f}",
-        row.workers, row.shards, row.transport, row.ps.gbps, row.tcp_gbps,
-        row.ps.gbps / row.tcp_gbps,
+        row.workers, row.shards, row.transport, row.ps.gbps, row.tcp_gbps, row.unix_gbps,
+        row.ps.gbps / row.raw_gbps, row.ps.gbps / row.tcp_gbps,
         row.ps.gbps / memcpy_gbps, row.ps.step_seconds, row.ps.aggregation_wait_seconds));
   }
   const MachineInfo after = DescribeMachine();
@@ -218,8 +233,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ps_throughput: PS push + pull bytes/s for each (workers, shards) beside raw loopback "
-      "TCP and memcpy.\n"
+      "ps_throughput: PS push + pull bytes/s for each (workers, shards) beside raw sockets "
+      "(loopback TCP, Unix) and memcpy.\n"
       "Usage: bazel run //bench/ps_throughput -- [--workers=1,2,4] [--shards=1,2] "
       "[--model_bytes=N] [--steps=N] ...");
   absl::ParseCommandLine(argc, argv);

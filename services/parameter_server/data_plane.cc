@@ -36,7 +36,8 @@ namespace dp = ::tributary::data_plane;
 // only queue and return.
 class DataPlaneServer::Session final : public NodeSink {
  public:
-  Session(DataPlaneServer* server, int fd) : server_(server), fd_(fd) {
+  Session(DataPlaneServer* server, int fd, bool local)
+      : server_(server), fd_(fd), local_(local) {
     for (Slot& slot : slots_) book_.Free(&slot);
   }
   ~Session() override { ::close(fd_); }
@@ -124,7 +125,9 @@ class DataPlaneServer::Session final : public NodeSink {
     writes_.clear();  // Queued values are dropped; the one being written is the writer's.
   }
 
-  std::string Name() const { return absl::StrCat("data plane connection ", fd_); }
+  std::string Name() const {
+    return absl::StrCat(local_ ? "local data plane connection " : "data plane connection ", fd_);
+  }
 
   void ReadLoop() {
     const std::optional<Binding> binding = Admit();
@@ -179,13 +182,34 @@ class DataPlaneServer::Session final : public NodeSink {
     reader_done_ = true;
   }
 
+  // The local lane's step before the hello: the client names its ticket by digest and
+  // the shard proves it issued it. A request for no outstanding ticket is closed
+  // unanswered (the client then tries TCP, where its hello gets the refusal).
+  absl::Status ProveLocal(absl::Time deadline) {
+    char request[dp::kLocalRequestBytes];
+    absl::Status read =
+        dp::ReadFullBefore(fd_, request, sizeof(request), deadline, "local data plane request");
+    if (!read.ok()) return read;
+    std::string digest, challenge;
+    if (absl::Status parsed = dp::ParseLocalRequest(request, &digest, &challenge); !parsed.ok()) {
+      return parsed;
+    }
+    absl::StatusOr<std::string> proof = server_->ProveLocal(digest, challenge);
+    if (!proof.ok()) return proof.status();
+    iovec piece = {proof->data(), proof->size()};
+    return dp::WriteAll(fd_, &piece, 1, "local data plane proof");
+  }
+
   // The hello and its ticket; answers it with a status frame.
   std::optional<Binding> Admit() {
-    // One deadline for the whole hello: trickling bytes does not extend it.
+    // One deadline for the whole hello (and the local lane's proof before it):
+    // trickling bytes does not extend it.
+    const absl::Time deadline = absl::Now() + server_->options_.hello_timeout;
     char hello[dp::kHelloBytes];
-    absl::Status read =
-        dp::ReadFullBefore(fd_, hello, sizeof(hello),
-                           absl::Now() + server_->options_.hello_timeout, "data plane hello");
+    absl::Status read = local_ ? ProveLocal(deadline) : absl::OkStatus();
+    if (read.ok()) {
+      read = dp::ReadFullBefore(fd_, hello, sizeof(hello), deadline, "data plane hello");
+    }
     owes_hello_ = false;
     if (!read.ok() && evicted_.load()) {
       read = absl::ResourceExhaustedError(absl::StrCat(
@@ -202,13 +226,13 @@ class DataPlaneServer::Session final : public NodeSink {
       binding = server_->Redeem(*ticket);
     }
     if (!binding.ok()) {
-      server_->Refused();
+      server_->Refused(local_);
       LOG(WARNING) << Name() << " refused: " << binding.status();
       if (read.ok()) dp::WriteStatusFrame(fd_, binding.status()).IgnoreError();
       return std::nullopt;
     }
     if (!dp::WriteStatusFrame(fd_, absl::OkStatus()).ok()) return std::nullopt;
-    server_->admitted_->Increment();
+    server_->admitted_[local_ ? 1 : 0]->Increment();
     return *std::move(binding);
   }
 
@@ -323,6 +347,7 @@ class DataPlaneServer::Session final : public NodeSink {
 
   DataPlaneServer* const server_;
   const int fd_;
+  const bool local_;  // On the local (Unix socket) lane.
   const absl::Time accepted_ = absl::Now();
   std::atomic<bool> owes_hello_{true};
   std::atomic<bool> evicted_{false};
@@ -349,8 +374,8 @@ DataPlaneServer::DataPlaneServer(ParameterShard* shard, PartitionExecutor* execu
                                              : std::make_shared<prometheus::Registry>()) {
   connections_gauge_ = &prometheus::BuildGauge()
                             .Name("tributary_ps_data_plane_connections")
-                            .Help("Open TCP data-plane connections (admitted or owing their "
-                                  "hello).")
+                            .Help("Open data-plane connections, TCP and local (admitted or "
+                                  "owing their hello).")
                             .Register(*registry_)
                             .Add({});
   tickets_gauge_ = &prometheus::BuildGauge()
@@ -361,10 +386,13 @@ DataPlaneServer::DataPlaneServer(ParameterShard* shard, PartitionExecutor* execu
   auto& taken = prometheus::BuildCounter()
                     .Name("tributary_ps_data_plane_connections_total")
                     .Help("Data-plane connections by result: admitted (a valid ticket), "
-                          "refused (no or a bad hello or ticket, over a limit).")
+                          "refused (no or a bad hello or ticket, over a limit); and by lane: "
+                          "tcp (the data port), local (the Unix socket).")
                     .Register(*registry_);
-  admitted_ = &taken.Add({{"result", "admitted"}});
-  refused_counter_ = &taken.Add({{"result", "refused"}});
+  admitted_[0] = &taken.Add({{"result", "admitted"}, {"lane", "tcp"}});
+  admitted_[1] = &taken.Add({{"result", "admitted"}, {"lane", "local"}});
+  refused_counter_[0] = &taken.Add({{"result", "refused"}, {"lane", "tcp"}});
+  refused_counter_[1] = &taken.Add({{"result", "refused"}, {"lane", "local"}});
 }
 
 DataPlaneServer::~DataPlaneServer() { Shutdown(); }
@@ -421,6 +449,15 @@ absl::Status DataPlaneServer::Start() {
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   listener_ = fd;
+  if (options_.local_socket) {
+    // Without it workers use TCP: worth a warning, not a refusal to serve.
+    absl::StatusOr<int> local = dp::ListenLocal(&local_name_);
+    if (local.ok()) {
+      local_listener_ = *local;
+    } else {
+      LOG(WARNING) << local.status().message() << "; workers on this host use TCP";
+    }
+  }
   acceptor_ = std::thread([this] { AcceptLoop(); });
   return absl::OkStatus();
 }
@@ -430,6 +467,8 @@ void DataPlaneServer::Shutdown() {
   if (acceptor_.joinable()) acceptor_.join();
   if (listener_ >= 0) ::close(listener_);
   listener_ = -1;
+  if (local_listener_ >= 0) ::close(local_listener_);
+  local_listener_ = -1;
   {
     absl::MutexLock lock(&mu_);
     for (auto& session : sessions_) {
@@ -456,53 +495,60 @@ void DataPlaneServer::Shutdown() {
 
 void DataPlaneServer::AcceptLoop() {
   while (!stopping_.load()) {
-    pollfd waiting{listener_, POLLIN, 0};
-    const int ready = ::poll(&waiting, 1, 200);
+    pollfd waiting[2] = {{listener_, POLLIN, 0}, {local_listener_, POLLIN, 0}};
+    const int ready = ::poll(waiting, local_listener_ >= 0 ? 2 : 1, 200);
     Sweep(/*all=*/false);
     if (ready <= 0) continue;
-    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      // Out of descriptors or memory: the pending connection stays in the backlog, so
-      // back off instead of spinning on it.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        LOG_EVERY_N(WARNING, 100) << "data plane: accept: " << std::strerror(errno);
-        absl::SleepFor(absl::Milliseconds(100));
-      }
-      continue;
+    if (waiting[0].revents != 0) Accept(listener_, /*local=*/false);
+    if (local_listener_ >= 0 && waiting[1].revents != 0) Accept(local_listener_, /*local=*/true);
+  }
+}
+
+void DataPlaneServer::Accept(int listener, bool local) {
+  const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) {
+    // Out of descriptors or memory: the pending connection stays in the backlog, so
+    // back off instead of spinning on it.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      LOG_EVERY_N(WARNING, 100) << "data plane: accept: " << std::strerror(errno);
+      absl::SleepFor(absl::Milliseconds(100));
     }
+    return;
+  }
+  if (!local) {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    // A peer that stops reading its values for this long is disconnected.
-    dp::SetSendTimeout(fd, absl::Seconds(60));
-    absl::MutexLock lock(&mu_);
-    // At most max_unadmitted connections owe their hello: a newcomer evicts the one that
-    // has owed it longest. A peer that holds silent connections (however fast it
-    // reopens them) thus never keeps out a worker, which sends its hello at once.
-    Session* oldest = nullptr;
-    int unadmitted = 0;
-    for (const auto& session : sessions_) {
-      if (!session->Unadmitted()) continue;
-      ++unadmitted;
-      if (oldest == nullptr || session->accepted() < oldest->accepted()) oldest = session.get();
-    }
-    if (unadmitted >= options_.max_unadmitted && oldest != nullptr) {
-      LOG_EVERY_N(WARNING, 100) << "data plane: " << unadmitted
-                                << " connections owe their hello (the limit); the oldest is "
-                                   "closed for a new one";
-      oldest->Evict();
-    }
-    if (sessions_.size() >= static_cast<size_t>(max_connections_)) {
-      Refused();
-      LOG_EVERY_N(WARNING, 100) << "data plane: " << sessions_.size()
-                                << " connections open (the limit " << max_connections_
-                                << "); one more closed";
-      ::close(fd);
-      continue;
-    }
-    sessions_.push_back(std::make_unique<Session>(this, fd));
-    connections_gauge_->Set(static_cast<double>(sessions_.size()));
-    sessions_.back()->Start();
   }
+  // A peer that stops reading its values for this long is disconnected.
+  dp::SetSendTimeout(fd, absl::Seconds(60));
+  absl::MutexLock lock(&mu_);
+  // At most max_unadmitted connections owe their hello: a newcomer evicts the one that
+  // has owed it longest. A peer that holds silent connections (however fast it
+  // reopens them) thus never keeps out a worker, which sends its hello at once.
+  Session* oldest = nullptr;
+  int unadmitted = 0;
+  for (const auto& session : sessions_) {
+    if (!session->Unadmitted()) continue;
+    ++unadmitted;
+    if (oldest == nullptr || session->accepted() < oldest->accepted()) oldest = session.get();
+  }
+  if (unadmitted >= options_.max_unadmitted && oldest != nullptr) {
+    LOG_EVERY_N(WARNING, 100) << "data plane: " << unadmitted
+                              << " connections owe their hello (the limit); the oldest is "
+                                 "closed for a new one";
+    oldest->Evict();
+  }
+  if (sessions_.size() >= static_cast<size_t>(max_connections_)) {
+    Refused(local);
+    LOG_EVERY_N(WARNING, 100) << "data plane: " << sessions_.size()
+                              << " connections open (the limit " << max_connections_
+                              << "); one more closed";
+    ::close(fd);
+    return;
+  }
+  sessions_.push_back(std::make_unique<Session>(this, fd, local));
+  connections_gauge_->Set(static_cast<double>(sessions_.size()));
+  sessions_.back()->Start();
 }
 
 void DataPlaneServer::Sweep(bool all) {
@@ -550,12 +596,13 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
     if (oldest == tickets_.end() || b.expires < oldest->second.expires) oldest = it;
   }
   if (held >= kTicketsPerNode) tickets_.erase(oldest);
+  std::string digest = dp::TicketDigest(ticket);
   if (tickets_.size() >= options_.max_tickets) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "OpenDataPlane: ", tickets_.size(), " tickets outstanding (the limit); try again in ",
         absl::FormatDuration(options_.ticket_lifetime)));
   }
-  tickets_[ticket] = Binding{job_id, generation, node_rank, now + options_.ticket_lifetime};
+  tickets_[digest] = Binding{ticket, job_id, generation, node_rank, now + options_.ticket_lifetime};
   tickets_gauge_->Set(static_cast<double>(tickets_.size()));
   v1::OpenDataPlaneResponse response;
   response.set_port(static_cast<uint32_t>(port_));
@@ -563,12 +610,26 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
   response.set_max_frame_bytes(max_frame_bytes());
   response.set_expires_in_seconds(
       static_cast<uint32_t>(absl::ToInt64Seconds(options_.ticket_lifetime)));
+  if (local_listener_ >= 0) response.set_local_socket(local_name_);
   return response;
 }
 
-absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::string& ticket) {
+absl::StatusOr<std::string> DataPlaneServer::ProveLocal(const std::string& digest,
+                                                        const std::string& challenge) {
   absl::MutexLock lock(&mu_);
-  auto found = tickets_.find(ticket);
+  auto found = tickets_.find(digest);
+  if (found == tickets_.end() || found->second.expires <= absl::Now()) {
+    return absl::UnauthenticatedError(
+        "local data plane: no outstanding ticket has that digest (ask OpenDataPlane for a "
+        "new one)");
+  }
+  return dp::LocalProof(found->second.ticket, challenge);
+}
+
+absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::string& ticket) {
+  const std::string digest = dp::TicketDigest(ticket);
+  absl::MutexLock lock(&mu_);
+  auto found = tickets_.find(digest);
   if (found == tickets_.end() || found->second.expires <= absl::Now()) {
     if (found != tickets_.end()) tickets_.erase(found);
     tickets_gauge_->Set(static_cast<double>(tickets_.size()));
@@ -581,9 +642,9 @@ absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::stri
   return binding;
 }
 
-void DataPlaneServer::Refused() {
+void DataPlaneServer::Refused(bool local) {
   ++refused_;
-  refused_counter_->Increment();
+  refused_counter_[local ? 1 : 0]->Increment();
 }
 
 size_t DataPlaneServer::connections() const {

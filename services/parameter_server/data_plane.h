@@ -12,6 +12,12 @@
 // validated by the shard exactly as on the gRPC stream, and each frame's length is
 // checked against the partition limit before anything is read. Bytes travel
 // unencrypted: a shard serving TLS runs no data plane (parameter_server_main).
+//
+// The same protocol is also served on a Unix socket in the abstract namespace (the
+// local lane, common/data_plane_wire.h), for workers in the shard's network
+// namespace: on a loaded 2-core host a 470 KB round trip takes about a fifth of what
+// it takes through loopback TCP. Admission there adds one step before the hello: the
+// shard proves it issued the client's ticket.
 #ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_
 
@@ -44,6 +50,8 @@ struct DataPlaneOptions {
   int max_connections = 1024;
   // Connections still owing their hello; a newer one evicts the oldest of them.
   int max_unadmitted = 64;
+  // Also listen on a Unix socket at a random abstract name (announced by Issue).
+  bool local_socket = true;
   size_t max_tickets = 4096;            // Outstanding tickets.
   absl::Duration ticket_lifetime = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -66,6 +74,8 @@ class DataPlaneServer {
   void Shutdown();
 
   int port() const { return port_; }
+  // The local socket's abstract name without its leading NUL; empty when none.
+  const std::string& local_socket() const { return local_name_; }
   uint64_t max_frame_bytes() const;
 
   // A ticket for one connection speaking for (job, generation, node).
@@ -81,6 +91,7 @@ class DataPlaneServer {
 
  private:
   struct Binding {
+    std::string ticket;
     std::string job_id;
     uint64_t generation = 0;
     uint32_t node_rank = 0;
@@ -88,18 +99,25 @@ class DataPlaneServer {
   };
 
   void AcceptLoop();
+  // Takes one connection from `listener` (the TCP one or the local one).
+  void Accept(int listener, bool local);
   // Counts a connection refused (admission or a limit).
-  void Refused();
+  void Refused(bool local);
   // Joins and frees sessions whose threads are done (all of them with `all`).
   void Sweep(bool all);
   // The binding of `ticket`, removing it; UNAUTHENTICATED when unknown or expired.
   absl::StatusOr<Binding> Redeem(const std::string& ticket);
+  // The local lane's proof for the ticket whose SHA-256 is `digest` (kept for the
+  // hello); UNAUTHENTICATED when no such ticket is outstanding.
+  absl::StatusOr<std::string> ProveLocal(const std::string& digest, const std::string& challenge);
 
   ParameterShard* const shard_;
   PartitionExecutor* const executor_;
   const DataPlaneOptions options_;
   int listener_ = -1;
   int port_ = 0;
+  int local_listener_ = -1;
+  std::string local_name_;
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_{0};
@@ -110,10 +128,12 @@ class DataPlaneServer {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Gauge* connections_gauge_ = nullptr;
   prometheus::Gauge* tickets_gauge_ = nullptr;
-  prometheus::Counter* admitted_ = nullptr;
-  prometheus::Counter* refused_counter_ = nullptr;
+  // By lane: [0] TCP, [1] local.
+  prometheus::Counter* admitted_[2] = {nullptr, nullptr};
+  prometheus::Counter* refused_counter_[2] = {nullptr, nullptr};
 
   mutable absl::Mutex mu_;
+  // By the ticket's SHA-256 (TicketDigest): the local lane names a ticket so.
   absl::flat_hash_map<std::string, Binding> tickets_ ABSL_GUARDED_BY(mu_);
   std::list<std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };

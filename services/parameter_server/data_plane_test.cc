@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,6 +50,23 @@ struct Fixture {
     options.max_partition_bytes = 256;
     server = std::make_unique<DataPlaneServer>(&shard, &executor, options);
     EXPECT_TRUE(server->Start().ok());
+  }
+
+  // A connection to the local socket, proved: the shard answered the request for
+  // `ticket` with the right proof. The hello is the caller's.
+  int ConnectLocal(const std::string& ticket) {
+    absl::StatusOr<int> fd = dp::ConnectLocal(server->local_socket(), absl::Seconds(5));
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (!fd.ok()) return -1;
+    dp::SetReceiveTimeout(*fd, absl::Seconds(20));
+    const std::string challenge(dp::kDigestBytes, 'c');
+    auto request = dp::EncodeLocalRequest(dp::TicketDigest(ticket), challenge);
+    iovec piece = {request.data(), request.size()};
+    EXPECT_TRUE(dp::WriteAll(*fd, &piece, 1, "test").ok());
+    std::string proof(dp::kDigestBytes, '\0');
+    EXPECT_TRUE(dp::ReadFull(*fd, proof.data(), proof.size(), "test").ok());
+    EXPECT_EQ(proof, dp::LocalProof(ticket, challenge));
+    return *fd;
   }
 
   std::string Ticket(uint32_t node = 0, uint64_t generation = 0) {
@@ -166,22 +184,29 @@ TEST(DataPlaneTest, PushesTrainExactlyAsTheShardDoes) {
   ::close(fd);
 }
 
-// A metric's value in `registry` (the series with `label`=`value`, or the only one).
+// A metric's value in `registry`: the sum over its series with `label`=`value` (and
+// `label2`=`value2` when given), or over all of them; -1 when it has none.
 double MetricValue(prometheus::Registry& registry, const std::string& name,
-                   const std::string& label = "", const std::string& value = "") {
+                   const std::string& label = "", const std::string& value = "",
+                   const std::string& label2 = "", const std::string& value2 = "") {
+  double sum = 0;
+  bool found = false;
   for (const prometheus::MetricFamily& family : registry.Collect()) {
     if (family.name != name) continue;
     for (const prometheus::ClientMetric& metric : family.metric) {
       bool match = label.empty();
+      bool match2 = label2.empty();
       for (const prometheus::ClientMetric::Label& l : metric.label) {
         match = match || (l.name == label && l.value == value);
+        match2 = match2 || (l.name == label2 && l.value == value2);
       }
-      if (!match) continue;
-      return family.type == prometheus::MetricType::Counter ? metric.counter.value
+      if (!match || !match2) continue;
+      found = true;
+      sum += family.type == prometheus::MetricType::Counter ? metric.counter.value
                                                             : metric.gauge.value;
     }
   }
-  return -1;
+  return found ? sum : -1;
 }
 
 TEST(DataPlaneTest, ATicketAdmitsOneConnectionOnly) {
@@ -199,11 +224,13 @@ TEST(DataPlaneTest, ATicketAdmitsOneConnectionOnly) {
   EXPECT_GE(f.server->refused(), 1u);
   // On the shard's /metrics: one admitted, one refused, no ticket left.
   EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
-                        "admitted"),
+                        "admitted", "lane", "tcp"),
             1);
   EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
-                        "refused"),
+                        "refused", "lane", "tcp"),
             1);
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "lane", "local"),
+            0);
   EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_tickets"), 0);
   EXPECT_GE(MetricValue(*registry, "tributary_ps_data_plane_connections"), 1);
   f.Ticket();
@@ -426,6 +453,136 @@ TEST(DataPlaneTest, ShutdownEndsOpenConnections) {
   ASSERT_TRUE(received.is_status);
   EXPECT_EQ(received.status.code(), absl::StatusCode::kUnavailable) << received.status;
   ::close(fd);
+}
+
+// The local lane: the same pushes give the same values as on TCP, once the shard
+// proved it issued the ticket; the ticket is still good for one connection only.
+TEST(DataPlaneTest, TheLocalSocketServesTheSameStreamAfterTheShardsProof) {
+  DataPlaneOptions options;
+  auto registry = std::make_shared<prometheus::Registry>();
+  options.registry = registry;
+  Fixture f(options);
+  absl::StatusOr<v1::OpenDataPlaneResponse> issued = f.server->Issue("job-1", 0, 0);
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  EXPECT_TRUE(dp::IsLocalSocketName(issued->local_socket())) << issued->local_socket();
+  EXPECT_EQ(issued->local_socket(), f.server->local_socket());
+  const int fd = f.ConnectLocal(issued->ticket());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(Hello(fd, issued->ticket()).ok());
+  std::vector<float> grad(kElements);
+  for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.25f - 0.002f * static_cast<float>(i);
+  for (uint32_t p = 0; p < 3; ++p) {
+    Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, p, grad, 4))));
+  }
+  std::vector<float> got(kElements, -1.0f);
+  for (int i = 0; i < 3; ++i) {
+    Received received = Read(fd);
+    ASSERT_FALSE(received.is_status) << received.status;
+    ReceivedMessage message;
+    PartitionValuesView values;
+    ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
+    const v1::Partition& partition = f.header.plan().partitions(values.partition_id);
+    CopyFloatsInto(values.data, got.data() + partition.offset());
+  }
+  for (int64_t i = 0; i < kElements; ++i) {
+    EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / 4.0f)) << i;
+  }
+  ::shutdown(fd, SHUT_WR);
+  EXPECT_TRUE(EndOf(fd).ok());
+  ::close(fd);
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
+                        "admitted", "lane", "local"),
+            1);
+  // Used: neither lane admits it again, and the local socket gives no proof for it.
+  const int again = f.Connect();
+  EXPECT_EQ(Hello(again, issued->ticket()).code(), absl::StatusCode::kUnauthenticated);
+  ::close(again);
+  absl::StatusOr<int> local = dp::ConnectLocal(f.server->local_socket(), absl::Seconds(5));
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto request = dp::EncodeLocalRequest(dp::TicketDigest(issued->ticket()),
+                                        std::string(dp::kDigestBytes, 'd'));
+  Send(*local, absl::string_view(request.data(), request.size()));
+  dp::SetReceiveTimeout(*local, absl::Seconds(20));
+  char byte;
+  EXPECT_EQ(dp::ReadFull(*local, &byte, 1, "proof").code(), absl::StatusCode::kOutOfRange)
+      << "closed without a byte";
+  ::close(*local);
+}
+
+// A stranger on the local socket: a request naming no outstanding ticket, a plain
+// hello (no request first) and garbage are each closed without a byte; the shard
+// counts them refused and still serves the ticket's owner.
+TEST(DataPlaneTest, TheLocalSocketAnswersNothingWithoutAnOutstandingTicket) {
+  DataPlaneOptions options;
+  auto registry = std::make_shared<prometheus::Registry>();
+  options.registry = registry;
+  Fixture f(options);
+  const std::string ticket = f.Ticket();
+  std::vector<std::string> attempts;
+  auto unknown = dp::EncodeLocalRequest(dp::TicketDigest(std::string(32, 'x')),
+                                        std::string(dp::kDigestBytes, 'c'));
+  attempts.emplace_back(unknown.data(), unknown.size());
+  auto hello = dp::EncodeHello(ticket);
+  attempts.emplace_back(std::string(hello.data(), hello.size()) + std::string(28, '\0'));
+  attempts.push_back(std::string(dp::kLocalRequestBytes, '\xff'));
+  for (const std::string& attempt : attempts) {
+    absl::StatusOr<int> fd = dp::ConnectLocal(f.server->local_socket(), absl::Seconds(5));
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    dp::SetReceiveTimeout(*fd, absl::Seconds(20));
+    Send(*fd, attempt);
+    char byte;
+    EXPECT_EQ(dp::ReadFull(*fd, &byte, 1, "answer").code(), absl::StatusCode::kOutOfRange);
+    ::close(*fd);
+  }
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
+                        "refused", "lane", "local"),
+            3);
+  const int fd = f.ConnectLocal(ticket);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(Hello(fd, ticket).ok());
+  ::close(fd);
+}
+
+TEST(DataPlaneTest, NoLocalSocketWhenTurnedOff) {
+  DataPlaneOptions options;
+  options.local_socket = false;
+  Fixture f(options);
+  absl::StatusOr<v1::OpenDataPlaneResponse> issued = f.server->Issue("job-1", 0, 0);
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  EXPECT_EQ(issued->local_socket(), "");
+  EXPECT_EQ(f.server->local_socket(), "");
+}
+
+TEST(DataPlaneWireTest, LocalNamesAndProofs) {
+  EXPECT_TRUE(dp::IsLocalSocketName("tributary-data-plane-0123456789abcdef0123456789abcdef"));
+  EXPECT_FALSE(dp::IsLocalSocketName("tributary-data-plane-0123456789ABCDEF0123456789abcdef"));
+  EXPECT_FALSE(dp::IsLocalSocketName("tributary-data-plane-0123"));
+  EXPECT_FALSE(dp::IsLocalSocketName(std::string("tributary-data-plane-0123456789abcdef0123456789abcde\0", 54)));
+  EXPECT_FALSE(dp::IsLocalSocketName("../../etc/passwd"));
+  absl::StatusOr<int> refused = dp::ConnectLocal("/tmp/x", absl::Seconds(1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  // Nothing listens at a fresh name: NOT_FOUND (another host), not an error to report.
+  absl::StatusOr<int> absent =
+      dp::ConnectLocal("tributary-data-plane-00000000000000000000000000000000", absl::Seconds(1));
+  EXPECT_EQ(absent.status().code(), absl::StatusCode::kNotFound) << absent.status();
+  // The proof depends on the ticket and on the challenge.
+  const std::string a = dp::LocalProof(std::string(32, 'a'), std::string(32, 'c'));
+  EXPECT_EQ(a.size(), dp::kDigestBytes);
+  EXPECT_NE(a, dp::LocalProof(std::string(32, 'b'), std::string(32, 'c')));
+  EXPECT_NE(a, dp::LocalProof(std::string(32, 'a'), std::string(32, 'd')));
+  EXPECT_TRUE(dp::SameBytes(a, a));
+  EXPECT_FALSE(dp::SameBytes(a, a.substr(1)));
+  std::string digest, challenge;
+  auto request = dp::EncodeLocalRequest(std::string(32, 'g'), std::string(32, 'h'));
+  char raw[dp::kLocalRequestBytes];
+  std::memcpy(raw, request.data(), sizeof(raw));
+  ASSERT_TRUE(dp::ParseLocalRequest(raw, &digest, &challenge).ok());
+  EXPECT_EQ(digest, std::string(32, 'g'));
+  EXPECT_EQ(challenge, std::string(32, 'h'));
+  raw[0] = 'G';
+  absl::Status wrong = dp::ParseLocalRequest(raw, &digest, &challenge);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.message(), HasSubstr("did not start with \"TRDL\""));
 }
 
 TEST(DataPlaneTest, BindsWhereTheListenAddressSays) {

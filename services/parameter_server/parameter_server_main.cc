@@ -38,6 +38,12 @@ ABSL_FLAG(int, data_port, 0,
           "host. 0 picks a free port (workers learn it from OpenDataPlane); -1 runs none "
           "(workers then use gRPC PushPull). A shard serving TLS runs none: its bytes stay "
           "encrypted on gRPC. Default: 0.");
+ABSL_FLAG(bool, data_local_socket, true,
+          "Also serve the data plane on a Unix socket at a random name in Linux's abstract "
+          "namespace, announced by OpenDataPlane: workers in this shard's network namespace "
+          "(the same host, or the same pod) use it instead of loopback TCP, admitted by the "
+          "same tickets after the shard proves it issued theirs. Off: TCP only. "
+          "Default: true.");
 ABSL_FLAG(int64_t, max_partition_bytes, 4 << 20,
           "Largest partition (bytes, FLOAT32) this shard accepts; sets the gRPC receive "
           "limit. Default: 4194304 (4 MiB).");
@@ -151,11 +157,15 @@ absl::StatusOr<std::unique_ptr<tributary::ps::DataPlaneServer>> StartDataPlane(
   options.port = data_port;
   options.max_partition_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_partition_bytes));
   options.registry = registry;
+  options.local_socket = absl::GetFlag(FLAGS_data_local_socket);
   auto data_plane = std::make_unique<tributary::ps::DataPlaneServer>(&shard, &executor, options);
   if (absl::Status started = data_plane->Start(); !started.ok()) {
     return absl::UnavailableError(absl::StrCat("--data_port=", data_port, ": ", started.message()));
   }
-  LOG(INFO) << "data plane on " << options.bind_host << ":" << data_plane->port();
+  LOG(INFO) << "data plane on " << options.bind_host << ":" << data_plane->port()
+            << (data_plane->local_socket().empty()
+                    ? std::string()
+                    : absl::StrCat(" and on the local socket @", data_plane->local_socket()));
   return data_plane;
 }
 

@@ -92,6 +92,9 @@ class NetworkLanes : public LaneKeeper::LaneFactory {
     target.identity = &identity_;
     target.max_values_frame = options_.max_values_frame;
     target.send_timeout = options_.retry_budget;
+    target.local = options_.transport == PsTransport::kLocal  ? TcpLane::Local::kOnly
+                   : options_.transport == PsTransport::kTcp ? TcpLane::Local::kNever
+                                                             : TcpLane::Local::kFirst;
     absl::StatusOr<std::unique_ptr<TcpLane>> tcp =
         TcpLane::Connect(target, abort, direct_, trouble);
     if (!tcp.ok()) return tcp.status();
@@ -179,7 +182,7 @@ absl::StatusOr<std::unique_ptr<PushPullLane>> LaneKeeper::ConnectTcp(Slot& slot,
   // returns the rest too (UNAVAILABLE: retried), while `auto` speaks gRPC to a shard
   // that runs no data plane or whose data port fails it.
   if (*trouble == DataPlaneTrouble::kShardUnreachable || *trouble == DataPlaneTrouble::kRefused ||
-      options_.transport == PsTransport::kTcp || closed_.load()) {
+      DataPlaneOnly(options_.transport) || closed_.load()) {
     return tcp.status();
   }
   if (!slot.warned_fallback) {
@@ -217,8 +220,10 @@ void LaneKeeper::Install(Slot& slot, std::unique_ptr<PushPullLane> lane,
   {
     absl::MutexLock lane_lock(&slot.lane_mu);
     if (slot.lane != nullptr && slot.lane->is_tcp()) --tcp_lanes_;
+    if (slot.lane != nullptr && slot.lane->is_local()) --local_lanes_;
     slot.lane = std::move(lane);  // The lane it replaces ends here.
     if (tcp) ++tcp_lanes_;
+    if (slot.lane != nullptr && slot.lane->is_local()) ++local_lanes_;
     if (closed_.load() && slot.lane != nullptr) slot.lane->Shutdown();
   }
   if (slot.lane == nullptr) return;  // The probing state stays for the next lane.

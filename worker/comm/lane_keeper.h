@@ -32,10 +32,17 @@ namespace tributary::worker {
 
 // How PushPull's messages travel (the worker's --ps_transport).
 enum class PsTransport {
-  kAuto,  // The shard's TCP data plane when it runs one (OpenDataPlane), else gRPC.
-  kTcp,   // The TCP data plane only: a shard without one is an error.
-  kGrpc,  // The gRPC PushPull stream.
+  kAuto,   // The shard's data plane when it runs one (OpenDataPlane): its local socket
+           // when in reach (the same network namespace), else its TCP port; else gRPC.
+  kLocal,  // The data plane's local socket only: a shard out of reach is an error.
+  kTcp,    // The data plane's TCP port only (never the local socket, nor gRPC).
+  kGrpc,   // The gRPC PushPull stream.
 };
+
+// Whether `transport` speaks only the data plane (no fallback to gRPC).
+inline bool DataPlaneOnly(PsTransport transport) {
+  return transport == PsTransport::kLocal || transport == PsTransport::kTcp;
+}
 
 class LaneKeeper {
  public:
@@ -113,6 +120,8 @@ class LaneKeeper {
   }
   int reconnects() const { return reconnects_; }
   int tcp_lanes() const { return tcp_lanes_; }
+  // Of those, the lanes on a shard's local socket.
+  int local_lanes() const { return local_lanes_; }
 
  private:
   struct Slot;
@@ -143,6 +152,7 @@ class LaneKeeper {
   std::atomic<bool> closed_{false};  // Close() began: a new lane is shut down at once.
   std::atomic<int> reconnects_{0};
   std::atomic<int> tcp_lanes_{0};
+  std::atomic<int> local_lanes_{0};
 };
 
 }  // namespace tributary::worker

@@ -15,15 +15,17 @@ namespace tributary::worker {
 
 absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name) {
   if (name == "auto") return PsTransport::kAuto;
+  if (name == "local") return PsTransport::kLocal;
   if (name == "tcp") return PsTransport::kTcp;
   if (name == "grpc") return PsTransport::kGrpc;
   return absl::InvalidArgumentError(
-      absl::StrCat("--ps_transport=", name, ": expected auto, tcp or grpc"));
+      absl::StrCat("--ps_transport=", name, ": expected auto, local, tcp or grpc"));
 }
 
 const char* PsTransportName(PsTransport transport) {
   switch (transport) {
     case PsTransport::kAuto: return "auto";
+    case PsTransport::kLocal: return "local";
     case PsTransport::kTcp: return "tcp";
     case PsTransport::kGrpc: return "grpc";
   }

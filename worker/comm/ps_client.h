@@ -37,7 +37,7 @@
 
 namespace tributary::worker {
 
-// "auto", "tcp", "grpc"; INVALID_ARGUMENT naming the value otherwise.
+// "auto", "local", "tcp", "grpc"; INVALID_ARGUMENT naming the value otherwise.
 absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name);
 const char* PsTransportName(PsTransport transport);
 
@@ -107,6 +107,7 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   int reconnects() const { return lanes_->reconnects(); }
   // Lanes connected now over the TCP data plane.
   int tcp_lanes() const { return lanes_->tcp_lanes(); }
+  int local_lanes() const { return lanes_->local_lanes(); }
   // Updates received straight into an ExpectUpdateInto destination.
   uint64_t direct_updates() const { return direct_updates_; }
   // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.

@@ -12,7 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/data_plane_wire.h"
 #include "services/parameter_server/shard_test_util.h"
 #include "services/parameter_server/testing/in_process_shard.h"
 
@@ -185,10 +191,14 @@ absl::Status Train(PsClient& client, const Job& job, int steps, bool expect,
 // The TCP data plane and gRPC PushPull carry the same messages: the same pushes give
 // the same parameters bit for bit, whether updates are received into the parameters
 // (ExpectUpdateInto) or kept and copied.
-TEST(PsClientTransportTest, TcpAndGrpcGiveTheSameParameters) {
+TEST(PsClientTransportTest, TcpLocalAndGrpcGiveTheSameParameters) {
   std::vector<std::vector<float>> results;
   for (const auto& [transport, expect] : std::vector<std::pair<PsTransport, bool>>{
-           {PsTransport::kTcp, true}, {PsTransport::kTcp, false}, {PsTransport::kGrpc, true}}) {
+           {PsTransport::kTcp, true},
+           {PsTransport::kTcp, false},
+           {PsTransport::kGrpc, true},
+           {PsTransport::kLocal, true},
+           {PsTransport::kAuto, true}}) {
     const Job job = TrainingJob();
     InProcessShard shard;
     ASSERT_TRUE(shard.Start().ok());
@@ -197,17 +207,170 @@ TEST(PsClientTransportTest, TcpAndGrpcGiveTheSameParameters) {
     ASSERT_TRUE(client->Open().ok());
     std::vector<float> params = job.initial;
     ASSERT_TRUE(Train(*client, job, 6, expect, params).ok());
-    EXPECT_EQ(client->tcp_lanes(), transport == PsTransport::kTcp ? 1 : 0);
-    // Every update of the TCP run that announced its destination went straight there.
-    const bool direct = transport == PsTransport::kTcp && expect;
+    EXPECT_EQ(client->tcp_lanes(), transport == PsTransport::kGrpc ? 0 : 1);
+    // The shard is in this process's network namespace: auto takes its local socket.
+    EXPECT_EQ(client->local_lanes(),
+              transport == PsTransport::kLocal || transport == PsTransport::kAuto ? 1 : 0);
+    // Every update of a data-plane run that announced its destination went straight there.
+    const bool direct = transport != PsTransport::kGrpc && expect;
     EXPECT_EQ(client->direct_updates(), direct ? 6u * job.plan.partitions_size() : 0u);
     EXPECT_EQ(client->bytes_pulled(), 6u * kElements * sizeof(float));
     client->Close();
     results.push_back(params);
   }
   EXPECT_NE(results[0], std::vector<float>(Job().initial));
-  EXPECT_EQ(results[0], results[1]);
-  EXPECT_EQ(results[0], results[2]);
+  for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[0], results[i]) << i;
+}
+
+// A shard that serves no local socket: auto uses its TCP port, local says why not.
+TEST(PsClientTransportTest, LocalNeedsTheShardsLocalSocket) {
+  const Job job = TrainingJob();
+  InProcessShard shard;
+  ps::DataPlaneOptions options;
+  options.local_socket = false;
+  shard.set_data_plane_options(options);
+  ASSERT_TRUE(shard.Start().ok());
+  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kAuto);
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
+  ASSERT_TRUE(client->Open().ok());
+  std::vector<float> params = job.initial;
+  ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
+  EXPECT_EQ(client->tcp_lanes(), 1);
+  EXPECT_EQ(client->local_lanes(), 0);
+  client->Close();
+
+  auto local_only = job.Client(shard, absl::Seconds(1), PsTransport::kLocal);
+  absl::Status opened = local_only->Open();
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.code(), absl::StatusCode::kFailedPrecondition) << opened;
+  EXPECT_THAT(opened.message(), HasSubstr("announced no local socket"));
+}
+
+// Plays the shard's gRPC side: OpenDataPlane answers with the real shard's ticket and
+// data port, but with `local_socket` naming a socket someone else listens on.
+class RedirectingFront : public v1::ParameterServer::Service {
+ public:
+  explicit RedirectingFront(ps::DataPlaneServer* real) : real_(real) {}
+  grpc::Status OpenDataPlane(grpc::ServerContext*, const v1::OpenDataPlaneRequest* request,
+                             v1::OpenDataPlaneResponse* response) override {
+    absl::StatusOr<v1::OpenDataPlaneResponse> issued =
+        real_->Issue(request->job_id(), request->generation(), request->node_rank());
+    if (!issued.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "no ticket");
+    *response = *issued;
+    absl::MutexLock lock(&mu_);
+    response->set_local_socket(local_);
+    tickets_.push_back(issued->ticket());
+    return grpc::Status::OK;
+  }
+  void set_local(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    local_ = name;
+  }
+  std::vector<std::string> tickets() {
+    absl::MutexLock lock(&mu_);
+    return tickets_;
+  }
+
+ private:
+  ps::DataPlaneServer* const real_;
+  absl::Mutex mu_;
+  std::string local_;
+  std::vector<std::string> tickets_;
+};
+
+// Listens at a fresh abstract name, answers one connection's request with a forged
+// proof and keeps whatever it hears.
+class Squatter {
+ public:
+  Squatter() {
+    absl::StatusOr<int> fd = data_plane::ListenLocal(&name_);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    listener_ = fd.ok() ? *fd : -1;
+    thread_ = std::thread([this] {
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      data_plane::SetReceiveTimeout(fd, absl::Seconds(20));
+      char buffer[256];
+      ssize_t got = ::recv(fd, buffer, data_plane::kLocalRequestBytes, MSG_WAITALL);
+      if (got > 0) heard_.append(buffer, got);
+      const std::string forged(data_plane::kDigestBytes, '\x5a');
+      ::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL);
+      while ((got = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) heard_.append(buffer, got);
+      ::close(fd);
+    });
+  }
+  ~Squatter() {
+    if (thread_.joinable()) thread_.join();
+    if (listener_ >= 0) ::close(listener_);
+  }
+  const std::string& name() const { return name_; }
+  // What it heard, once the worker closed the connection.
+  const std::string& Heard() {
+    thread_.join();
+    return heard_;
+  }
+
+ private:
+  std::string name_;
+  int listener_ = -1;
+  std::string heard_;
+  std::thread thread_;
+};
+
+// An abstract name is no one's property: a process on another host (or in another
+// network namespace) may listen at the name a shard announced. The worker sends its
+// ticket only after the listener proved it issued it; a squatter that cannot gets the
+// ticket's digest and a challenge, never the ticket. `auto` then uses the TCP port;
+// `local` fails, naming the wrong proof.
+TEST(PsClientTransportTest, ASquatterAtTheLocalNameNeverSeesTheTicket) {
+  InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  RedirectingFront front(shard.data_plane());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&front);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  PsIdentity identity;
+  identity.job_id = "job-1";
+  identity.generation = 1;
+  TcpLane::Target target;
+  target.stub = stub.get();
+  target.address = address;
+  target.name = "the front";
+  target.identity = &identity;
+  target.max_values_frame = 1 << 20;
+  target.send_timeout = absl::Seconds(10);
+  for (TcpLane::Local local : {TcpLane::Local::kFirst, TcpLane::Local::kOnly}) {
+    Squatter squatter;
+    front.set_local(squatter.name());
+    target.local = local;
+    ConnectAbort abort;
+    DataPlaneTrouble trouble;
+    absl::StatusOr<std::unique_ptr<TcpLane>> lane =
+        TcpLane::Connect(target, abort, nullptr, &trouble);
+    if (local == TcpLane::Local::kFirst) {
+      ASSERT_TRUE(lane.ok()) << lane.status();
+      EXPECT_FALSE((*lane)->is_local()) << "the squatter's socket was taken";
+      lane->reset();
+    } else {
+      ASSERT_FALSE(lane.ok());
+      EXPECT_EQ(lane.status().code(), absl::StatusCode::kUnavailable);
+      EXPECT_THAT(lane.status().message(), HasSubstr("wrong proof"));
+    }
+    const std::string ticket = front.tickets().back();
+    const std::string& heard = squatter.Heard();
+    ASSERT_EQ(heard.size(), data_plane::kLocalRequestBytes) << "only the request, nothing after";
+    EXPECT_EQ(heard.substr(0, 4), "TRDL");
+    EXPECT_EQ(heard.substr(4, 32), data_plane::TicketDigest(ticket));
+    EXPECT_EQ(heard.find(ticket), std::string::npos);
+  }
+  EXPECT_EQ(front.tickets().size(), 2u);
+  server->Shutdown();
 }
 
 TEST(PsClientTransportTest, AutoUsesGrpcWhenTheShardRunsNoDataPlane) {

@@ -1,5 +1,6 @@
 #include "worker/comm/tcp_lane.h"
 
+#include <glog/logging.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "common/cluster_auth.h"
 #include "common/data_plane_wire.h"
 #include "common/grpc_status.h"
+#include "common/secure_random.h"
 
 namespace tributary::worker {
 namespace {
@@ -75,6 +77,50 @@ absl::StatusOr<v1::OpenDataPlaneResponse> OpenDataPlane(const TcpLane::Target& t
   }
 }
 
+// The shard's local socket, admitted: the shard proves it issued `ticket` before the
+// ticket is sent. NOT_FOUND when nothing listens at the name here (another host) and
+// PERMISSION_DENIED for a wrong proof, both with the ticket unsent (*sent false).
+absl::StatusOr<int> ConnectLocalLane(const std::string& name, const std::string& ticket,
+                                     ConnectAbort& abort, bool* sent) {
+  *sent = false;
+  absl::StatusOr<int> fd = data_plane::ConnectLocal(name, kConnectTimeout);
+  if (!fd.ok()) return fd.status();
+  if (!abort.BeginAdmission(*fd)) {
+    ::close(*fd);
+    return absl::CancelledError("PS client closed");
+  }
+  absl::Status admitted = [&]() -> absl::Status {
+    absl::StatusOr<std::string> challenge = SecureRandomBytes(data_plane::kDigestBytes);
+    if (!challenge.ok()) return challenge.status();
+    auto request = data_plane::EncodeLocalRequest(data_plane::TicketDigest(ticket), *challenge);
+    iovec piece = {request.data(), request.size()};
+    if (absl::Status s = data_plane::WriteAll(*fd, &piece, 1, "local data plane request");
+        !s.ok()) {
+      return s;
+    }
+    data_plane::SetReceiveTimeout(*fd, kConnectTimeout);
+    std::string proof(data_plane::kDigestBytes, '\0');
+    if (absl::Status s =
+            data_plane::ReadFull(*fd, proof.data(), proof.size(), "local data plane proof");
+        !s.ok()) {
+      return s;  // Closed unanswered: the shard there issued no such ticket.
+    }
+    if (!data_plane::SameBytes(proof, data_plane::LocalProof(ticket, *challenge))) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the local socket @", name,
+          " answered with a wrong proof: it is not the shard that issued the ticket"));
+    }
+    *sent = true;
+    return Admission(*fd, ticket);
+  }();
+  abort.EndAdmission();
+  if (!admitted.ok()) {
+    ::close(*fd);
+    return admitted;
+  }
+  return *fd;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
@@ -98,6 +144,33 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
         absl::StrCat("OpenDataPlane on ", target.name, ": port ", response->port(),
                      " and a ticket of ", response->ticket().size(), " bytes (expected ",
                      data_plane::kTicketBytes, ")"));
+  }
+  if (target.local != Local::kNever && !response->local_socket().empty()) {
+    bool sent = false;
+    absl::StatusOr<int> local =
+        ConnectLocalLane(response->local_socket(), response->ticket(), abort, &sent);
+    if (local.ok()) {
+      data_plane::SetReceiveTimeout(*local, absl::ZeroDuration());
+      data_plane::SetSendTimeout(*local, target.send_timeout);
+      *trouble = DataPlaneTrouble::kNone;
+      return Adopt(*local, target.name, target.max_values_frame, direct, /*local=*/true);
+    }
+    if (absl::IsCancelled(local.status())) return local.status();
+    // A ticket presented is spent; out of reach (another host) is the usual case, a
+    // wrong proof or an unanswered request is worth a line.
+    if (sent || target.local == Local::kOnly) {
+      return absl::UnavailableError(absl::StrCat("local data plane of ", target.name, ": ",
+                                                 local.status().message()));
+    }
+    if (!absl::IsNotFound(local.status())) {
+      LOG(WARNING) << "local data plane of " << target.name << ": " << local.status().message()
+                   << "; using its TCP data port";
+    }
+  } else if (target.local == Local::kOnly) {
+    *trouble = DataPlaneTrouble::kNone;  // The shard's answer, as "runs no data plane".
+    return absl::FailedPreconditionError(absl::StrCat(
+        target.name, " announced no local socket (--ps_transport=local needs one: a shard "
+        "in this network namespace with --data_local_socket)"));
   }
   absl::StatusOr<int> fd =
       data_plane::Connect(*host, static_cast<int>(response->port()), kConnectTimeout);
@@ -124,9 +197,11 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
 }
 
 std::unique_ptr<TcpLane> TcpLane::Adopt(int fd, const std::string& name,
-                                        uint64_t max_values_frame, DirectReceiver* direct) {
-  return std::unique_ptr<TcpLane>(new TcpLane(
-      fd, absl::StrCat("PushPull to ", name, " (data plane)"), max_values_frame, direct));
+                                        uint64_t max_values_frame, DirectReceiver* direct,
+                                        bool local) {
+  return std::unique_ptr<TcpLane>(
+      new TcpLane(fd, absl::StrCat("PushPull to ", name, local ? " (local data plane)" : " (data plane)"),
+                  max_values_frame, direct, local));
 }
 
 TcpLane::~TcpLane() { ::close(fd_); }
