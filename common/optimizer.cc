@@ -131,25 +131,42 @@ namespace {
 // element functions the GPU kernel runs too (optimizer_step.h). Every optimizer has one
 // loop per variant with no branch inside, so that it vectorizes (with
 // -fno-math-errno: BUILD.bazel); the arithmetic of an element never depends on how
-// its gradient is obtained, so Apply and ApplyMean agree bit for bit.
+// its gradient is obtained, so Apply and ApplyMean agree bit for bit. Each element's
+// state is read from `from` (which may be `state`) and the new one written to `state`.
 template <typename Gradient>
 void Update(const UpdateCoefficients& c, const float* in, float* out, Gradient g, float* state,
-            size_t n) {
+            const float* from, size_t n) {
   switch (c.kind) {
     case UpdateCoefficients::kMomentum:
-      for (size_t i = 0; i < n; ++i) out[i] = MomentumStep(c, in[i], g(i), state[i]);
+      for (size_t i = 0; i < n; ++i) {
+        float velocity = from[i];
+        out[i] = MomentumStep(c, in[i], g(i), velocity);
+        state[i] = velocity;
+      }
       break;
     case UpdateCoefficients::kNesterov:
-      for (size_t i = 0; i < n; ++i) out[i] = NesterovStep(c, in[i], g(i), state[i]);
+      for (size_t i = 0; i < n; ++i) {
+        float velocity = from[i];
+        out[i] = NesterovStep(c, in[i], g(i), velocity);
+        state[i] = velocity;
+      }
       break;
     case UpdateCoefficients::kAdam:
       for (size_t i = 0; i < n; ++i) {
-        out[i] = AdamStep<false>(c, in[i], g(i), state[i], state[n + i]);
+        float m = from[i];
+        float v = from[n + i];
+        out[i] = AdamStep<false>(c, in[i], g(i), m, v);
+        state[i] = m;
+        state[n + i] = v;
       }
       break;
     case UpdateCoefficients::kAdamW:
       for (size_t i = 0; i < n; ++i) {
-        out[i] = AdamStep<true>(c, in[i], g(i), state[i], state[n + i]);
+        float m = from[i];
+        float v = from[n + i];
+        out[i] = AdamStep<true>(c, in[i], g(i), m, v);
+        state[i] = m;
+        state[n + i] = v;
       }
       break;
     default:  // SGD
@@ -161,12 +178,14 @@ void Update(const UpdateCoefficients& c, const float* in, float* out, Gradient g
 
 void Optimizer::Apply(uint64_t step, float* params, const float* grad, float* state,
                       size_t n) const {
-  Update(Coefficients(step), params, params, [grad](size_t i) { return grad[i]; }, state, n);
+  Update(Coefficients(step), params, params, [grad](size_t i) { return grad[i]; }, state, state,
+         n);
 }
 
 bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
                                 const float* grad_sum, const char* last, float divisor,
-                                float* state, size_t n) const {
+                                float* state, size_t n, const float* state_from) const {
+  const float* from = state_from != nullptr ? state_from : state;
   // The finiteness flags are ORed, not branched on, so the loops still vectorize.
   const auto not_finite = [](float value) {
     uint32_t bits;
@@ -183,7 +202,7 @@ bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
              bad |= not_finite(x);
              return x / divisor;
            },
-           state, n);
+           state, from, n);
   } else {
     Update(c, in, out,
            [&](size_t i) {
@@ -193,15 +212,16 @@ bool Optimizer::ApplyMeanAdding(uint64_t step, const float* in, float* out,
              bad |= not_finite(x) | not_finite(sum);
              return sum / divisor;
            },
-           state, n);
+           state, from, n);
   }
   return bad == 0;
 }
 
 void Optimizer::ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum,
-                          float divisor, float* state, size_t n) const {
+                          float divisor, float* state, size_t n, const float* state_from) const {
   Update(Coefficients(step), in, out,
-         [grad_sum, divisor](size_t i) { return grad_sum[i] / divisor; }, state, n);
+         [grad_sum, divisor](size_t i) { return grad_sum[i] / divisor; }, state,
+         state_from != nullptr ? state_from : state, n);
 }
 
 }  // namespace tributary

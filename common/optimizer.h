@@ -40,8 +40,11 @@ class Optimizer {
   // The PS's fused pass: out[0, n) = in[0, n) after one update with the mean gradient
   // grad_sum[i] / divisor, reading and writing each element once. Bit for bit what
   // dividing first and calling Apply on a copy of `in` gives. `out` may be `in`.
+  // `state_from` (not null): the state before the update is read from there and the
+  // new one written to `state` (the same layout; the same bits as updating a copy in
+  // place), so a caller that keeps the previous state needs no copy of it.
   void ApplyMean(uint64_t step, const float* in, float* out, const float* grad_sum, float divisor,
-                 float* state, size_t n) const;
+                 float* state, size_t n, const float* state_from = nullptr) const;
 
   // ApplyMean whose gradient sum is grad_sum[i] + last[i], with `last` the step's final
   // push (n FLOAT32 values, little-endian, any alignment) and grad_sum the sum of the
@@ -50,7 +53,8 @@ class Optimizer {
   // ApplyMean. Returns false when an element of `last` or of the sum is not finite;
   // `out` and `state` then hold a partial update the caller must discard.
   bool ApplyMeanAdding(uint64_t step, const float* in, float* out, const float* grad_sum,
-                       const char* last, float divisor, float* state, size_t n) const;
+                       const char* last, float divisor, float* state, size_t n,
+                       const float* state_from = nullptr) const;
 
   const v1::OptimizerSpec& spec() const { return spec_; }
 

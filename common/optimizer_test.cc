@@ -294,6 +294,57 @@ TEST(OptimizerTest, TheKernelsElementStepIsApplyMeanBitForBit) {
   }
 }
 
+// The PS keeps the state before each step (for a resume one step back) by swapping two
+// buffers: reading the state from one and writing it to the other must give the bits
+// of updating in place, and leave the one read from untouched.
+TEST(OptimizerTest, StateReadFromAnotherBufferGivesTheInPlaceBits) {
+  std::vector<v1::OptimizerSpec> specs;
+  for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
+    v1::OptimizerSpec spec = Spec(type, 0.05f);
+    spec.set_weight_decay(0.01f);
+    if (type == v1::MOMENTUM) spec.set_momentum(0.9f);
+    specs.push_back(spec);
+  }
+  v1::OptimizerSpec nesterov = specs[1];
+  nesterov.set_nesterov(true);
+  specs.push_back(nesterov);
+  constexpr size_t kN = 131;
+  for (const v1::OptimizerSpec& spec : specs) {
+    const Optimizer optimizer = Make(spec);
+    SCOPED_TRACE(v1::OptimizerType_Name(spec.type()) + (spec.nesterov() ? " nesterov" : ""));
+    const size_t slots = static_cast<size_t>(optimizer.state_slots());
+    std::vector<float> in_place(kN), swapped(kN), sum(kN), last_bytes(kN);
+    for (size_t i = 0; i < kN; ++i) in_place[i] = swapped[i] = std::sin(0.3f * i);
+    std::vector<float> state(slots * kN, 0.0f), current(slots * kN, 0.0f),
+        previous(slots * kN, -7.0f);  // What the other buffer held: never read.
+    for (uint64_t step = 0; step < 6; ++step) {
+      for (size_t i = 0; i < kN; ++i) {
+        sum[i] = std::cos(static_cast<float>(i * (step + 2))) * 3;
+        last_bytes[i] = std::sin(static_cast<float>(i + step)) * 2;
+      }
+      const std::vector<float> before = current;
+      previous.swap(current);  // As SyncAggregator::CompleteStep does.
+      if (step % 2 == 0) {
+        optimizer.ApplyMean(step, in_place.data(), in_place.data(), sum.data(), 3.0f,
+                            state.data(), kN);
+        optimizer.ApplyMean(step, swapped.data(), swapped.data(), sum.data(), 3.0f,
+                            current.data(), kN, previous.data());
+      } else {
+        const char* last = reinterpret_cast<const char*>(last_bytes.data());
+        ASSERT_TRUE(optimizer.ApplyMeanAdding(step, in_place.data(), in_place.data(),
+                                              sum.data(), last, 3.0f, state.data(), kN));
+        ASSERT_TRUE(optimizer.ApplyMeanAdding(step, swapped.data(), swapped.data(), sum.data(),
+                                              last, 3.0f, current.data(), kN, previous.data()));
+      }
+      ASSERT_EQ(0, std::memcmp(in_place.data(), swapped.data(), kN * sizeof(float)))
+          << "step " << step;
+      ASSERT_EQ(0, std::memcmp(state.data(), current.data(), state.size() * sizeof(float)))
+          << "step " << step;
+      ASSERT_EQ(previous, before) << "the state read from is left as it was, step " << step;
+    }
+  }
+}
+
 TEST(OptimizerTest, BadSpecsNameTheField) {
   v1::OptimizerSpec spec = Spec(v1::SGD, 0.0f);
   absl::StatusOr<Optimizer> bad = Optimizer::Create(spec, 10);

@@ -18,11 +18,14 @@ namespace tributary::ps::internal {
 // holds the pushes before it, if p.pushed_count > 1): added inside the optimizer's
 // pass (Optimizer::ApplyMeanAdding). When it or the sum is not finite, p.state is
 // put back from p.prev_state, the update is skipped and *last_finite set false.
+// `state_in_prev`: the state before the update is p.prev_state (the caller swapped the
+// two) and the new one is written into p.state, which holds it whatever happens.
 std::shared_ptr<v1::PartitionValues> NextUpdate(const ShardJob& job, ShardPartition& p,
                                                 uint64_t update_number, bool finite,
                                                 float divisor, const AggregatorContext& context,
                                                 bool* applied, const char* last = nullptr,
-                                                bool* last_finite = nullptr)
+                                                bool* last_finite = nullptr,
+                                                bool state_in_prev = false)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
 
 std::unique_ptr<Aggregator> MakeSyncAggregator(AggregatorContext context);

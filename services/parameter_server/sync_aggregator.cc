@@ -153,12 +153,16 @@ class SyncAggregator : public Aggregator {
     // already checked every element. Zero samples (every node's share was empty)
     // leave nothing to apply.
     const bool finite = p.non_finite_nodes.empty() && (p.buffers || p.samples > 0);
-    p.prev_state = p.state;  // Same size every step: copies without allocating.
+    // The state before this step becomes prev_state without a copy: the optimizer reads
+    // it there and writes the new state into the other buffer (the same size from the
+    // first step on, so nothing is allocated after it).
+    p.prev_state.swap(p.state);
+    p.state.resize(p.prev_state.size());
     bool applied = false;
     bool last_finite = true;
     std::shared_ptr<v1::PartitionValues> next =
         NextUpdate(job, p, p.step, finite, static_cast<float>(p.samples), context_, &applied,
-                   last, &last_finite);
+                   last, &last_finite, /*state_in_prev=*/true);
     if (!last_finite) p.non_finite_nodes.push_back(last_node);
     if (!applied && p.samples > 0) {
       LOG_EVERY_N(WARNING, 100) << "partition " << p.id << " step " << p.step
