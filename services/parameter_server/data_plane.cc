@@ -610,7 +610,7 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
   response.set_max_frame_bytes(max_frame_bytes());
   response.set_expires_in_seconds(
       static_cast<uint32_t>(absl::ToInt64Seconds(options_.ticket_lifetime)));
-  if (local_listener_ >= 0) response.set_local_socket(local_name_);
+  if (!local_name_.empty()) response.set_local_socket(local_name_);  // Set once, by Start.
   return response;
 }
 
