@@ -1,6 +1,7 @@
 #include "common/data_plane_wire.h"
 
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,15 +10,18 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
@@ -292,17 +296,43 @@ absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration ti
 std::string TicketDigest(absl::string_view ticket) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
-  EVP_Digest(ticket.data(), ticket.size(), digest, &size, EVP_sha256(), nullptr);
+  if (EVP_Digest(ticket.data(), ticket.size(), digest, &size, EVP_sha256(), nullptr) != 1 ||
+      size != kDigestBytes) {
+    LOG(FATAL) << "data plane: SHA-256 failed (OpenSSL)";
+  }
   return std::string(reinterpret_cast<char*>(digest), size);
 }
 
-std::string LocalProof(absl::string_view ticket, absl::string_view challenge) {
-  const std::string message = absl::StrCat(kProofLabel, challenge);
+std::string LocalProof(absl::string_view ticket, absl::string_view challenge,
+                       absl::string_view namespace_id) {
+  const std::string message = absl::StrCat(kProofLabel, challenge, "|", namespace_id);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
-  HMAC(EVP_sha256(), ticket.data(), static_cast<int>(ticket.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &size);
+  if (HMAC(EVP_sha256(), ticket.data(), static_cast<int>(ticket.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac,
+           &size) == nullptr ||
+      size != kDigestBytes) {
+    LOG(FATAL) << "data plane: HMAC-SHA256 failed (OpenSSL)";
+  }
   return std::string(reinterpret_cast<char*>(mac), size);
+}
+
+std::string LocalNamespaceId() {
+  std::string boot_id;
+  if (FILE* file = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof(line), file) != nullptr) {
+      boot_id = std::string(absl::StripAsciiWhitespace(line));
+    }
+    std::fclose(file);
+  }
+  struct stat net {};
+  std::string netns;
+  if (::stat("/proc/self/ns/net", &net) == 0) {
+    netns = absl::StrCat(static_cast<uint64_t>(net.st_dev), ":",
+                         static_cast<uint64_t>(net.st_ino));
+  }
+  return absl::StrCat(boot_id, "/", netns);
 }
 
 bool SameBytes(absl::string_view a, absl::string_view b) {

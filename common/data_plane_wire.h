@@ -20,7 +20,10 @@
 //   client -> shard: "TRDL", SHA-256(ticket) (32 bytes), a random challenge (32 bytes)
 //   shard -> client: HMAC-SHA256(ticket, kProofLabel + challenge) (32 bytes), or a
 //                    close when it issued no such ticket
-// then the hello and frames as above.
+// then the hello and frames as above. The proof also covers the shard's network
+// namespace (LocalNamespaceId), which the client compares with its own: an accomplice
+// who relays the challenge to the real shard from another host gets a proof that does
+// not match there.
 #ifndef TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
 #define TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
 
@@ -88,10 +91,18 @@ absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what);
 // max_length (both values named); ReadFull's errors otherwise.
 absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what);
 
-// SHA-256(ticket): how a local client names its ticket before the shard proved itself.
+// SHA-256(ticket) (32 bytes): how a local client names its ticket before the shard
+// proved itself. Aborts the process if the digest cannot be computed: a ticket table
+// keyed by an empty digest would admit any ticket.
 std::string TicketDigest(absl::string_view ticket);
-// HMAC-SHA256(ticket, kProofLabel + challenge).
-std::string LocalProof(absl::string_view ticket, absl::string_view challenge);
+// HMAC-SHA256(ticket, kProofLabel + challenge + "|" + namespace_id) (32 bytes); aborts
+// like TicketDigest.
+std::string LocalProof(absl::string_view ticket, absl::string_view challenge,
+                       absl::string_view namespace_id);
+// This process's host and network namespace: the kernel's boot id and the device and
+// inode of /proc/self/ns/net ("" for what cannot be read). Processes that reach each
+// other's abstract sockets share it; processes on two hosts do not.
+std::string LocalNamespaceId();
 // Equal lengths and bytes, in time that does not depend on where they differ.
 bool SameBytes(absl::string_view a, absl::string_view b);
 std::array<char, kLocalRequestBytes> EncodeLocalRequest(absl::string_view ticket_digest,

@@ -454,6 +454,7 @@ absl::Status DataPlaneServer::Start() {
     absl::StatusOr<int> local = dp::ListenLocal(&local_name_);
     if (local.ok()) {
       local_listener_ = *local;
+      namespace_id_ = dp::LocalNamespaceId();
     } else {
       LOG(WARNING) << local.status().message() << "; workers on this host use TCP";
     }
@@ -583,6 +584,10 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
   }
   std::string ticket = *std::move(random);
   const absl::Time now = absl::Now();
+  if (stopping_.load()) {
+    // Its listeners are closed (another process may take the local socket's name).
+    return absl::UnavailableError("OpenDataPlane: the PS shard is shutting down");
+  }
   absl::MutexLock lock(&mu_);
   absl::erase_if(tickets_, [now](const auto& entry) { return entry.second.expires <= now; });
   // A node asking again and again holds at most kTicketsPerNode: its oldest goes.
@@ -623,15 +628,18 @@ absl::StatusOr<std::string> DataPlaneServer::ProveLocal(const std::string& diges
         "local data plane: no outstanding ticket has that digest (ask OpenDataPlane for a "
         "new one)");
   }
-  return dp::LocalProof(found->second.ticket, challenge);
+  return dp::LocalProof(found->second.ticket, challenge, namespace_id_);
 }
 
 absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::string& ticket) {
   const std::string digest = dp::TicketDigest(ticket);
   absl::MutexLock lock(&mu_);
   auto found = tickets_.find(digest);
-  if (found == tickets_.end() || found->second.expires <= absl::Now()) {
-    if (found != tickets_.end()) tickets_.erase(found);
+  // The digest is the key; the ticket itself is compared too, so that the table fails
+  // closed whatever the digest does.
+  if (found == tickets_.end() || !dp::SameBytes(found->second.ticket, ticket) ||
+      found->second.expires <= absl::Now()) {
+    if (found != tickets_.end() && found->second.expires <= absl::Now()) tickets_.erase(found);
     tickets_gauge_->Set(static_cast<double>(tickets_.size()));
     return absl::UnauthenticatedError(
         "data plane: unknown, used or expired ticket (ask OpenDataPlane for a new one)");

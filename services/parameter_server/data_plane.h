@@ -118,6 +118,7 @@ class DataPlaneServer {
   int port_ = 0;
   int local_listener_ = -1;
   std::string local_name_;
+  std::string namespace_id_;  // dp::LocalNamespaceId(), which its proofs cover.
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_{0};

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/data_plane_wire.h"
@@ -65,7 +66,7 @@ struct Fixture {
     EXPECT_TRUE(dp::WriteAll(*fd, &piece, 1, "test").ok());
     std::string proof(dp::kDigestBytes, '\0');
     EXPECT_TRUE(dp::ReadFull(*fd, proof.data(), proof.size(), "test").ok());
-    EXPECT_EQ(proof, dp::LocalProof(ticket, challenge));
+    EXPECT_EQ(proof, dp::LocalProof(ticket, challenge, dp::LocalNamespaceId()));
     return *fd;
   }
 
@@ -453,6 +454,9 @@ TEST(DataPlaneTest, ShutdownEndsOpenConnections) {
   ASSERT_TRUE(received.is_status);
   EXPECT_EQ(received.status.code(), absl::StatusCode::kUnavailable) << received.status;
   ::close(fd);
+  // No more tickets: the listeners are closed, and the local socket's name is free for
+  // anyone to take.
+  EXPECT_EQ(f.server->Issue("job-1", 0, 0).status().code(), absl::StatusCode::kUnavailable);
 }
 
 // The local lane: the same pushes give the same values as on TCP, once the shard
@@ -565,11 +569,21 @@ TEST(DataPlaneWireTest, LocalNamesAndProofs) {
   absl::StatusOr<int> absent =
       dp::ConnectLocal("tributary-data-plane-00000000000000000000000000000000", absl::Seconds(1));
   EXPECT_EQ(absent.status().code(), absl::StatusCode::kNotFound) << absent.status();
-  // The proof depends on the ticket and on the challenge.
-  const std::string a = dp::LocalProof(std::string(32, 'a'), std::string(32, 'c'));
-  EXPECT_EQ(a.size(), dp::kDigestBytes);
-  EXPECT_NE(a, dp::LocalProof(std::string(32, 'b'), std::string(32, 'c')));
-  EXPECT_NE(a, dp::LocalProof(std::string(32, 'a'), std::string(32, 'd')));
+  // Known answers (Python's hashlib and hmac): the digest is SHA-256 and the proof is
+  // keyed by the ticket itself, over the label, the challenge and the namespace.
+  EXPECT_EQ(absl::BytesToHexString(dp::TicketDigest(std::string(32, 'a'))),
+            "3ba3f5f43b92602683c19aee62a20342b084dd5971ddd33808d81a328879a547");
+  const std::string a = dp::LocalProof(std::string(32, 'a'), std::string(32, 'c'), "boot/1:2");
+  EXPECT_EQ(absl::BytesToHexString(a),
+            "b16f61469d2a8b53fa9af0c7a4de4ea7963f3032b9c0aae0b1c8d5b680452778");
+  EXPECT_NE(a, dp::LocalProof(std::string(32, 'b'), std::string(32, 'c'), "boot/1:2"));
+  EXPECT_NE(a, dp::LocalProof(std::string(32, 'a'), std::string(32, 'd'), "boot/1:2"));
+  EXPECT_NE(a, dp::LocalProof(std::string(32, 'a'), std::string(32, 'c'), "boot/1:3"));
+  // This host's boot id and network namespace, the same every time.
+  const std::string here = dp::LocalNamespaceId();
+  EXPECT_EQ(here, dp::LocalNamespaceId());
+  EXPECT_GT(here.size(), 36u) << here;
+  EXPECT_NE(here.find('/'), std::string::npos) << here;
   EXPECT_TRUE(dp::SameBytes(a, a));
   EXPECT_FALSE(dp::SameBytes(a, a.substr(1)));
   std::string digest, challenge;

@@ -114,6 +114,9 @@ TEST(InsiderTest, AnInsiderAndAFloodChangeNothingOfARunningJob) {
   ClusterShape shape;
   shape.ps_shards = 1;
   shape.ps_args = {absl::StrCat("--data_port=", data_port)};
+  // The flood is on the TCP data port: the workers use it too (on one host they would
+  // take the shard's local socket and pass the flood by).
+  shape.worker_args = {"--ps_transport=tcp"};
   shape.coordinator_args = {"--upload_idle_timeout=1s"};
   std::unique_ptr<cli::LocalCluster> cluster = StartCluster("insider", shape);
   ASSERT_NE(cluster, nullptr);

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -278,23 +280,27 @@ class RedirectingFront : public v1::ParameterServer::Service {
   std::vector<std::string> tickets_;
 };
 
-// Listens at a fresh abstract name, answers one connection's request with a forged
-// proof and keeps whatever it hears.
+// Listens at a fresh abstract name and answers one connection's request with what
+// `answer` makes of it (a forged proof, or one relayed from the real shard), then keeps
+// whatever it hears. Gives up after 30 s without a connection.
 class Squatter {
  public:
-  Squatter() {
+  using Answer = std::function<std::string(const std::string& request)>;
+  explicit Squatter(Answer answer) : answer_(std::move(answer)) {
     absl::StatusOr<int> fd = data_plane::ListenLocal(&name_);
     EXPECT_TRUE(fd.ok()) << fd.status();
     listener_ = fd.ok() ? *fd : -1;
     thread_ = std::thread([this] {
+      pollfd waiting{listener_, POLLIN, 0};
+      if (listener_ < 0 || ::poll(&waiting, 1, 30000) != 1) return;
       const int fd = ::accept(listener_, nullptr, nullptr);
       if (fd < 0) return;
       data_plane::SetReceiveTimeout(fd, absl::Seconds(20));
       char buffer[256];
       ssize_t got = ::recv(fd, buffer, data_plane::kLocalRequestBytes, MSG_WAITALL);
       if (got > 0) heard_.append(buffer, got);
-      const std::string forged(data_plane::kDigestBytes, '\x5a');
-      ::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL);
+      const std::string reply = answer_(heard_);
+      ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
       while ((got = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) heard_.append(buffer, got);
       ::close(fd);
     });
@@ -311,20 +317,42 @@ class Squatter {
   }
 
  private:
+  const Answer answer_;
   std::string name_;
   int listener_ = -1;
   std::string heard_;
   std::thread thread_;
 };
 
+// The real shard's answer to `request`, from its local socket: what an accomplice in
+// the shard's network namespace could relay to a squatter elsewhere.
+std::string RelayedProof(const std::string& shard_socket, const std::string& request) {
+  absl::StatusOr<int> fd = data_plane::ConnectLocal(shard_socket, absl::Seconds(5));
+  if (!fd.ok()) return "";
+  iovec piece = {const_cast<char*>(request.data()), request.size()};
+  std::string proof(data_plane::kDigestBytes, '\0');
+  data_plane::SetReceiveTimeout(*fd, absl::Seconds(20));
+  if (!data_plane::WriteAll(*fd, &piece, 1, "relay").ok() ||
+      !data_plane::ReadFull(*fd, proof.data(), proof.size(), "relay").ok()) {
+    proof.clear();
+  }
+  ::close(*fd);
+  return proof;
+}
+
 // An abstract name is no one's property: a process on another host (or in another
 // network namespace) may listen at the name a shard announced. The worker sends its
-// ticket only after the listener proved it issued it; a squatter that cannot gets the
-// ticket's digest and a challenge, never the ticket. `auto` then uses the TCP port;
-// `local` fails, naming the wrong proof.
+// ticket only after the listener proved it issued it, from the worker's own network
+// namespace. A squatter that cannot (a forged proof; one keyed by the public digest;
+// the real shard's proof relayed from another namespace) gets the ticket's digest and
+// a challenge, never the ticket: `auto` then connects over TCP and `local` fails,
+// naming the wrong proof. The same relay in the worker's own namespace does get the
+// ticket (the test would notice a check that does nothing).
 TEST(PsClientTransportTest, ASquatterAtTheLocalNameNeverSeesTheTicket) {
   InProcessShard shard;
   ASSERT_TRUE(shard.Start().ok());
+  const std::string shard_socket = shard.data_plane()->local_socket();
+  ASSERT_FALSE(shard_socket.empty());
   RedirectingFront front(shard.data_plane());
   grpc::ServerBuilder builder;
   int port = 0;
@@ -345,15 +373,41 @@ TEST(PsClientTransportTest, ASquatterAtTheLocalNameNeverSeesTheTicket) {
   target.identity = &identity;
   target.max_values_frame = 1 << 20;
   target.send_timeout = absl::Seconds(10);
-  for (TcpLane::Local local : {TcpLane::Local::kFirst, TcpLane::Local::kOnly}) {
-    Squatter squatter;
+
+  const Squatter::Answer forged = [](const std::string&) {
+    return std::string(data_plane::kDigestBytes, '\x5a');
+  };
+  const Squatter::Answer keyed_by_digest = [](const std::string& request) {
+    return data_plane::LocalProof(request.substr(4, 32), request.substr(36, 32),
+                                  data_plane::LocalNamespaceId());
+  };
+  const Squatter::Answer relayed = [&shard_socket](const std::string& request) {
+    return RelayedProof(shard_socket, request);
+  };
+  struct Case {
+    const char* what;
+    Squatter::Answer answer;
+    TcpLane::Local local;
+    std::string namespace_id;  // The worker's; empty: this process's.
+  };
+  const std::vector<Case> cases = {
+      {"forged, auto", forged, TcpLane::Local::kFirst, ""},
+      {"forged, local", forged, TcpLane::Local::kOnly, ""},
+      {"keyed by the digest", keyed_by_digest, TcpLane::Local::kFirst, ""},
+      {"relayed to a worker on another host", relayed, TcpLane::Local::kFirst,
+       "another-boot-id/1:4026531840"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Squatter squatter(c.answer);
     front.set_local(squatter.name());
-    target.local = local;
+    target.local = c.local;
+    target.namespace_id = c.namespace_id;
     ConnectAbort abort;
     DataPlaneTrouble trouble;
     absl::StatusOr<std::unique_ptr<TcpLane>> lane =
         TcpLane::Connect(target, abort, nullptr, &trouble);
-    if (local == TcpLane::Local::kFirst) {
+    if (c.local == TcpLane::Local::kFirst) {
       ASSERT_TRUE(lane.ok()) << lane.status();
       EXPECT_FALSE((*lane)->is_local()) << "the squatter's socket was taken";
       lane->reset();
@@ -369,7 +423,21 @@ TEST(PsClientTransportTest, ASquatterAtTheLocalNameNeverSeesTheTicket) {
     EXPECT_EQ(heard.substr(4, 32), data_plane::TicketDigest(ticket));
     EXPECT_EQ(heard.find(ticket), std::string::npos);
   }
-  EXPECT_EQ(front.tickets().size(), 2u);
+
+  // The control: the relay, for a worker in the shard's own namespace, passes the
+  // check, and the worker sends the hello with its ticket.
+  Squatter relay(relayed);
+  front.set_local(relay.name());
+  target.local = TcpLane::Local::kFirst;
+  target.namespace_id = "";
+  ConnectAbort abort;
+  DataPlaneTrouble trouble;
+  absl::StatusOr<std::unique_ptr<TcpLane>> lane =
+      TcpLane::Connect(target, abort, nullptr, &trouble);
+  EXPECT_FALSE(lane.ok()) << "the relay closes after the hello";
+  const std::string ticket = front.tickets().back();
+  EXPECT_NE(relay.Heard().find(ticket), std::string::npos);
+  EXPECT_EQ(front.tickets().size(), cases.size() + 1);
   server->Shutdown();
 }
 

@@ -18,6 +18,9 @@ namespace tributary::worker {
 namespace {
 
 constexpr absl::Duration kConnectTimeout = absl::Seconds(10);
+// The local socket's connect and proof: the shard answers from memory, and a listener
+// that holds them (a squatter) delays the TCP attempt by at most this much.
+constexpr absl::Duration kLocalTimeout = absl::Seconds(2);
 
 // The shard's answer to the hello: a status frame.
 absl::Status Admission(int fd, absl::string_view ticket) {
@@ -77,13 +80,15 @@ absl::StatusOr<v1::OpenDataPlaneResponse> OpenDataPlane(const TcpLane::Target& t
   }
 }
 
-// The shard's local socket, admitted: the shard proves it issued `ticket` before the
-// ticket is sent. NOT_FOUND when nothing listens at the name here (another host) and
-// PERMISSION_DENIED for a wrong proof, both with the ticket unsent (*sent false).
+// The shard's local socket, admitted: the shard proves it issued `ticket`, from
+// `namespace_id` (this process's network namespace), before the ticket is sent.
+// NOT_FOUND when nothing listens at the name here (another host) and PERMISSION_DENIED
+// for a wrong proof, both with the ticket unsent (*sent false).
 absl::StatusOr<int> ConnectLocalLane(const std::string& name, const std::string& ticket,
-                                     ConnectAbort& abort, bool* sent) {
+                                     const std::string& namespace_id, ConnectAbort& abort,
+                                     bool* sent) {
   *sent = false;
-  absl::StatusOr<int> fd = data_plane::ConnectLocal(name, kConnectTimeout);
+  absl::StatusOr<int> fd = data_plane::ConnectLocal(name, kLocalTimeout);
   if (!fd.ok()) return fd.status();
   if (!abort.BeginAdmission(*fd)) {
     ::close(*fd);
@@ -98,17 +103,19 @@ absl::StatusOr<int> ConnectLocalLane(const std::string& name, const std::string&
         !s.ok()) {
       return s;
     }
-    data_plane::SetReceiveTimeout(*fd, kConnectTimeout);
+    data_plane::SetReceiveTimeout(*fd, kLocalTimeout);
     std::string proof(data_plane::kDigestBytes, '\0');
     if (absl::Status s =
             data_plane::ReadFull(*fd, proof.data(), proof.size(), "local data plane proof");
         !s.ok()) {
       return s;  // Closed unanswered: the shard there issued no such ticket.
     }
-    if (!data_plane::SameBytes(proof, data_plane::LocalProof(ticket, *challenge))) {
+    if (!data_plane::SameBytes(proof,
+                               data_plane::LocalProof(ticket, *challenge, namespace_id))) {
       return absl::PermissionDeniedError(absl::StrCat(
           "the local socket @", name,
-          " answered with a wrong proof: it is not the shard that issued the ticket"));
+          " answered with a wrong proof: it is not the shard that issued the ticket, in this "
+          "network namespace"));
     }
     *sent = true;
     return Admission(*fd, ticket);
@@ -147,15 +154,21 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
   }
   if (target.local != Local::kNever && !response->local_socket().empty()) {
     bool sent = false;
-    absl::StatusOr<int> local =
-        ConnectLocalLane(response->local_socket(), response->ticket(), abort, &sent);
+    const std::string namespace_id = target.namespace_id.empty()
+                                         ? data_plane::LocalNamespaceId()
+                                         : target.namespace_id;
+    absl::StatusOr<int> local = ConnectLocalLane(response->local_socket(), response->ticket(),
+                                                 namespace_id, abort, &sent);
     if (local.ok()) {
       data_plane::SetReceiveTimeout(*local, absl::ZeroDuration());
       data_plane::SetSendTimeout(*local, target.send_timeout);
       *trouble = DataPlaneTrouble::kNone;
       return Adopt(*local, target.name, target.max_values_frame, direct, /*local=*/true);
     }
-    if (absl::IsCancelled(local.status())) return local.status();
+    // Close() shuts the socket down mid-proof: not the local socket's failure.
+    if (absl::IsCancelled(local.status()) || abort.aborted()) {
+      return absl::CancelledError("PS client closed");
+    }
     // A ticket presented is spent; out of reach (another host) is the usual case, a
     // wrong proof or an unanswered request is worth a line.
     if (sent || target.local == Local::kOnly) {

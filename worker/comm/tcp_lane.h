@@ -44,6 +44,9 @@ class TcpLane : public PushPullLane {
     uint64_t max_values_frame = 0;  // Largest update frame accepted.
     absl::Duration send_timeout;    // A shard that stops reading fails a push after this.
     Local local = Local::kFirst;
+    // The network namespace the shard's proof must name (tests play a worker in
+    // another one); empty: this process's (data_plane::LocalNamespaceId).
+    std::string namespace_id;
   };
   // OpenDataPlane on the shard, the TCP connection to its data port and the hello
   // with the ticket, answered by the shard. `abort` cuts it short from another
