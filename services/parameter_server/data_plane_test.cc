@@ -561,7 +561,8 @@ TEST(DataPlaneWireTest, LocalNamesAndProofs) {
   EXPECT_TRUE(dp::IsLocalSocketName("tributary-data-plane-0123456789abcdef0123456789abcdef"));
   EXPECT_FALSE(dp::IsLocalSocketName("tributary-data-plane-0123456789ABCDEF0123456789abcdef"));
   EXPECT_FALSE(dp::IsLocalSocketName("tributary-data-plane-0123"));
-  EXPECT_FALSE(dp::IsLocalSocketName(std::string("tributary-data-plane-0123456789abcdef0123456789abcde\0", 54)));
+  EXPECT_FALSE(dp::IsLocalSocketName(
+      std::string("tributary-data-plane-0123456789abcdef0123456789abcde\0", 54)));
   EXPECT_FALSE(dp::IsLocalSocketName("../../etc/passwd"));
   absl::StatusOr<int> refused = dp::ConnectLocal("/tmp/x", absl::Seconds(1));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);

@@ -212,9 +212,9 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
 std::unique_ptr<TcpLane> TcpLane::Adopt(int fd, const std::string& name,
                                         uint64_t max_values_frame, DirectReceiver* direct,
                                         bool local) {
-  return std::unique_ptr<TcpLane>(
-      new TcpLane(fd, absl::StrCat("PushPull to ", name, local ? " (local data plane)" : " (data plane)"),
-                  max_values_frame, direct, local));
+  const char* lane = local ? " (local data plane)" : " (data plane)";
+  return std::unique_ptr<TcpLane>(new TcpLane(fd, absl::StrCat("PushPull to ", name, lane),
+                                              max_values_frame, direct, local));
 }
 
 TcpLane::~TcpLane() { ::close(fd_); }
