@@ -257,9 +257,8 @@ TEST(OptimizerTest, ApplyMeanAddingIsSumThenApplyMeanBitForBit) {
   }
 }
 
-// What the GPU replica's fused kernel runs (StepOf per element, gpu_kernels.cu): for
-// every optimizer, bit for bit what ApplyMean computes on the host.
-TEST(OptimizerTest, TheKernelsElementStepIsApplyMeanBitForBit) {
+// Every optimizer variant (SGD, momentum, Adam, AdamW, Nesterov), with weight decay.
+std::vector<v1::OptimizerSpec> EveryVariant() {
   std::vector<v1::OptimizerSpec> specs;
   for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
     v1::OptimizerSpec spec = Spec(type, 0.05f);
@@ -270,6 +269,13 @@ TEST(OptimizerTest, TheKernelsElementStepIsApplyMeanBitForBit) {
   v1::OptimizerSpec nesterov = specs[1];
   nesterov.set_nesterov(true);
   specs.push_back(nesterov);
+  return specs;
+}
+
+// What the GPU replica's fused kernel runs (StepOf per element, gpu_kernels.cu): for
+// every optimizer, bit for bit what ApplyMean computes on the host.
+TEST(OptimizerTest, TheKernelsElementStepIsApplyMeanBitForBit) {
+  const std::vector<v1::OptimizerSpec> specs = EveryVariant();
   constexpr size_t kN = 257;
   for (const v1::OptimizerSpec& spec : specs) {
     const Optimizer optimizer = Make(spec);
@@ -298,16 +304,7 @@ TEST(OptimizerTest, TheKernelsElementStepIsApplyMeanBitForBit) {
 // buffers: reading the state from one and writing it to the other must give the bits
 // of updating in place, and leave the one read from untouched.
 TEST(OptimizerTest, StateReadFromAnotherBufferGivesTheInPlaceBits) {
-  std::vector<v1::OptimizerSpec> specs;
-  for (v1::OptimizerType type : {v1::SGD, v1::MOMENTUM, v1::ADAM, v1::ADAMW}) {
-    v1::OptimizerSpec spec = Spec(type, 0.05f);
-    spec.set_weight_decay(0.01f);
-    if (type == v1::MOMENTUM) spec.set_momentum(0.9f);
-    specs.push_back(spec);
-  }
-  v1::OptimizerSpec nesterov = specs[1];
-  nesterov.set_nesterov(true);
-  specs.push_back(nesterov);
+  const std::vector<v1::OptimizerSpec> specs = EveryVariant();
   constexpr size_t kN = 131;
   for (const v1::OptimizerSpec& spec : specs) {
     const Optimizer optimizer = Make(spec);

@@ -155,14 +155,13 @@ absl::Status EndOf(int fd) {
   return absl::InternalError("no end");
 }
 
-TEST(DataPlaneTest, PushesTrainExactlyAsTheShardDoes) {
-  Fixture f;
-  const int fd = f.Connect();
-  ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
-  std::vector<float> grad(kElements);
-  for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.5f - 0.003f * static_cast<float>(i);
+// On an admitted connection: node 0 pushes step 0 of every partition (the gradient
+// sum `grad` over `samples` samples); the values that come back must be the shard's
+// SGD update (rate 0.5) of each. Then a clean close: the shard answers with OK once
+// every push has its values.
+void PushStepZeroAndCheck(Fixture& f, int fd, const std::vector<float>& grad, int samples) {
   for (uint32_t p = 0; p < 3; ++p) {
-    Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, p, grad, 2))));
+    Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, p, grad, samples))));
   }
   std::vector<float> got(kElements, -1.0f);
   for (int i = 0; i < 3; ++i) {
@@ -176,12 +175,19 @@ TEST(DataPlaneTest, PushesTrainExactlyAsTheShardDoes) {
     CopyFloatsInto(values.data, got.data() + partition.offset());
   }
   for (int64_t i = 0; i < kElements; ++i) {
-    // SGD, rate 0.5, the gradient sum over 2 samples.
-    EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / 2.0f)) << i;
+    EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / static_cast<float>(samples))) << i;
   }
-  // A clean close: the shard answers with OK once every push has its values.
   ::shutdown(fd, SHUT_WR);
   EXPECT_TRUE(EndOf(fd).ok());
+}
+
+TEST(DataPlaneTest, PushesTrainExactlyAsTheShardDoes) {
+  Fixture f;
+  const int fd = f.Connect();
+  ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+  std::vector<float> grad(kElements);
+  for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.5f - 0.003f * static_cast<float>(i);
+  PushStepZeroAndCheck(f, fd, grad, 2);
   ::close(fd);
 }
 
@@ -475,24 +481,7 @@ TEST(DataPlaneTest, TheLocalSocketServesTheSameStreamAfterTheShardsProof) {
   ASSERT_TRUE(Hello(fd, issued->ticket()).ok());
   std::vector<float> grad(kElements);
   for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.25f - 0.002f * static_cast<float>(i);
-  for (uint32_t p = 0; p < 3; ++p) {
-    Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, p, grad, 4))));
-  }
-  std::vector<float> got(kElements, -1.0f);
-  for (int i = 0; i < 3; ++i) {
-    Received received = Read(fd);
-    ASSERT_FALSE(received.is_status) << received.status;
-    ReceivedMessage message;
-    PartitionValuesView values;
-    ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
-    const v1::Partition& partition = f.header.plan().partitions(values.partition_id);
-    CopyFloatsInto(values.data, got.data() + partition.offset());
-  }
-  for (int64_t i = 0; i < kElements; ++i) {
-    EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / 4.0f)) << i;
-  }
-  ::shutdown(fd, SHUT_WR);
-  EXPECT_TRUE(EndOf(fd).ok());
+  PushStepZeroAndCheck(f, fd, grad, 4);
   ::close(fd);
   EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_connections_total", "result",
                         "admitted", "lane", "local"),

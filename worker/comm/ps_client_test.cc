@@ -224,28 +224,36 @@ TEST(PsClientTransportTest, TcpLocalAndGrpcGiveTheSameParameters) {
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[0], results[i]) << i;
 }
 
-// A shard that serves no local socket: auto uses its TCP port, local says why not.
-TEST(PsClientTransportTest, LocalNeedsTheShardsLocalSocket) {
+// A shard that cannot give what `only` asks for: `auto` trains on what it offers
+// (`tcp_lanes` data-plane lanes, none on a local socket), and `only` fails the client
+// with FAILED_PRECONDITION saying `why`.
+void AutoTrainsAndOnlyIsRefused(InProcessShard& shard, int tcp_lanes, PsTransport only,
+                                const std::string& why) {
   const Job job = TrainingJob();
-  InProcessShard shard;
-  ps::DataPlaneOptions options;
-  options.local_socket = false;
-  shard.set_data_plane_options(options);
-  ASSERT_TRUE(shard.Start().ok());
   auto client = job.Client(shard, absl::Seconds(30), PsTransport::kAuto);
   ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
   ASSERT_TRUE(client->Open().ok());
   std::vector<float> params = job.initial;
   ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
-  EXPECT_EQ(client->tcp_lanes(), 1);
+  EXPECT_EQ(client->tcp_lanes(), tcp_lanes);
   EXPECT_EQ(client->local_lanes(), 0);
   client->Close();
 
-  auto local_only = job.Client(shard, absl::Seconds(1), PsTransport::kLocal);
-  absl::Status opened = local_only->Open();
+  auto refused = job.Client(shard, absl::Seconds(30), only);
+  absl::Status opened = refused->Open();
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.code(), absl::StatusCode::kFailedPrecondition) << opened;
-  EXPECT_THAT(opened.message(), HasSubstr("announced no local socket"));
+  EXPECT_THAT(opened.message(), HasSubstr(why));
+}
+
+// A shard that serves no local socket: auto uses its TCP port, local says why not.
+TEST(PsClientTransportTest, LocalNeedsTheShardsLocalSocket) {
+  InProcessShard shard;
+  ps::DataPlaneOptions options;
+  options.local_socket = false;
+  shard.set_data_plane_options(options);
+  ASSERT_TRUE(shard.Start().ok());
+  AutoTrainsAndOnlyIsRefused(shard, 1, PsTransport::kLocal, "announced no local socket");
 }
 
 // Plays the shard's gRPC side: OpenDataPlane answers with the real shard's ticket and
@@ -441,24 +449,11 @@ TEST(PsClientTransportTest, ASquatterAtTheLocalNameNeverSeesTheTicket) {
   server->Shutdown();
 }
 
+// Auto speaks gRPC; asked for the data plane only, the client says why it cannot have it.
 TEST(PsClientTransportTest, AutoUsesGrpcWhenTheShardRunsNoDataPlane) {
-  const Job job = TrainingJob();
   InProcessShard shard("", /*data_plane=*/false);
   ASSERT_TRUE(shard.Start().ok());
-  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kAuto);
-  ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
-  ASSERT_TRUE(client->Open().ok());
-  std::vector<float> params = job.initial;
-  ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
-  EXPECT_EQ(client->tcp_lanes(), 0);
-  client->Close();
-
-  // Asked for the data plane only, the client says why it cannot have it.
-  auto tcp_only = job.Client(shard, absl::Seconds(30), PsTransport::kTcp);
-  absl::Status opened = tcp_only->Open();
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.code(), absl::StatusCode::kFailedPrecondition) << opened;
-  EXPECT_THAT(opened.message(), HasSubstr("runs no TCP data plane"));
+  AutoTrainsAndOnlyIsRefused(shard, 0, PsTransport::kTcp, "runs no TCP data plane");
 }
 
 // A shard that restarts from its checkpoint mid-job: the client gets a new ticket,
