@@ -622,30 +622,38 @@ absl::StatusOr<v1::OpenDataPlaneResponse> DataPlaneServer::Issue(const std::stri
 absl::StatusOr<std::string> DataPlaneServer::ProveLocal(const std::string& digest,
                                                         const std::string& challenge) {
   absl::MutexLock lock(&mu_);
-  auto found = tickets_.find(digest);
-  if (found == tickets_.end() || found->second.expires <= absl::Now()) {
+  const Binding* found = OutstandingLocked(digest);
+  if (found == nullptr) {
     return absl::UnauthenticatedError(
         "local data plane: no outstanding ticket has that digest (ask OpenDataPlane for a "
         "new one)");
   }
-  return dp::LocalProof(found->second.ticket, challenge, namespace_id_);
+  return dp::LocalProof(found->ticket, challenge, namespace_id_);
+}
+
+DataPlaneServer::Binding* DataPlaneServer::OutstandingLocked(const std::string& digest) {
+  auto found = tickets_.find(digest);
+  if (found == tickets_.end()) return nullptr;
+  if (found->second.expires <= absl::Now()) {
+    tickets_.erase(found);
+    tickets_gauge_->Set(static_cast<double>(tickets_.size()));
+    return nullptr;
+  }
+  return &found->second;
 }
 
 absl::StatusOr<DataPlaneServer::Binding> DataPlaneServer::Redeem(const std::string& ticket) {
   const std::string digest = dp::TicketDigest(ticket);
   absl::MutexLock lock(&mu_);
-  auto found = tickets_.find(digest);
+  Binding* found = OutstandingLocked(digest);
   // The digest is the key; the ticket itself is compared too, so that the table fails
   // closed whatever the digest does.
-  if (found == tickets_.end() || !dp::SameBytes(found->second.ticket, ticket) ||
-      found->second.expires <= absl::Now()) {
-    if (found != tickets_.end() && found->second.expires <= absl::Now()) tickets_.erase(found);
-    tickets_gauge_->Set(static_cast<double>(tickets_.size()));
+  if (found == nullptr || !dp::SameBytes(found->ticket, ticket)) {
     return absl::UnauthenticatedError(
         "data plane: unknown, used or expired ticket (ask OpenDataPlane for a new one)");
   }
-  Binding binding = std::move(found->second);
-  tickets_.erase(found);
+  Binding binding = std::move(*found);
+  tickets_.erase(digest);
   tickets_gauge_->Set(static_cast<double>(tickets_.size()));
   return binding;
 }

@@ -110,6 +110,9 @@ class DataPlaneServer {
   // The local lane's proof for the ticket whose SHA-256 is `digest` (kept for the
   // hello); UNAUTHENTICATED when no such ticket is outstanding.
   absl::StatusOr<std::string> ProveLocal(const std::string& digest, const std::string& challenge);
+  // The outstanding ticket with this digest; null when there is none (an expired one
+  // is dropped here).
+  Binding* OutstandingLocked(const std::string& digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ParameterShard* const shard_;
   PartitionExecutor* const executor_;
