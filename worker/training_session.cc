@@ -352,18 +352,26 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     const bool on_replica = inner_on_replica_ && !partition.buffers();
     if (!on_replica) {
       const absl::Time start = absl::Now();
-      // One native CPU replica in a node of one process, not LOCAL_SGD (which writes
-      // what it pushes into node_grad_): the replica's own gradient buffer is the node's
-      // sum, pushed from where it lies. It stays unchanged until the update is in (the
-      // PsConnection::Push contract): the native engine writes gradients only in
-      // backward, which starts after the next forward read every parameter, so after
-      // every partition's update passed the gate.
-      in_place = local_sgd_ || !updates_into_parameters_ ? nullptr
-                                                          : reducer_->SumInPlace(partition.offset());
-      absl::Status reduced =
-          in_place != nullptr
-              ? absl::OkStatus()
-              : reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
+      // One replica in a node of one process, not LOCAL_SGD (which writes what it
+      // pushes into node_grad_): the node's sum is pushed from where it lies, a native
+      // CPU replica's own gradient buffer or a GPU replica's pinned staging. It stays
+      // unchanged until the update is in (the PsConnection::Push contract): the
+      // replica writes it again only for the next backward (a GPU replica: the next
+      // step's download, after this step's update), which starts after the next forward
+      // read every parameter, so after every partition's update passed the gate.
+      absl::Status reduced;
+      if (!local_sgd_ && updates_into_parameters_) {
+        absl::StatusOr<const float*> staged =
+            reducer_->ReduceInPlace(partition.offset(), partition.length());
+        if (staged.ok()) {
+          in_place = *staged;
+        } else {
+          reduced = staged.status();
+        }
+      }
+      if (reduced.ok() && in_place == nullptr) {
+        reduced = reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
+      }
       {
         absl::MutexLock lock(&mu_);
         reduce_seconds_ += SecondsSince(start);

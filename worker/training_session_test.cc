@@ -418,13 +418,26 @@ TEST_F(TrainingSessionTest, InitialParametersReplaceTheSeedsAndMustFitTheModel) 
 
 // A replica that keeps its parameters apart from the worker's host buffer, as a GPU
 // replica keeps them on the device, computing through a CPU replica over its own copy;
-// it counts the elements that cross between the two.
+// it counts the elements that cross between the two. `stages`: like a GPU replica, it
+// leaves downloaded gradients in a host buffer of its own (StageGradients) and never
+// reads the worker's host buffer in a pass.
 class ApartReplica : public engine::Replica {
  public:
-  ApartReplica(const engine::ModelDef& model, const float* host)
-      : params_(host, host + model.num_parameters), inner_(model, params_.data()) {}
+  ApartReplica(const engine::ModelDef& model, const float* host, bool stages = false)
+      : params_(host, host + model.num_parameters), inner_(model, params_.data()),
+        stages_(stages) {}
 
   const engine::ModelDef& model() const override { return inner_.model(); }
+  bool DoneWithParametersWhenReady() const override { return stages_; }
+  absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override {
+    if (!stages_) return engine::Replica::StageGradients(offset, length);
+    staging_.resize(params_.size());
+    if (absl::Status s = inner_.CopyGradients(offset, length, staging_.data() + offset); !s.ok()) {
+      return s;
+    }
+    staged += length;
+    return staging_.data() + offset;
+  }
   std::string device() const override { return "apart:0"; }
   absl::Status SetParameters(const float* host, int64_t offset, int64_t length) override {
     std::copy(host + offset, host + offset + length, params_.begin() + offset);
@@ -465,27 +478,32 @@ class ApartReplica : public engine::Replica {
 
   int64_t uploaded = 0;
   int64_t downloaded = 0;
+  int64_t staged = 0;
   int inner_updates = 0;
 
  private:
   std::vector<float> params_;
   std::vector<float> state_;
   engine::CpuReplica inner_;
+  bool stages_;
+  std::vector<float> staging_;
 };
 
-// One node of one replica, LOCAL_SGD with rounds of 4 over 10 steps (rounds end after
-// steps 3, 7 and 9), the shard in memory. make_replica: unset for the CPU replica.
+// One node of one replica over 10 steps, the shard in memory: LOCAL_SGD with rounds of
+// 4 (rounds end after steps 3, 7 and 9), or SYNC. make_replica: unset for the CPU
+// replica.
 struct LocalSgdRun {
   std::vector<float> parameters;
   ApartReplica* apart = nullptr;  // Owned by the session, which is gone: counts only.
-  int64_t uploaded = 0, downloaded = 0;
+  int64_t uploaded = 0, downloaded = 0, staged = 0;
   int inner_updates = 0;
 };
 
-LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart) {
+LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
+                        v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false) {
   v1::JobSpec spec = Spec();
-  spec.set_mode(v1::LOCAL_SGD);
-  spec.set_sync_every(4);
+  spec.set_mode(mode);
+  if (mode == v1::LOCAL_SGD) spec.set_sync_every(4);
   spec.set_max_steps(10);
   spec.set_nodes_min(1);
   spec.set_replicas_per_worker(1);
@@ -504,15 +522,17 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart) {
   ps::ParameterShard shard(ps::ShardOptions{}, nullptr);
   SessionOptions options;
   options.update_timeout = kHang;
-  options.ps_connection = [&shard](const PsIdentity& identity, const v1::PartitionPlan& plan) {
+  options.ps_connection = [&shard, mode](const PsIdentity& identity,
+                                         const v1::PartitionPlan& plan) {
     return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard},
-                                                  identity, plan, v1::LOCAL_SGD, v1::FLOAT32);
+                                                  identity, plan, mode, v1::FLOAT32);
   };
   LocalSgdRun run;
   if (apart) {
-    options.make_replica = [&run](const engine::ModelDef& model, const v1::Device&,
-                                  float* host) -> absl::StatusOr<std::unique_ptr<engine::Replica>> {
-      auto replica = std::make_unique<ApartReplica>(model, host);
+    options.make_replica = [&run, stages](const engine::ModelDef& model, const v1::Device&,
+                                          float* host)
+        -> absl::StatusOr<std::unique_ptr<engine::Replica>> {
+      auto replica = std::make_unique<ApartReplica>(model, host, stages);
       run.apart = replica.get();
       return replica;
     };
@@ -533,6 +553,7 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart) {
   if (run.apart != nullptr) {
     run.uploaded = run.apart->uploaded;
     run.downloaded = run.apart->downloaded;
+    run.staged = run.apart->staged;
     run.inner_updates = run.apart->inner_updates;
   }
   return run;
@@ -564,6 +585,31 @@ TEST(LocalSgdOnTheReplicaTest, InnerStepsStayOnTheReplicaAndGiveTheHostPathsBits
   std::vector<float> initial(n);
   engine::InitParameters(*engine::BuildModel(spec.model()), spec.seed(), initial.data());
   EXPECT_NE(host.parameters, initial);
+}
+
+// SYNC with a replica that keeps parameters and gradients apart (a GPU replica): with
+// staging, every gradient is pushed from the replica's own host memory and no step
+// copies one into the worker's buffer; without it, each is copied as before. Both give
+// the CPU replica's bits.
+TEST(SyncOnAReplicaApartTest, PushesFromTheReplicasStagingAndGivesTheHostPathsBits) {
+  const v1::JobSpec spec = Spec();
+  absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec.dataset(), spec.seed());
+  ASSERT_TRUE(data.ok()) << data.status();
+  const LocalSgdRun host = RunLocalSgd(*data, /*apart=*/false, v1::SYNC);
+  const LocalSgdRun staged = RunLocalSgd(*data, /*apart=*/true, v1::SYNC, /*stages=*/true);
+  const LocalSgdRun copied = RunLocalSgd(*data, /*apart=*/true, v1::SYNC, /*stages=*/false);
+  ASSERT_FALSE(host.parameters.empty());
+  const int64_t n = static_cast<int64_t>(host.parameters.size());
+  for (const LocalSgdRun* run : {&staged, &copied}) {
+    ASSERT_EQ(run->parameters.size(), host.parameters.size());
+    EXPECT_EQ(std::memcmp(run->parameters.data(), host.parameters.data(), n * sizeof(float)), 0);
+    // The whole model at Prepare, then every step's update.
+    EXPECT_EQ(run->uploaded, 11 * n);
+  }
+  EXPECT_EQ(staged.staged, 10 * n);
+  EXPECT_EQ(staged.downloaded, 0);
+  EXPECT_EQ(copied.staged, 0);
+  EXPECT_EQ(copied.downloaded, 10 * n);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/comm/rendezvous_client.h"
 #include "worker/engine/replica_group.h"
@@ -36,6 +37,15 @@ class IntraNodeReducer {
   // replica's own gradient buffer), or null. The values there stay until the replica's
   // next backward pass; ReduceGradients would only have copied them.
   virtual const float* SumInPlace(int64_t offset) const { return nullptr; }
+
+  // Forms the node's gradient sum of [offset, offset + length) where no copy into the
+  // caller's buffer is needed and returns where element `offset` lies: SumInPlace's
+  // buffer, or (one GPU replica in a node of one process) the replica's pinned staging,
+  // downloaded into (Replica::StageGradients). Null: ReduceGradients must copy. The
+  // values stay until the replicas' next backward pass.
+  virtual absl::StatusOr<const float*> ReduceInPlace(int64_t offset, int64_t length) {
+    return SumInPlace(offset);
+  }
 
   // Makes params[offset, offset + length) of the leader's host buffer current on every
   // replica of the group (`params` is this process's host parameter buffer; on the

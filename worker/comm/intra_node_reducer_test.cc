@@ -101,9 +101,70 @@ TEST(ThreadReducerTest, OneCpuReplicasSumLiesInItsOwnGradientBuffer) {
   std::vector<float> copied(model.num_parameters);
   ASSERT_TRUE(reducer->ReduceGradients(0, model.num_parameters, copied.data()).ok());
   EXPECT_EQ(std::vector<float>(gradients, gradients + model.num_parameters), copied);
+  EXPECT_EQ(*reducer->ReduceInPlace(7, 5), gradients + 7);
   // Several replicas must be summed: nothing lies in place.
   Process three(model, 3, 3);
   EXPECT_EQ(MakeThreadReducer(*three.group)->SumInPlace(0), nullptr);
+  EXPECT_EQ(*MakeThreadReducer(*three.group)->ReduceInPlace(0, 5), nullptr);
+}
+
+// A replica that keeps its gradients apart from host memory, as a GPU replica does;
+// `stages`: whether it can leave them in host memory of its own (StageGradients).
+class DeviceLikeReplica : public engine::CpuReplica {
+ public:
+  DeviceLikeReplica(const engine::ModelDef& model, const float* params, bool stages)
+      : CpuReplica(model, params), stages_(stages) {}
+  const float* host_gradients() const override { return nullptr; }
+  absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override {
+    if (!stages_) return absl::UnimplementedError("no staging");
+    staging_.resize(model().num_parameters);
+    if (absl::Status s = CopyGradients(offset, length, staging_.data() + offset); !s.ok()) {
+      return s;
+    }
+    return staging_.data() + offset;
+  }
+  const std::vector<float>& staging() const { return staging_; }
+
+ private:
+  bool stages_;
+  std::vector<float> staging_;
+};
+
+TEST(ThreadReducerTest, OneDeviceReplicasSumIsPushedFromItsStagingWhereItHasOne) {
+  const engine::ModelDef model = SmallMlp();
+  std::vector<float> params(model.num_parameters);
+  engine::InitParameters(model, 5, params.data());
+  for (const bool stages : {true, false}) {
+    std::vector<std::unique_ptr<engine::Replica>> replicas;
+    auto owned = std::make_unique<DeviceLikeReplica>(model, params.data(), stages);
+    DeviceLikeReplica* replica = owned.get();
+    replicas.push_back(std::move(owned));
+    engine::ReplicaGroup group(std::move(replicas));
+    std::vector<float> features(4 * model.input.size());
+    for (size_t i = 0; i < features.size(); ++i) features[i] = 0.01f * static_cast<float>(i % 13);
+    const std::vector<int32_t> labels = {0, 1, 2, 3};
+    const std::vector<uint64_t> ids = {0, 1, 2, 3};
+    engine::Batch batch;
+    batch.features = features.data();
+    batch.labels = labels.data();
+    batch.sample_ids = ids.data();
+    batch.count = 4;
+    ASSERT_TRUE(replica->ForwardBackward(batch, {1, 0}, nullptr).ok());
+    std::unique_ptr<IntraNodeReducer> reducer = MakeThreadReducer(group);
+    EXPECT_EQ(reducer->SumInPlace(0), nullptr);  // Nothing lies in host memory before.
+    absl::StatusOr<const float*> staged = reducer->ReduceInPlace(7, 11);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    if (!stages) {
+      EXPECT_EQ(*staged, nullptr) << "no staging: ReduceGradients copies";
+      continue;
+    }
+    ASSERT_EQ(*staged, replica->staging().data() + 7);
+    std::vector<float> copied(11);
+    ASSERT_TRUE(reducer->ReduceGradients(7, 11, copied.data()).ok());
+    EXPECT_EQ(std::vector<float>(*staged, *staged + 11), copied);
+    // A range out of bounds is the replica's error, not a pointer.
+    EXPECT_FALSE(reducer->ReduceInPlace(model.num_parameters, 1).ok());
+  }
 }
 
 TEST(GlooReducerTest, ReducesOntoTheLeaderAndBroadcastsItsParameters) {

@@ -35,6 +35,14 @@ class ThreadReducer : public IntraNodeReducer {
     return replicas_.replica(0).host_gradients() + offset;
   }
 
+  absl::StatusOr<const float*> ReduceInPlace(int64_t offset, int64_t length) override {
+    if (replicas_.size() != 1) return nullptr;
+    if (!has_device_replicas_) return SumInPlace(offset);
+    absl::StatusOr<const float*> staged = replicas_.replica(0).StageGradients(offset, length);
+    if (absl::IsUnimplemented(staged.status())) return nullptr;  // ReduceGradients copies.
+    return staged;
+  }
+
   // On the calling thread, not through ReplicaGroup::RunOnAll: the worker applies an
   // update while the replicas' threads already run the next forward pass.
   absl::Status BroadcastParameters(float* params, int64_t offset, int64_t length) override {

@@ -108,6 +108,7 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&gradients_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_parameters_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_gradients_), bytes));
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_readback_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gradients_, 0, bytes, stream_));
   // Downloads before the first pass read the zeros.
   for (cudaEvent_t event : tensor_done_) CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream_));
@@ -136,6 +137,7 @@ GpuReplica::~GpuReplica() {
   if (gradients_ != nullptr) cudaFree(gradients_);
   if (pinned_parameters_ != nullptr) cudaFreeHost(pinned_parameters_);
   if (pinned_gradients_ != nullptr) cudaFreeHost(pinned_gradients_);
+  if (pinned_readback_ != nullptr) cudaFreeHost(pinned_readback_);
   for (cudaEvent_t event : tensor_done_) {
     if (event != nullptr) cudaEventDestroy(event);
   }
@@ -226,12 +228,22 @@ absl::Status GpuReplica::TensorDone(const TensorRange& range, const GradientRead
 
 absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* dst) {
   // Only the range's own tensors: the layers before it may still be computing.
-  return Download("gpu replica gradients", gradients_, offset, length, dst,
+  return Download("gpu replica gradients", gradients_, offset, length, pinned_gradients_, dst,
                   [&]() { return WaitForTensors(copy_stream_, offset, length); });
 }
 
+absl::StatusOr<const float*> GpuReplica::StageGradients(int64_t offset, int64_t length) {
+  if (absl::Status s = Download("gpu replica gradients", gradients_, offset, length,
+                                pinned_gradients_, /*dst=*/nullptr,
+                                [&]() { return WaitForTensors(copy_stream_, offset, length); });
+      !s.ok()) {
+    return s;
+  }
+  return pinned_gradients_ + offset;
+}
+
 absl::Status GpuReplica::Download(const char* what, const float* device, int64_t offset,
-                                  int64_t length, float* dst,
+                                  int64_t length, float* staging, float* dst,
                                   const std::function<absl::Status()>& after) {
   if (absl::Status range = CheckRange(what, offset, length, model_.num_parameters); !range.ok()) {
     return range;
@@ -242,14 +254,14 @@ absl::Status GpuReplica::Download(const char* what, const float* device, int64_t
   if (absl::Status s = after(); !s.ok()) return s;
   const size_t bytes = static_cast<size_t>(length) * sizeof(float);
   CUDA_RETURN_IF_ERROR(cudaEventRecord(download_begin_, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_gradients_ + offset, device + offset, bytes,
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + offset, device + offset, bytes,
                                        cudaMemcpyDeviceToHost, copy_stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(download_end_, copy_stream_));
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(download_end_));
   float milliseconds = 0;
   CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, download_begin_, download_end_));
   copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
-  std::memcpy(dst, pinned_gradients_ + offset, bytes);
+  if (dst != nullptr) std::memcpy(dst, staging + offset, bytes);
   return absl::OkStatus();
 }
 
@@ -293,10 +305,11 @@ absl::Status GpuReplica::CopyParameters(int64_t offset, int64_t length, float* d
   // The values the latest inner update and upload wrote (inner_done_ was never
   // recorded without an inner update: the wait is then a no-op; the uploads come
   // before on the same copy stream).
-  return Download("gpu replica parameters", parameters_, offset, length, dst, [&]() {
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, inner_done_, 0));
-    return absl::OkStatus();
-  });
+  return Download("gpu replica parameters", parameters_, offset, length, pinned_readback_, dst,
+                  [&]() {
+                    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, inner_done_, 0));
+                    return absl::OkStatus();
+                  });
 }
 
 double GpuReplica::TakeCopySeconds() {

@@ -9,6 +9,8 @@
 //    and the pass reads its parameters no more (tensor_done_), then reports it ready;
 //    CopyGradients makes the copy stream wait for the events of the range's tensors
 //    only, so layer k's gradient goes down while the layers before it compute;
+//    StageGradients does the same and leaves the range in the pinned staging, where
+//    the worker pushes it from (no copy into the worker's buffer);
 //  - SetParameters stages the range in pinned memory and enqueues its upload after
 //    the same events (the pass's last reads of those parameters), without waiting;
 //    the forward makes the compute stream wait, layer by layer, for the latest upload
@@ -47,11 +49,17 @@ class GpuReplica : public Replica {
 
   const ModelDef& model() const override { return model_; }
   std::string device() const override;
+  // A pass reads the device's parameters only: the host buffer may take an update at
+  // any time (SetParameters orders the upload after the pass's last reads).
+  bool DoneWithParametersWhenReady() const override { return true; }
   absl::Status SetParameters(const float* host, int64_t offset, int64_t length) override;
   absl::StatusOr<LossStats> ForwardBackward(const Batch& batch, const DropoutKey& key,
                                             const GradientReadyFn& on_ready) override;
   absl::StatusOr<LossStats> Evaluate(const Batch& batch) override;
   absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) override;
+  // Into pinned_gradients_, which only gradient downloads write: the range stays there
+  // until its next download, after the next pass's backward.
+  absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override;
   double TakeCopySeconds() override;
   // LOCAL_SGD inside a round: gpu::ApplyMean on the compute stream, state on the device.
   bool AppliesInnerUpdate() const override { return true; }
@@ -84,11 +92,11 @@ class GpuReplica : public Replica {
   // Makes `stream` wait until this pass computed the gradients of, and no longer
   // reads the parameters of, every tensor overlapping [offset, offset + length).
   absl::Status WaitForTensors(cudaStream_t stream, int64_t offset, int64_t length);
-  // Copies device[offset, offset + length) to dst through the pinned staging, on the
-  // copy stream after `after` (which enqueues the waits the copy needs), and waits for
-  // it; adds its time to copy_nanos_.
+  // Copies device[offset, offset + length) to staging[offset, ...) (pinned), on the
+  // copy stream after `after` (which enqueues the waits the copy needs), waits for it,
+  // and copies it on to dst unless dst is null; adds its time to copy_nanos_.
   absl::Status Download(const char* what, const float* device, int64_t offset, int64_t length,
-                        float* dst, const std::function<absl::Status()>& after);
+                        float* staging, float* dst, const std::function<absl::Status()>& after);
   // Makes stream_ wait for the latest upload over [offset, offset + length).
   absl::Status WaitForUploads(int64_t offset, int64_t length);
   // Records on stream_ that tensor `range` is done for this pass, then reports it ready.
@@ -105,7 +113,8 @@ class GpuReplica : public Replica {
   cudaStream_t stream_ = nullptr;        // Compute.
   cudaStream_t copy_stream_ = nullptr;   // Uploads and downloads, in order.
   float* pinned_parameters_ = nullptr;   // Staging of uploads (cudaMallocHost).
-  float* pinned_gradients_ = nullptr;    // Staging of downloads.
+  float* pinned_gradients_ = nullptr;    // Staging of gradient downloads (StageGradients).
+  float* pinned_readback_ = nullptr;     // Staging of parameter downloads.
   std::vector<cudaEvent_t> tensor_done_;  // Per tensor (no timing).
   // Everything enqueued on copy_stream_ (uploads, downloads) and its bookkeeping.
   absl::Mutex copy_mu_;

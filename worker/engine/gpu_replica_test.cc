@@ -2,6 +2,7 @@
 // device is visible or the build has no --config=cuda). Tolerance: per element
 // |gpu - cpu| <= 1e-4 * |cpu| + 1e-5 * max|cpu|; loss sums within 1e-5 relative.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,6 +144,36 @@ TEST_F(GpuReplicaTest, TheInnerUpdateOnTheDeviceMatchesTheHostOptimizer) {
     ASSERT_TRUE((*gpu)->CopyParameters(0, model.num_parameters, on_device.data()).ok());
     ExpectClose(on_device, params);
   }
+}
+
+// The worker pushes a GPU replica's gradients from its pinned staging (issue 25): the
+// staged range holds CopyGradients' bits, in two ranges last first as the worker asks,
+// and stays there through a parameter download (which has its own staging) until the
+// next pass's download.
+TEST_F(GpuReplicaTest, StagedGradientsAreCopyGradientsBitsAndOutliveAParameterDownload) {
+  const ModelDef model = Models()[1];
+  const OwnedBatch batch = RandomBatch(model, 16, 6);
+  std::vector<float> params(model.num_parameters);
+  InitParameters(model, 4, params.data());
+  absl::StatusOr<std::unique_ptr<Replica>> gpu =
+      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_TRUE((*gpu)->DoneWithParametersWhenReady());
+  ASSERT_TRUE((*gpu)->ForwardBackward(batch.View(), {1, 0}, nullptr).ok());
+  const int64_t n = model.num_parameters;
+  const int64_t half = n / 2;
+  absl::StatusOr<const float*> high = (*gpu)->StageGradients(half, n - half);
+  absl::StatusOr<const float*> low = (*gpu)->StageGradients(0, half);
+  ASSERT_TRUE(high.ok() && low.ok()) << high.status() << " " << low.status();
+  EXPECT_EQ(*high, *low + half);  // One buffer, in the worker's layout.
+  std::vector<float> copied(n);
+  ASSERT_TRUE((*gpu)->CopyGradients(0, n, copied.data()).ok());
+  std::vector<float> downloaded(n);
+  ASSERT_TRUE((*gpu)->CopyParameters(0, n, downloaded.data()).ok());
+  EXPECT_EQ(std::memcmp(*low, copied.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(downloaded.data(), params.data(), n * sizeof(float)), 0);
+  EXPECT_FALSE((*gpu)->StageGradients(n, 1).ok());
+  EXPECT_FALSE((*gpu)->StageGradients(-1, 2).ok());
 }
 
 TEST_F(GpuReplicaTest, SplitAcrossGpuReplicasEqualsWholeBatch) {

@@ -125,10 +125,12 @@ class Replica {
   virtual const ModelDef& model() const = 0;
   // "cpu" or "cuda:N".
   virtual std::string device() const = 0;
-  // Whether ForwardBackward reads no parameter in [o, num_parameters) once it reported
-  // offset o ready, so that the worker may receive that range's update into the shared
-  // parameters while the pass goes on (PsConnection::ExpectUpdateInto). False unless
-  // the engine guarantees it.
+  // Whether ForwardBackward reads no parameter of the host buffer in [o,
+  // num_parameters) once it reported offset o ready, so that the worker may receive
+  // that range's update into the shared parameters while the pass goes on
+  // (PsConnection::ExpectUpdateInto). False unless the engine guarantees it (a CPU
+  // replica that reads the shared buffer layer by layer; a GPU replica, which never
+  // reads the host buffer in a pass).
   virtual bool DoneWithParametersWhenReady() const { return false; }
 
   // Makes [offset, offset + length) of the host parameter buffer `host` current on
@@ -153,6 +155,17 @@ class Replica {
 
   // The gradient buffer in host memory when the replica keeps it there (CPU), else null.
   virtual const float* host_gradients() const { return nullptr; }
+
+  // Brings gradient elements [offset, offset + length) to host memory the replica owns
+  // and returns where element `offset` lies there, so that the worker pushes them from
+  // there instead of copying them into a buffer of its own (a GPU replica: its pinned
+  // staging, downloaded into directly). The values stay there until the replica's next
+  // ForwardBackward. CPU replicas: host_gradients() + offset. UNIMPLEMENTED where the
+  // replica has no such memory (then CopyGradients).
+  virtual absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) {
+    if (host_gradients() != nullptr) return host_gradients() + offset;
+    return absl::UnimplementedError(device() + ": no host memory of its own for gradients");
+  }
 
   // Seconds spent copying parameters and gradients between host and device
   // (SetParameters, CopyGradients) since the previous call; always 0 where the
