@@ -110,8 +110,10 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
 absl::Status TrainingSession::MakeReplicas() {
   // Replicas: one per assigned device; CPU replicas share the host parameters.
   std::vector<std::unique_ptr<engine::Replica>> replicas;
+  bool on_gpu = false;
   for (const v1::Device& device : assignment_.devices()) {
     engine::DeviceSpec spec_of_device;
+    on_gpu |= device.kind() == v1::GPU;
     if (device.kind() == v1::GPU) {
       spec_of_device.kind = engine::DeviceSpec::Kind::kGpu;
       spec_of_device.gpu = device.index();
@@ -129,6 +131,17 @@ absl::Status TrainingSession::MakeReplicas() {
   updates_into_parameters_ = true;
   for (int i = 0; i < replicas_->size(); ++i) {
     updates_into_parameters_ &= replicas_->replica(i).DoneWithParametersWhenReady();
+  }
+  // GPU replicas upload updates straight from page-locked host parameters.
+  if (on_gpu && pinned_params_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<engine::PinnedHostMemory>> pinned =
+        engine::PinHostMemory(params_.data(), params_.size() * sizeof(float));
+    if (pinned.ok()) {
+      pinned_params_ = *std::move(pinned);
+    } else {
+      LOG(WARNING) << "host parameters not page-locked, GPU uploads are staged: "
+                   << pinned.status().message();
+    }
   }
   scratch_.resize(assignment_.replicas());
   {

@@ -37,6 +37,7 @@
 #include "worker/coordinator_link.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
+#include "worker/engine/replica_factory.h"
 #include "worker/engine/replica_group.h"
 #include "worker/engine/sampler.h"
 #include "worker/update_gate.h"
@@ -213,6 +214,9 @@ class TrainingSession {
   // Leader: the node's gradient sum (LOCAL_SGD: at a round's end, what it pushes);
   // others: scratch.
   std::vector<float> node_grad_;
+  // params_ page-locked where a replica is on a GPU and the driver allows it, so that
+  // updates go up without a staging copy; destroyed before params_.
+  std::unique_ptr<engine::PinnedHostMemory> pinned_params_;
 
   // What the communication thread works out when it reduces a step, for the update
   // that follows (both on that thread).

@@ -68,6 +68,35 @@ int GpuDeviceCount(std::string* why) {
   return count;
 }
 
+absl::Status RegisterHostMemory(void* p, size_t bytes) {
+  const cudaError_t error = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // Not sticky: clear it, so that later calls do not report it.
+    return absl::UnavailableError(absl::StrCat("cudaHostRegister of ", bytes, " bytes: ",
+                                               cudaGetErrorName(error), ": ",
+                                               cudaGetErrorString(error)));
+  }
+  return absl::OkStatus();
+}
+
+void UnregisterHostMemory(void* p) {
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
+namespace {
+
+// Whether a copy can read `p` by DMA: cudaMallocHost'ed or registered host memory.
+bool PageLocked(const void* p) {
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
+}  // namespace
+
 GpuReplica::GpuReplica(const ModelDef& model, int device) : model_(model), device_(device) {}
 
 absl::StatusOr<std::unique_ptr<GpuReplica>> GpuReplica::Create(const ModelDef& model, int device,
@@ -165,23 +194,32 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
   if (length == 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   absl::MutexLock lock(&copy_mu_);
-  // The staging range may still feed the range's previous upload (normally long done).
-  if (std::optional<uint64_t> previous = uploads_.Latest(offset, length)) {
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[*previous % kUploadSlots]));
-  }
   const size_t bytes = static_cast<size_t>(length) * sizeof(float);
-  std::memcpy(pinned_parameters_ + offset, host + offset, bytes);
+  // Page-locked host memory (the worker's parameter buffer, where the driver allowed
+  // it) is uploaded from directly; anything else through the staging.
+  const bool direct = PageLocked(host + offset);
+  if (!direct) {
+    // The staging range may still feed the range's previous upload (normally long done).
+    if (std::optional<uint64_t> previous = uploads_.Latest(offset, length)) {
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[*previous % kUploadSlots]));
+    }
+    std::memcpy(pinned_parameters_ + offset, host + offset, bytes);
+  }
   // The pass still running reads these parameters until its backward is past them.
   if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
   const uint64_t seq = next_upload_++;
   const int slot = static_cast<int>(seq % kUploadSlots);
   if (absl::Status s = HarvestUpload(slot, /*wait=*/true); !s.ok()) return s;
   CUDA_RETURN_IF_ERROR(cudaEventRecord(upload_begin_[slot], copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset, pinned_parameters_ + offset, bytes,
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_ + offset,
+                                       (direct ? host : pinned_parameters_) + offset, bytes,
                                        cudaMemcpyHostToDevice, copy_stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(upload_end_[slot], copy_stream_));
   upload_untimed_[slot] = true;
   uploads_.Recorded(offset, length, seq);
+  // The caller may change its buffer once this returns. The wait is for the copy
+  // alone: when an update comes in, the pass that last read the range is done.
+  if (direct) CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[slot]));
   return absl::OkStatus();
 }
 

@@ -12,7 +12,9 @@
 //    StageGradients does the same and leaves the range in the pinned staging, where
 //    the worker pushes it from (no copy into the worker's buffer);
 //  - SetParameters stages the range in pinned memory and enqueues its upload after
-//    the same events (the pass's last reads of those parameters), without waiting;
+//    the same events (the pass's last reads of those parameters), without waiting; from
+//    page-locked host memory (RegisterHostMemory: the worker's parameter buffer) it
+//    uploads directly, without the staging copy, and waits for that upload;
 //    the forward makes the compute stream wait, layer by layer, for the latest upload
 //    over the layer's range (CopyLedger), so layer k's parameters go up while the
 //    layers before it compute.
@@ -23,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,6 +41,12 @@ namespace tributary::engine {
 
 // CUDA devices visible; 0 with `why` set when there are none or the driver is missing.
 int GpuDeviceCount(std::string* why);
+
+// Page-locks host memory [p, p + bytes) for every device (cudaHostRegister, portable):
+// SetParameters uploads from such memory without staging it. The driver's error where
+// it refuses. UnregisterHostMemory undoes it (before the memory is freed).
+absl::Status RegisterHostMemory(void* p, size_t bytes);
+void UnregisterHostMemory(void* p);
 
 class GpuReplica : public Replica {
  public:

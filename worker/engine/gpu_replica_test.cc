@@ -1,6 +1,7 @@
 // GPU replicas against the CPU reference (skipped, with the reason, where no CUDA
 // device is visible or the build has no --config=cuda). Tolerance: per element
 // |gpu - cpu| <= 1e-4 * |cpu| + 1e-5 * max|cpu|; loss sums within 1e-5 relative.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -176,6 +177,45 @@ TEST_F(GpuReplicaTest, StagedGradientsAreCopyGradientsBitsAndOutliveAParameterDo
   EXPECT_FALSE((*gpu)->StageGradients(-1, 2).ok());
 }
 
+// Updates go up straight from page-locked host memory (the worker's parameter buffer),
+// and SetParameters returns only once the copy read it: the buffer may change then.
+// Where the driver refuses to page-lock, the replica stages, as from any other memory.
+TEST_F(GpuReplicaTest, UploadsFromPageLockedMemoryWithoutStagingAndFinishBeforeReturning) {
+  const ModelDef model = Models()[1];
+  const int64_t n = model.num_parameters;
+  std::vector<float> params(n);
+  InitParameters(model, 4, params.data());
+  absl::StatusOr<std::unique_ptr<Replica>> gpu =
+      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<float> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = 0.001f * static_cast<float>(i % 101);
+  absl::StatusOr<std::unique_ptr<PinnedHostMemory>> pinned =
+      PinHostMemory(host.data(), host.size() * sizeof(float));
+  if (!pinned.ok()) GTEST_SKIP() << "the driver refused to page-lock: " << pinned.status();
+  const std::vector<float> sent = host;
+  const int64_t half = n / 2;
+  ASSERT_TRUE((*gpu)->SetParameters(host.data(), half, n - half).ok());
+  ASSERT_TRUE((*gpu)->SetParameters(host.data(), 0, half).ok());
+  std::fill(host.begin(), host.end(), -1.0f);  // Must not reach the device any more.
+  std::vector<float> on_device(n);
+  ASSERT_TRUE((*gpu)->CopyParameters(0, n, on_device.data()).ok());
+  EXPECT_EQ(std::memcmp(on_device.data(), sent.data(), n * sizeof(float)), 0);
+  // The pass computes on what went up: the CPU replica over the same values agrees.
+  const OwnedBatch batch = RandomBatch(model, 16, 7);
+  std::vector<float> cpu_params = sent;
+  CpuReplica cpu(model, cpu_params.data());
+  absl::StatusOr<LossStats> cpu_stats = cpu.ForwardBackward(batch.View(), {1, 0}, nullptr);
+  absl::StatusOr<LossStats> gpu_stats = (*gpu)->ForwardBackward(batch.View(), {1, 0}, nullptr);
+  ASSERT_TRUE(cpu_stats.ok() && gpu_stats.ok()) << gpu_stats.status();
+  EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-5 * std::abs(cpu_stats->loss_sum));
+  // Unlocked again: the staging path, the same bits.
+  pinned->reset();
+  ASSERT_TRUE((*gpu)->SetParameters(sent.data(), 0, n).ok());
+  ASSERT_TRUE((*gpu)->CopyParameters(0, n, on_device.data()).ok());
+  EXPECT_EQ(std::memcmp(on_device.data(), sent.data(), n * sizeof(float)), 0);
+}
+
 TEST_F(GpuReplicaTest, SplitAcrossGpuReplicasEqualsWholeBatch) {
   const ModelDef model = Models()[2];
   const OwnedBatch batch = RandomBatch(model, 11, 8);
@@ -215,6 +255,11 @@ TEST(GpuAvailabilityTest, CpuOnlyBuildsSayWhyThereIsNoGpu) {
       CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
   ASSERT_FALSE(gpu.ok());
   EXPECT_NE(gpu.status().message().find("cuda:0"), std::string::npos) << gpu.status();
+  // Nothing to page-lock host memory for: the session stages, and says why.
+  absl::StatusOr<std::unique_ptr<PinnedHostMemory>> pinned =
+      PinHostMemory(params.data(), params.size() * sizeof(float));
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_TRUE(absl::IsUnavailable(pinned.status())) << pinned.status();
 }
 
 }  // namespace

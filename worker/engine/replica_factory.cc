@@ -27,6 +27,26 @@ int CudaDeviceCount(std::string* why) {
 #endif
 }
 
+PinnedHostMemory::~PinnedHostMemory() {
+#if defined(TRIBUTARY_WITH_CUDA)
+  UnregisterHostMemory(p_);
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<PinnedHostMemory>> PinHostMemory(void* p, size_t bytes) {
+#if defined(TRIBUTARY_WITH_CUDA)
+  std::string why;
+  if (GpuDeviceCount(&why) == 0) return absl::UnavailableError(why);
+  if (absl::Status registered = RegisterHostMemory(p, bytes); !registered.ok()) {
+    return registered;
+  }
+  return std::make_unique<PinnedHostMemory>(p);
+#else
+  return absl::UnavailableError("host memory is page-locked for GPU replicas only, and this "
+                                "binary was built without --config=cuda");
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<Replica>> CreateReplica(const ModelDef& model,
                                                        const DeviceSpec& device,
                                                        const float* host_parameters) {
