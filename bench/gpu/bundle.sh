@@ -31,7 +31,8 @@ for target in bench/engine_bench/engine_bench worker/engine/gpu_replica_test \
   cp -L "$bin/$target" "$stage/bin/"
 done
 # Each binary has to have been built with CUDA, or the checks would measure the CPU.
-for f in "$stage"/bin/gpu_replica_test "$stage"/bin/step_breakdown.runfiles/tributary/worker/worker; do
+for f in "$stage"/bin/gpu_replica_test \
+    "$stage"/bin/step_breakdown.runfiles/tributary/worker/worker; do
   ldd "$f" | grep -q libcudart || { echo "bundle.sh: $f is not a --config=cuda build" >&2; exit 1; }
 done
 find "$stage/bin" -type f -exec strip --strip-debug {} +
@@ -42,7 +43,8 @@ for f in $(find "$runfiles" -type l) "$bin"/bench/engine_bench/engine_bench \
   ldd "$(readlink -f "$f")"
 done 2>/dev/null |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-  grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libnccl|libcudart)\.so' |
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+  grep -v -E '/(libcuda|libcublas|libcublasLt|libnccl|libcudart)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 cp "$data"/*-ubyte.gz "$stage/data/"
 mkdir -p "$out"

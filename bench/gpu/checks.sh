@@ -53,7 +53,8 @@ step nccl_one_rank 60 "$bin/intra_node_reducer_test"
 grep -E '^\[ +(FAILED|SKIPPED) |PASSED' "$out/nccl_one_rank.log" | tee -a "$summary"
 sb sb_mlp_even 150 --local_sgd_sync_every=64
 sb sb_cnn 150 --model=cnn --local_sgd=false
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+sanitizer=$(command -v compute-sanitizer ||
+            ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$sanitizer" ]; then
   step memcheck 180 "$sanitizer" --tool memcheck --error-exitcode=3 "$bin/gpu_replica_test"
   grep -E 'ERROR SUMMARY|^\[ +(OK|FAILED) ' "$out/memcheck.log" | tee -a "$summary"
