@@ -90,7 +90,7 @@ TEST(DistributedTrainingTest, SyncOnTwoNodesEqualsOneReplica) {
   EXPECT_EQ(job.step(), 20u);
   ExpectEqualsSingleReplica(*cluster, spec, 20);
   // One replica per node on the same cluster: each node pushes straight from its
-  // replica's gradient buffer (IntraNodeReducer::SumInPlace), no copy, same values.
+  // replica's gradient buffer (IntraNodeReducer::ReduceInPlace), no copy, same values.
   v1::JobSpec one = FashionMlp(/*batch=*/64, /*steps=*/20, /*replicas=*/1, /*nodes=*/2);
   one.set_name("exactness-one-replica");
   EXPECT_EQ(RunToCompletion(*cluster, one).step(), 20u);

@@ -32,19 +32,14 @@ class IntraNodeReducer {
   // `out` is scratch. The replicas' gradients for the range must be final.
   virtual absl::Status ReduceGradients(int64_t offset, int64_t length, float* out) = 0;
 
-  // Where the node's gradient sum of elements [offset, ...) already lies in host memory
-  // when forming it needs no copy (one CPU replica in a node of one process: that
-  // replica's own gradient buffer), or null. The values there stay until the replica's
-  // next backward pass; ReduceGradients would only have copied them.
-  virtual const float* SumInPlace(int64_t offset) const { return nullptr; }
-
   // Forms the node's gradient sum of [offset, offset + length) where no copy into the
-  // caller's buffer is needed and returns where element `offset` lies: SumInPlace's
-  // buffer, or (one GPU replica in a node of one process) the replica's pinned staging,
-  // downloaded into (Replica::StageGradients). Null: ReduceGradients must copy. The
-  // values stay until the replicas' next backward pass.
+  // caller's buffer is needed, and returns where element `offset` lies: one replica in
+  // a node of one process, whose Replica::StageGradients memory holds it (a CPU
+  // replica's own gradient buffer; a GPU replica's pinned staging, downloaded into).
+  // Null: ReduceGradients must copy. The values stay until the replicas' next backward
+  // pass; ReduceGradients would only have copied them.
   virtual absl::StatusOr<const float*> ReduceInPlace(int64_t offset, int64_t length) {
-    return SumInPlace(offset);
+    return nullptr;
   }
 
   // Makes params[offset, offset + length) of the leader's host buffer current on every

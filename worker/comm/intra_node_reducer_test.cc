@@ -95,16 +95,14 @@ TEST(ThreadReducerTest, OneCpuReplicasSumLiesInItsOwnGradientBuffer) {
   Process one(model, 1, 2);
   std::unique_ptr<IntraNodeReducer> reducer = MakeThreadReducer(*one.group);
   const float* gradients = one.group->replica(0).host_gradients();
-  EXPECT_EQ(reducer->SumInPlace(0), gradients);
-  EXPECT_EQ(reducer->SumInPlace(7), gradients + 7);
+  EXPECT_EQ(*reducer->ReduceInPlace(0, model.num_parameters), gradients);
+  EXPECT_EQ(*reducer->ReduceInPlace(7, 5), gradients + 7);
   // What a push from there sends is what ReduceGradients would have copied.
   std::vector<float> copied(model.num_parameters);
   ASSERT_TRUE(reducer->ReduceGradients(0, model.num_parameters, copied.data()).ok());
   EXPECT_EQ(std::vector<float>(gradients, gradients + model.num_parameters), copied);
-  EXPECT_EQ(*reducer->ReduceInPlace(7, 5), gradients + 7);
   // Several replicas must be summed: nothing lies in place.
   Process three(model, 3, 3);
-  EXPECT_EQ(MakeThreadReducer(*three.group)->SumInPlace(0), nullptr);
   EXPECT_EQ(*MakeThreadReducer(*three.group)->ReduceInPlace(0, 5), nullptr);
 }
 
@@ -151,7 +149,6 @@ TEST(ThreadReducerTest, OneDeviceReplicasSumIsPushedFromItsStagingWhereItHasOne)
     batch.count = 4;
     ASSERT_TRUE(replica->ForwardBackward(batch, {1, 0}, nullptr).ok());
     std::unique_ptr<IntraNodeReducer> reducer = MakeThreadReducer(group);
-    EXPECT_EQ(reducer->SumInPlace(0), nullptr);  // Nothing lies in host memory before.
     absl::StatusOr<const float*> staged = reducer->ReduceInPlace(7, 11);
     ASSERT_TRUE(staged.ok()) << staged.status();
     if (!stages) {

@@ -30,14 +30,8 @@ class ThreadReducer : public IntraNodeReducer {
     return absl::OkStatus();
   }
 
-  const float* SumInPlace(int64_t offset) const override {
-    if (replicas_.size() != 1 || has_device_replicas_) return nullptr;
-    return replicas_.replica(0).host_gradients() + offset;
-  }
-
   absl::StatusOr<const float*> ReduceInPlace(int64_t offset, int64_t length) override {
     if (replicas_.size() != 1) return nullptr;
-    if (!has_device_replicas_) return SumInPlace(offset);
     absl::StatusOr<const float*> staged = replicas_.replica(0).StageGradients(offset, length);
     if (absl::IsUnimplemented(staged.status())) return nullptr;  // ReduceGradients copies.
     return staged;
