@@ -173,19 +173,48 @@ absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what) 
 absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what) {
   char bytes[kFrameHeaderBytes];
   if (absl::Status read = ReadFull(fd, bytes, sizeof(bytes), what); !read.ok()) return read;
+  return ParseFrameHeader(bytes, max_length, what);
+}
+
+absl::StatusOr<FrameHeader> ParseFrameHeader(const char (&bytes)[kFrameHeaderBytes],
+                                             uint64_t max_length, absl::string_view what) {
   FrameHeader header;
   header.kind = Get32(bytes);
   header.length = Get64(bytes + 4);
-  if (header.kind != kMessage && header.kind != kStatus) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": unknown frame kind ", header.kind, " (1: message, 2: status)"));
+  uint64_t limit = max_length;
+  switch (header.kind) {
+    case kMessage: break;
+    case kStatus: limit = 4 + kMaxStatusText; break;
+    case kShared: limit = kSharedPrefixBytes + kMessageOverheadBytes; break;
+    case kRegion: limit = 8; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": unknown frame kind ", header.kind,
+          " (1: message, 2: status, 3: shared, 4: region)"));
   }
-  const uint64_t limit = header.kind == kStatus ? 4 + kMaxStatusText : max_length;
   if (header.length > limit) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": a frame of ", header.length,
                                                    " bytes; the limit is ", limit));
   }
   return header;
+}
+
+std::array<char, kSharedPrefixBytes> EncodeSharedPlace(const SharedPlace& place) {
+  std::array<char, kSharedPrefixBytes> bytes;
+  Put64(bytes.data(), place.offset);
+  Put64(bytes.data() + 8, place.size);
+  Put64(bytes.data() + 16, place.answer_offset);
+  Put64(bytes.data() + 24, place.answer_capacity);
+  return bytes;
+}
+
+SharedPlace ParseSharedPlace(const char* prefix) {
+  SharedPlace place;
+  place.offset = Get64(prefix);
+  place.size = Get64(prefix + 8);
+  place.answer_offset = Get64(prefix + 16);
+  place.answer_capacity = Get64(prefix + 24);
+  return place;
 }
 
 absl::Status WriteStatusFrame(int fd, const absl::Status& status) {

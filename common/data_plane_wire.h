@@ -24,6 +24,18 @@
 // namespace (LocalNamespaceId), which the client compares with its own: an accomplice
 // who relays the challenge to the real shard from another host gets a proof that does
 // not match there.
+//
+// Shared memory on the local lane (common/shared_region.h), the client's option: its
+// first frame after admission may be
+//   kRegion: the region's size (u64), the sendmsg carrying a sealed memfd (SCM_RIGHTS)
+// answered by a status frame (OK: mapped; otherwise why not, and the lane goes on
+// without it). Then either side may send a message as
+//   kShared: offset, size, answer offset, answer capacity (u64 each), then the
+//            message's protobuf head (every field but data, then data's tag and
+//            length): its data lies in the region at [offset, offset + size).
+// A push names where the shard may write its answer (a client's push and update slots
+// are its own business); the shard answers there, once, when the update fits, and
+// inline otherwise. Both sides check every range against the region's size.
 #ifndef TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
 #define TRIBUTARY_COMMON_DATA_PLANE_WIRE_H_
 
@@ -60,7 +72,19 @@ inline constexpr char kProofLabel[] = "tributary data plane local proof:";
 // prefix and 32 lowercase hex digits.
 inline constexpr char kLocalNamePrefix[] = "tributary-data-plane-";
 
-enum FrameKind : uint32_t { kMessage = 1, kStatus = 2 };
+enum FrameKind : uint32_t { kMessage = 1, kStatus = 2, kShared = 3, kRegion = 4 };
+
+// A kShared frame's fixed part, before the head; its whole payload is at most this plus
+// kMessageOverheadBytes.
+inline constexpr size_t kSharedPrefixBytes = 32;
+struct SharedPlace {
+  uint64_t offset = 0;  // The data, in the region.
+  uint64_t size = 0;
+  uint64_t answer_offset = 0;  // Where the answer may go (a push's; 0, 0 otherwise).
+  uint64_t answer_capacity = 0;
+};
+std::array<char, kSharedPrefixBytes> EncodeSharedPlace(const SharedPlace& place);
+SharedPlace ParseSharedPlace(const char* prefix);
 
 struct FrameHeader {
   uint32_t kind = 0;
@@ -88,8 +112,12 @@ absl::Status ReadFullBefore(int fd, void* buffer, size_t n, absl::Time deadline,
 absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what);
 
 // Reads a frame header: INVALID_ARGUMENT for an unknown kind or a length above
-// max_length (both values named); ReadFull's errors otherwise.
+// max_length (both values named; status, shared and region frames have limits of their
+// own); ReadFull's errors otherwise.
 absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what);
+// The same checks on a header already read.
+absl::StatusOr<FrameHeader> ParseFrameHeader(const char (&bytes)[kFrameHeaderBytes],
+                                             uint64_t max_length, absl::string_view what);
 
 // SHA-256(ticket) (32 bytes): how a local client names its ticket before the shard
 // proved itself. Aborts the process if the digest cannot be computed: a ticket table

@@ -371,6 +371,29 @@ absl::Status DecodePartitionValues(absl::string_view bytes, ReceivedMessage* rec
   return DecodeValuesPieces(OnePiece(bytes, received), values);
 }
 
+namespace {
+
+const std::vector<absl::string_view>& TwoPieces(absl::string_view head, absl::string_view data,
+                                                ReceivedMessage* received) {
+  received->slices.clear();
+  received->pieces.clear();
+  if (!head.empty()) received->pieces.push_back(head);
+  if (!data.empty()) received->pieces.push_back(data);
+  return received->pieces;
+}
+
+}  // namespace
+
+absl::Status DecodeGradientPush(absl::string_view head, absl::string_view data,
+                                ReceivedMessage* received, GradientPushView* push) {
+  return DecodePushPieces(TwoPieces(head, data, received), push);
+}
+
+absl::Status DecodePartitionValues(absl::string_view head, absl::string_view data,
+                                   ReceivedMessage* received, PartitionValuesView* values) {
+  return DecodeValuesPieces(TwoPieces(head, data, received), values);
+}
+
 bool ParseValuesHead(absl::string_view prefix, uint64_t message_size, PartitionValuesView* values,
                      size_t* data_offset) {
   values->partition_id = 0;

@@ -89,6 +89,13 @@ absl::Status DecodeGradientPush(absl::string_view bytes, ReceivedMessage* receiv
 absl::Status DecodePartitionValues(absl::string_view bytes, ReceivedMessage* received,
                                    PartitionValuesView* values);
 
+// The same over a message in two pieces, its head and its data where it lies (the
+// local lane's shared region, common/shared_region.h): head + data must be the message.
+absl::Status DecodeGradientPush(absl::string_view head, absl::string_view data,
+                                ReceivedMessage* received, GradientPushView* push);
+absl::Status DecodePartitionValues(absl::string_view head, absl::string_view data,
+                                   ReceivedMessage* received, PartitionValuesView* values);
+
 // The fields of a PartitionValues from the first bytes of it (`prefix`, of a message
 // of message_size bytes) when they are laid out as PartitionValuesHead writes them:
 // varint fields 1, 2, 4 and 5 in any order, then the data field last, its tag and

@@ -320,6 +320,50 @@ TEST(PartitionCodecTest, AccumulateCountsAnOverflowingSumAsNonFinite) {
 
 // The worker's direct receive reads a PartitionValues' fields from its first bytes
 // when the shard wrote them (PartitionValuesHead), and declines any other layout.
+// The local lane's shared frames: the head in the frame, the data in the shared region.
+TEST(PartitionCodecTest, DecodesAMessageWhoseDataLiesApartFromItsHead) {
+  PushHeader header;
+  header.job_id = "job-7";
+  header.generation = 2;
+  header.step = 11;
+  header.node_rank = 1;
+  header.partition_id = 3;
+  header.dtype = v1::FLOAT32;
+  header.sample_count = 64;
+  header.steps = 1;
+  const std::vector<float> grad = {1.5f, -2.5f, 0.125f};
+  const std::string data(reinterpret_cast<const char*>(grad.data()), grad.size() * 4);
+  ReceivedMessage received;
+  GradientPushView push;
+  ASSERT_TRUE(DecodeGradientPush(GradientPushHead(header, data.size()), data, &received, &push)
+                  .ok());
+  EXPECT_EQ(push.job_id, "job-7");
+  EXPECT_EQ(push.step, 11u);
+  EXPECT_EQ(push.partition_id, 3u);
+  EXPECT_EQ(push.sample_count, 64u);
+  ASSERT_EQ(push.data.pieces.size(), 1u) << "one piece: the data where it lies";
+  EXPECT_EQ(push.data.pieces[0].data(), data.data());
+  // A head that announces more or fewer bytes than lie apart is refused.
+  EXPECT_FALSE(DecodeGradientPush(GradientPushHead(header, data.size() + 4), data, &received,
+                                  &push)
+                   .ok());
+  EXPECT_FALSE(DecodeGradientPush(GradientPushHead(header, data.size() - 4), data, &received,
+                                  &push)
+                   .ok());
+
+  v1::PartitionValues values;
+  values.set_partition_id(3);
+  values.set_dtype(v1::FLOAT32);
+  values.set_version(12);
+  values.set_step(12);
+  values.set_data(data);
+  PartitionValuesView view;
+  ASSERT_TRUE(DecodePartitionValues(PartitionValuesHead(values), data, &received, &view).ok());
+  EXPECT_EQ(view.partition_id, 3u);
+  EXPECT_EQ(view.step, 12u);
+  EXPECT_EQ(Joined(view.data), data);
+}
+
 TEST(PartitionCodecTest, ValuesHeadParsesTheShardsLayoutOnly) {
   v1::PartitionValues values;
   values.set_partition_id(7);
