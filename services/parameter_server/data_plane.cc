@@ -23,6 +23,7 @@
 #include "common/data_plane_wire.h"
 #include "common/partition_codec.h"
 #include "common/secure_random.h"
+#include "common/shared_region.h"
 #include "services/parameter_server/push_book.h"
 
 namespace tributary::ps {
@@ -108,10 +109,20 @@ class DataPlaneServer::Session final : public NodeSink {
 
  private:
   static constexpr int kReadSlots = 4;  // Pushes being summed while the next arrive.
+  static constexpr size_t kMaxAnswers = 1 << 16;  // Places for updates in the region.
 
   struct Slot {
     ReceivedMessage received;  // received.bytes holds the frame's payload.
     GradientPushView push;
+    // A push whose data lies in the shared region: where its answer may be written.
+    bool shared = false;
+    uint64_t answer_offset = 0;
+    uint64_t answer_capacity = 0;
+  };
+  // Where the next update of a partition may be written in the shared region.
+  struct Answer {
+    uint64_t offset = 0;
+    uint64_t capacity = 0;
   };
 
   bool ending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return end_status_.has_value(); }
@@ -138,8 +149,20 @@ class DataPlaneServer::Session final : public NodeSink {
       writer_done_ = true;
       return;
     }
-    writer_ = std::thread([this] { WriteLoop(); });
     const uint64_t max_frame = server_->max_frame_bytes();
+    // The local lane's first frame may hand over a shared region: answered here,
+    // before the writer runs. Any other first frame is read as usual below.
+    std::optional<dp::FrameHeader> pending;
+    absl::Status taken = absl::OkStatus();
+    if (local_) {
+      absl::StatusOr<std::optional<dp::FrameHeader>> first = TakeRegion(max_frame);
+      if (first.ok()) {
+        pending = *first;
+      } else {
+        taken = first.status();
+      }
+    }
+    writer_ = std::thread([this] { WriteLoop(); });
     bool peer_closed = false;
     while (true) {
       Slot* slot;
@@ -149,10 +172,22 @@ class DataPlaneServer::Session final : public NodeSink {
         if (ending()) break;
         slot = book_.TakeFree();
       }
-      absl::Status status = ReadPush(*slot, max_frame, *binding);
+      absl::Status status = taken;
+      if (status.ok()) {
+        status = ReadPush(*slot, max_frame, *binding, pending ? &*pending : nullptr);
+      }
+      taken = absl::OkStatus();
+      pending.reset();
       bool schedule = false;
       {
         absl::MutexLock lock(&mu_);
+        // At most one place per partition, and no more places than a plan has
+        // partitions: a push for a partition the shard does not own ends the
+        // connection, and anything past the bound is answered inline.
+        if (status.ok() && slot->shared &&
+            (answers_.size() < kMaxAnswers || answers_.contains(slot->push.partition_id))) {
+          answers_[slot->push.partition_id] = Answer{slot->answer_offset, slot->answer_capacity};
+        }
         if (!status.ok()) {
           book_.Free(slot);
           if (absl::IsOutOfRange(status)) {
@@ -247,12 +282,58 @@ class DataPlaneServer::Session final : public NodeSink {
     return ending() || !writes_.empty();
   }
 
-  // One frame into `slot`, decoded and checked against the connection's binding.
-  absl::Status ReadPush(Slot& slot, uint64_t max_frame, const Binding& binding) {
-    absl::StatusOr<dp::FrameHeader> header = dp::ReadFrameHeader(fd_, max_frame, "PushPull");
+  // The local lane's first frame: a region handed over (mapped and answered with a
+  // status frame; nothing pending then) or the header of any other frame (pending).
+  absl::StatusOr<std::optional<dp::FrameHeader>> TakeRegion(uint64_t max_frame) {
+    char bytes[dp::kFrameHeaderBytes];
+    int passed = -1;
+    absl::Status read = ReadWithDescriptor(fd_, bytes, sizeof(bytes), &passed, "PushPull");
+    absl::StatusOr<dp::FrameHeader> header =
+        read.ok() ? dp::ParseFrameHeader(bytes, max_frame, "PushPull") : read;
+    if (!header.ok() || header->kind != dp::kRegion) {
+      if (passed >= 0) ::close(passed);
+      if (!header.ok()) return header.status();
+      return std::optional<dp::FrameHeader>(*header);
+    }
+    char size_bytes[8];
+    read = header->length == sizeof(size_bytes)
+               ? dp::ReadFull(fd_, size_bytes, sizeof(size_bytes), "PushPull region")
+               : absl::InvalidArgumentError(absl::StrCat(
+                     "PushPull: a region frame of ", header->length, " bytes (expected 8)"));
+    if (!read.ok()) {
+      if (passed >= 0) ::close(passed);
+      return absl::IsOutOfRange(read) ? absl::UnavailableError(read.message()) : read;
+    }
+    uint64_t size = 0;
+    for (int i = 7; i >= 0; --i) size = (size << 8) | static_cast<unsigned char>(size_bytes[i]);
+    absl::StatusOr<SharedRegion> region =
+        passed < 0 ? absl::InvalidArgumentError("PushPull: a region frame without a descriptor")
+                   : SharedRegion::Map(passed, size, server_->options_.max_shared_region_bytes);
+    absl::Status answer = region.status();
+    if (region.ok()) {
+      region_ = *std::move(region);
+      server_->shared_regions_->Increment();
+    } else {
+      // Refused: said so, and the lane goes on without it.
+      LOG(WARNING) << Name() << ": shared region refused: " << answer;
+    }
+    if (absl::Status answered = dp::WriteStatusFrame(fd_, answer); !answered.ok()) {
+      return answered;
+    }
+    return std::optional<dp::FrameHeader>();
+  }
+
+  // One frame into `slot` (its header read already when `pending`), decoded and
+  // checked against the connection's binding.
+  absl::Status ReadPush(Slot& slot, uint64_t max_frame, const Binding& binding,
+                        const dp::FrameHeader* pending) {
+    absl::StatusOr<dp::FrameHeader> header =
+        pending != nullptr ? *pending : dp::ReadFrameHeader(fd_, max_frame, "PushPull");
     if (!header.ok()) return header.status();
-    if (header->kind != dp::kMessage) {
-      return absl::InvalidArgumentError("PushPull: a client sent a status frame");
+    if (header->kind != dp::kMessage && header->kind != dp::kShared) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PushPull: a client sent a frame of kind ", header->kind,
+                       header->kind == dp::kRegion ? " (a region, after its first frame)" : ""));
     }
     std::vector<char>& bytes = slot.received.bytes;
     bytes.resize(header->length);  // Capacity kept from push to push.
@@ -260,8 +341,11 @@ class DataPlaneServer::Session final : public NodeSink {
         !read.ok()) {
       return absl::IsOutOfRange(read) ? absl::UnavailableError(read.message()) : read;
     }
-    absl::Status decoded = DecodeGradientPush(absl::string_view(bytes.data(), bytes.size()),
-                                              &slot.received, &slot.push);
+    slot.shared = header->kind == dp::kShared;
+    absl::Status decoded =
+        slot.shared ? DecodeShared(slot)
+                    : DecodeGradientPush(absl::string_view(bytes.data(), bytes.size()),
+                                         &slot.received, &slot.push);
     if (!decoded.ok()) return decoded;
     const GradientPushView& push = slot.push;
     if (push.job_id != binding.job_id || push.generation != binding.generation ||
@@ -272,6 +356,35 @@ class DataPlaneServer::Session final : public NodeSink {
           push.node_rank, " of generation ", push.generation, " of job ", push.job_id));
     }
     return absl::OkStatus();
+  }
+
+  // A kShared push: its head in the slot's bytes, its data in the region.
+  absl::Status DecodeShared(Slot& slot) {
+    const std::vector<char>& bytes = slot.received.bytes;
+    if (!region_.mapped()) {
+      return absl::InvalidArgumentError(
+          "PushPull: a shared frame on a connection without a shared region");
+    }
+    if (bytes.size() < dp::kSharedPrefixBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("PushPull: a shared frame of ", bytes.size(),
+                                                     " bytes (at least ",
+                                                     dp::kSharedPrefixBytes, ")"));
+    }
+    const dp::SharedPlace place = dp::ParseSharedPlace(bytes.data());
+    if (!region_.Holds(place.offset, place.size) ||
+        !region_.Holds(place.answer_offset, place.answer_capacity)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PushPull: a shared push at [", place.offset, ", +", place.size,
+          ") answered at [", place.answer_offset, ", +", place.answer_capacity,
+          ") does not lie in the region of ", region_.size(), " bytes"));
+    }
+    slot.answer_offset = place.answer_offset;
+    slot.answer_capacity = place.answer_capacity;
+    return DecodeGradientPush(
+        absl::string_view(bytes.data() + dp::kSharedPrefixBytes,
+                          bytes.size() - dp::kSharedPrefixBytes),
+        absl::string_view(region_.data() + place.offset, place.size), &slot.received,
+        &slot.push);
   }
 
   // After an error: reads what the peer still sends (so that closing does not reset
@@ -291,6 +404,7 @@ class DataPlaneServer::Session final : public NodeSink {
     absl::Status final_status;
     while (true) {
       std::shared_ptr<const v1::PartitionValues> values;
+      std::optional<Answer> answer;
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(this, &Session::WorkOrEnd));
@@ -301,14 +415,35 @@ class DataPlaneServer::Session final : public NodeSink {
         values = std::move(writes_.front());
         writes_.pop_front();
         writing_ = true;
+        // The answer to a push that named a place for it, once, when it fits there.
+        auto it = answers_.find(values->partition_id());
+        if (it != answers_.end() && !values->data().empty() &&
+            values->data().size() <= it->second.capacity) {
+          answer = it->second;
+          answers_.erase(it);
+        }
       }
       std::string head = PartitionValuesHead(*values);
       const std::string& data = values->data();
-      auto frame = dp::EncodeFrameHeader(dp::kMessage, head.size() + data.size());
-      iovec pieces[3] = {{frame.data(), frame.size()},
-                         {head.data(), head.size()},
-                         {const_cast<char*>(data.data()), data.size()}};
-      absl::Status written = dp::WriteAll(fd_, pieces, data.empty() ? 2 : 3, "PushPull values");
+      absl::Status written;
+      if (answer.has_value()) {
+        std::memcpy(region_.data() + answer->offset, data.data(), data.size());
+        dp::SharedPlace place;
+        place.offset = answer->offset;
+        place.size = data.size();
+        auto prefix = dp::EncodeSharedPlace(place);
+        auto frame = dp::EncodeFrameHeader(dp::kShared, prefix.size() + head.size());
+        iovec pieces[3] = {{frame.data(), frame.size()},
+                           {prefix.data(), prefix.size()},
+                           {head.data(), head.size()}};
+        written = dp::WriteAll(fd_, pieces, 3, "PushPull values");
+      } else {
+        auto frame = dp::EncodeFrameHeader(dp::kMessage, head.size() + data.size());
+        iovec pieces[3] = {{frame.data(), frame.size()},
+                           {head.data(), head.size()},
+                           {const_cast<char*>(data.data()), data.size()}};
+        written = dp::WriteAll(fd_, pieces, data.empty() ? 2 : 3, "PushPull values");
+      }
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (!written.ok()) EndLocked(written);
@@ -354,9 +489,14 @@ class DataPlaneServer::Session final : public NodeSink {
   std::thread reader_;
   std::thread writer_;
 
+  // Mapped by the reader before the writer starts, then unchanged until destruction
+  // (after every executor task that reads a push in it ended).
+  SharedRegion region_;
+
   absl::Mutex mu_;
   Slot slots_[kReadSlots];
   PushBook<Slot> book_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, Answer> answers_ ABSL_GUARDED_BY(mu_);
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
   std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -393,6 +533,13 @@ DataPlaneServer::DataPlaneServer(ParameterShard* shard, PartitionExecutor* execu
   admitted_[1] = &taken.Add({{"result", "admitted"}, {"lane", "local"}});
   refused_counter_[0] = &taken.Add({{"result", "refused"}, {"lane", "tcp"}});
   refused_counter_[1] = &taken.Add({{"result", "refused"}, {"lane", "local"}});
+  shared_regions_ = &prometheus::BuildCounter()
+                         .Name("tributary_ps_data_plane_shared_regions_total")
+                         .Help("Shared memory regions local-lane connections handed over and "
+                               "the shard mapped (their pushes' and updates' bytes travel "
+                               "through them).")
+                         .Register(*registry_)
+                         .Add({});
 }
 
 DataPlaneServer::~DataPlaneServer() { Shutdown(); }

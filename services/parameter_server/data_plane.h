@@ -17,7 +17,9 @@
 // local lane, common/data_plane_wire.h), for workers in the shard's network
 // namespace: on a loaded 2-core host a 470 KB round trip takes about a fifth of what
 // it takes through loopback TCP. Admission there adds one step before the hello: the
-// shard proves it issued the client's ticket.
+// shard proves it issued the client's ticket. A local client may then hand over a
+// shared memory region (common/shared_region.h): its pushes' data is summed where it
+// lies there, and its updates are written there, the socket carrying only the heads.
 #ifndef TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_
 #define TRIBUTARY_SERVICES_PARAMETER_SERVER_DATA_PLANE_H_
 
@@ -52,6 +54,10 @@ struct DataPlaneOptions {
   int max_unadmitted = 64;
   // Also listen on a Unix socket at a random abstract name (announced by Issue).
   bool local_socket = true;
+  // Largest shared region a local-lane connection may hand over (common/shared_region.h;
+  // a client asks for twice its partitions' bytes on this shard). Larger: refused, and
+  // the connection goes on without one.
+  uint64_t max_shared_region_bytes = uint64_t{4} << 30;
   size_t max_tickets = 4096;            // Outstanding tickets.
   absl::Duration ticket_lifetime = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -135,6 +141,7 @@ class DataPlaneServer {
   // By lane: [0] TCP, [1] local.
   prometheus::Counter* admitted_[2] = {nullptr, nullptr};
   prometheus::Counter* refused_counter_[2] = {nullptr, nullptr};
+  prometheus::Counter* shared_regions_ = nullptr;
 
   mutable absl::Mutex mu_;
   // By the ticket's SHA-256 (TicketDigest): the local lane names a ticket so.

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <prometheus/registry.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "common/data_plane_wire.h"
 #include "common/partition_codec.h"
+#include "common/shared_region.h"
 #include "services/parameter_server/shard_test_util.h"
 
 namespace tributary::ps {
@@ -119,6 +121,7 @@ struct Received {
   bool is_status = false;
   absl::Status status;
   std::string payload;
+  uint32_t kind = 0;
 };
 Received Read(int fd) {
   Received received;
@@ -128,6 +131,7 @@ Received Read(int fd) {
     received.status = absl::UnavailableError(absl::StrCat("no frame: ", header.status().message()));
     return received;
   }
+  received.kind = header->kind;
   received.payload.resize(header->length);
   EXPECT_TRUE(dp::ReadFull(fd, received.payload.data(), received.payload.size(), "test").ok());
   if (header->kind == dp::kStatus) {
@@ -534,6 +538,211 @@ TEST(DataPlaneTest, TheLocalSocketAnswersNothingWithoutAnOutstandingTicket) {
   ASSERT_GE(fd, 0);
   EXPECT_TRUE(Hello(fd, ticket).ok());
   ::close(fd);
+}
+
+// The local lane's shared region, as a worker lays it out: partition p's push at
+// p * 512, its update at p * 512 + 256 (64 floats each).
+constexpr uint64_t kSlot = 256;
+constexpr uint64_t kRegionBytes = 3 * 2 * kSlot;
+
+// Hands `region` over on an admitted local connection; the shard's answer.
+absl::Status OfferRegion(int fd, const SharedRegion& region, uint64_t announced) {
+  auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
+  char size[8];
+  for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(announced >> (8 * i));
+  iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
+  EXPECT_TRUE(WriteWithDescriptor(fd, pieces, 2, region.fd(), "test").ok());
+  Received answer = Read(fd);
+  EXPECT_TRUE(answer.is_status);
+  return answer.status;
+}
+
+// A push whose data lies in the region at `place`.
+std::string SharedPushFrame(const v1::GradientPush& push, const dp::SharedPlace& place) {
+  PushHeader header;
+  header.job_id = push.job_id();
+  header.generation = push.generation();
+  header.step = push.step();
+  header.node_rank = push.node_rank();
+  header.partition_id = push.partition_id();
+  header.dtype = push.dtype();
+  header.sample_count = push.sample_count();
+  header.steps = push.steps();
+  const std::string head = GradientPushHead(header, place.size);
+  auto prefix = dp::EncodeSharedPlace(place);
+  auto frame = dp::EncodeFrameHeader(dp::kShared, prefix.size() + head.size());
+  return std::string(frame.data(), frame.size()) + std::string(prefix.data(), prefix.size()) +
+         head;
+}
+
+// A worker on the local socket hands over a sealed region: its pushes' data is read
+// there and each update is written into the slot its push named, the socket carrying
+// only the heads. The values are the shard's exact SGD update, as over the socket. A
+// push naming no room for its answer (capacity 0) is answered inline.
+TEST(DataPlaneTest, TheLocalLaneMovesPushesAndUpdatesThroughASharedRegion) {
+  DataPlaneOptions options;
+  auto registry = std::make_shared<prometheus::Registry>();
+  options.registry = registry;
+  Fixture f(options);
+  const std::string ticket = f.Ticket();
+  const int fd = f.ConnectLocal(ticket);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(Hello(fd, ticket).ok());
+  absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
+  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_TRUE(OfferRegion(fd, *region, kRegionBytes).ok());
+  EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_shared_regions_total"), 1);
+
+  std::vector<float> grad(kElements);
+  for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.75f - 0.004f * static_cast<float>(i);
+  const int samples = 3;
+  for (uint32_t p = 0; p < 3; ++p) {
+    const v1::GradientPush push = MakePush(f.header, 0, 0, 0, p, grad, samples);
+    ASSERT_EQ(push.data().size(), kSlot);
+    std::memcpy(region->data() + 2 * kSlot * p, push.data().data(), kSlot);
+    dp::SharedPlace place;
+    place.offset = 2 * kSlot * p;
+    place.size = kSlot;
+    place.answer_offset = 2 * kSlot * p + kSlot;
+    place.answer_capacity = p == 2 ? 0 : kSlot;
+    Send(fd, SharedPushFrame(push, place));
+  }
+  std::vector<float> got(kElements, -1.0f);
+  int shared = 0;
+  for (int i = 0; i < 3; ++i) {
+    Received received = Read(fd);
+    ASSERT_FALSE(received.is_status) << received.status;
+    ReceivedMessage message;
+    PartitionValuesView values;
+    if (received.kind == dp::kShared) {
+      ++shared;
+      ASSERT_GE(received.payload.size(), dp::kSharedPrefixBytes);
+      const dp::SharedPlace place = dp::ParseSharedPlace(received.payload.data());
+      ASSERT_TRUE(region->Holds(place.offset, place.size));
+      EXPECT_EQ(place.size, kSlot);
+      ASSERT_TRUE(DecodePartitionValues(
+                      absl::string_view(received.payload).substr(dp::kSharedPrefixBytes),
+                      absl::string_view(region->data() + place.offset, place.size), &message,
+                      &values)
+                      .ok());
+      EXPECT_EQ(place.offset, 2 * kSlot * values.partition_id + kSlot)
+          << "the update lies in the slot its push named";
+    } else {
+      ASSERT_EQ(received.kind, dp::kMessage);
+      ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
+      EXPECT_EQ(values.partition_id, 2u) << "only the push without room is answered inline";
+    }
+    EXPECT_EQ(values.step, 1u);
+    const v1::Partition& partition = f.header.plan().partitions(values.partition_id);
+    CopyFloatsInto(values.data, got.data() + partition.offset());
+  }
+  EXPECT_EQ(shared, 2);
+  for (int64_t i = 0; i < kElements; ++i) {
+    EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / static_cast<float>(samples))) << i;
+  }
+  ::shutdown(fd, SHUT_WR);
+  EXPECT_TRUE(EndOf(fd).ok());
+  ::close(fd);
+}
+
+// A region the shard cannot trust (not sealed: the worker could shrink it under the
+// mapping) or above its limit is refused with the reason, and the connection goes on
+// with the bytes through the socket.
+TEST(DataPlaneTest, AnUnsealedOrOversizedRegionIsRefusedAndTheLaneGoesOn) {
+  DataPlaneOptions options;
+  options.max_shared_region_bytes = kRegionBytes;
+  Fixture f(options);
+  {
+    const std::string ticket = f.Ticket();
+    const int fd = f.ConnectLocal(ticket);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(Hello(fd, ticket).ok());
+    const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_GE(unsealed, 0);
+    ASSERT_EQ(::ftruncate(unsealed, kRegionBytes), 0);
+    auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
+    char size[8] = {static_cast<char>(kRegionBytes & 0xff), static_cast<char>(kRegionBytes >> 8)};
+    iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
+    ASSERT_TRUE(WriteWithDescriptor(fd, pieces, 2, unsealed, "test").ok());
+    ::close(unsealed);
+    Received answer = Read(fd);
+    ASSERT_TRUE(answer.is_status);
+    EXPECT_TRUE(absl::IsInvalidArgument(answer.status)) << answer.status;
+    EXPECT_THAT(answer.status.message(), HasSubstr("F_SEAL_SHRINK"));
+    std::vector<float> grad(kElements, 0.125f);
+    PushStepZeroAndCheck(f, fd, grad, 1);
+    ::close(fd);
+  }
+  {
+    const std::string ticket = f.Ticket();
+    const int fd = f.ConnectLocal(ticket);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(Hello(fd, ticket).ok());
+    absl::StatusOr<SharedRegion> large = SharedRegion::Create(2 * kRegionBytes);
+    ASSERT_TRUE(large.ok()) << large.status();
+    absl::Status answer = OfferRegion(fd, *large, 2 * kRegionBytes);
+    EXPECT_TRUE(absl::IsInvalidArgument(answer)) << answer;
+    EXPECT_THAT(answer.message(), HasSubstr("the limit is 1536"));
+    ::close(fd);
+  }
+}
+
+// Shared frames the shard cannot place end the connection with the values named: a
+// push outside the region (offset or size up to 2^64-1), an answer slot outside it, a
+// shared frame on a connection that handed over no region, and a second region.
+TEST(DataPlaneTest, SharedFramesOutsideTheRegionEndTheConnection) {
+  Fixture f;
+  const v1::GradientPush push =
+      MakePush(f.header, 0, 0, 0, 0, std::vector<float>(kElements, 1.0f), 1);
+  struct Bad {
+    dp::SharedPlace place;
+    std::string named;
+  };
+  std::vector<Bad> bad;
+  bad.push_back({{kRegionBytes - 10, kSlot, kSlot, kSlot}, "a shared push at [1526, +256)"});
+  bad.push_back({{0, ~uint64_t{0}, kSlot, kSlot}, "does not lie in the region of 1536 bytes"});
+  bad.push_back({{~uint64_t{0}, kSlot, kSlot, kSlot}, "does not lie in the region"});
+  bad.push_back({{0, kSlot, kRegionBytes, 1}, "answered at [1536, +1)"});
+  for (const Bad& b : bad) {
+    const std::string ticket = f.Ticket();
+    const int fd = f.ConnectLocal(ticket);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(Hello(fd, ticket).ok());
+    absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    ASSERT_TRUE(OfferRegion(fd, *region, kRegionBytes).ok());
+    Send(fd, SharedPushFrame(push, b.place));
+    absl::Status end = EndOf(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(end)) << end;
+    EXPECT_THAT(end.message(), HasSubstr(b.named));
+    ::close(fd);
+  }
+  {  // No region: the TCP port.
+    const int fd = f.Connect();
+    ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+    Send(fd, SharedPushFrame(push, {0, kSlot, kSlot, kSlot}));
+    absl::Status end = EndOf(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(end)) << end;
+    EXPECT_THAT(end.message(), HasSubstr("without a shared region"));
+    ::close(fd);
+  }
+  {  // A second region, after the first frame.
+    const std::string ticket = f.Ticket();
+    const int fd = f.ConnectLocal(ticket);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(Hello(fd, ticket).ok());
+    absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    ASSERT_TRUE(OfferRegion(fd, *region, kRegionBytes).ok());
+    auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
+    char size[8] = {};
+    iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
+    ASSERT_TRUE(WriteWithDescriptor(fd, pieces, 2, region->fd(), "test").ok());
+    absl::Status end = EndOf(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(end)) << end;
+    EXPECT_THAT(end.message(), HasSubstr("a region, after its first frame"));
+    ::close(fd);
+  }
 }
 
 TEST(DataPlaneTest, NoLocalSocketWhenTurnedOff) {
