@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
           identity, session->plan_,
           std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
           options.ps_channel, spec.mode(), spec.wire_dtype(), kDefaultPsRetryBudget,
-          options.ps_streams_per_shard, options.ps_transport);
+          options.ps_streams_per_shard, options.ps_transport, options.ps_shared_memory);
     }
   }
   // The job's optimizer: its schedule for the learning-rate metric, and in LOCAL_SGD

@@ -64,6 +64,8 @@ struct SessionOptions {
   int ps_streams_per_shard = 1;
   // The TCP data plane or gRPC (PsClient).
   PsTransport ps_transport = PsTransport::kAuto;
+  // Shared memory on the shards' local sockets (PsClient).
+  bool ps_shared_memory = true;
   // Called on a replica's thread when the forward pass of `step` is about to wait for
   // parameters [offset, offset + length) that the previous step's update has not
   // applied yet (tracing; the tests watch the overlap through it). May be empty.

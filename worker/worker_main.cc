@@ -72,6 +72,12 @@ ABSL_FLAG(std::string, ps_transport, "auto",
           "shard without one is an error) or grpc (the gRPC PushPull stream). The data plane "
           "moves the same messages with fewer copies and thread hand-offs "
           "(docs/parameter_server.md); with TLS shards run none. Default: auto.");
+ABSL_FLAG(bool, ps_shared_memory, true,
+          "On a shard's local socket, move the pushes' and updates' bytes through a memory "
+          "region shared with the shard (a sealed memfd this worker makes and hands over), "
+          "the socket carrying only the messages' heads: one memcpy each way instead of the "
+          "socket's copies and wake-ups. false: the bytes go through the socket. Default: "
+          "true.");
 ABSL_FLAG(std::string, data_root, "/",
           "Every data path a job names (dataset directory, CSV and NPY files; relative ones "
           "from the working directory) must lie in this directory, symbolic links "
@@ -137,6 +143,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.ps_transport = *transport;
+  options.ps_shared_memory = absl::GetFlag(FLAGS_ps_shared_memory);
 
   tributary::ServiceHost host(tributary::ServerOptions::FromFlags(
       "worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_http_port), 4 << 20));

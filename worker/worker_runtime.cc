@@ -442,6 +442,7 @@ void WorkerRuntime::RunGeneration(const v1::Assignment& assignment) {
   session_options.overlap_updates = options_.overlap_updates;
   session_options.ps_streams_per_shard = options_.ps_streams_per_shard;
   session_options.ps_transport = options_.ps_transport;
+  session_options.ps_shared_memory = options_.ps_shared_memory;
   session_options.torchscript_bytes = inputs.model_file;
   session_options.initial_parameters = inputs.initial_parameters;
   session_options.ps_connection = options_.ps_connection;

@@ -78,6 +78,8 @@ struct WorkerOptions {
   int ps_streams_per_shard = 1;
   // How PushPull travels (PsClient).
   PsTransport ps_transport = PsTransport::kAuto;
+  // Shared memory on the shards' local sockets (PsClient).
+  bool ps_shared_memory = true;
   // How long fetching a job's TorchScript file from the coordinator may take.
   absl::Duration model_fetch_timeout = absl::Minutes(5);
   // Time for the control decisions (heartbeats, the registration deadline); null: the

@@ -95,6 +95,13 @@ class NetworkLanes : public LaneKeeper::LaneFactory {
     target.local = options_.transport == PsTransport::kLocal  ? TcpLane::Local::kOnly
                    : options_.transport == PsTransport::kTcp ? TcpLane::Local::kNever
                                                              : TcpLane::Local::kFirst;
+    if (options_.shared_memory) {
+      for (uint32_t id : spot.shard->partitions) {
+        if (id < options_.partition_bytes.size()) {
+          target.shared_partitions.emplace_back(id, options_.partition_bytes[id]);
+        }
+      }
+    }
     absl::StatusOr<std::unique_ptr<TcpLane>> tcp =
         TcpLane::Connect(target, abort, direct_, trouble);
     if (!tcp.ok()) return tcp.status();
@@ -227,6 +234,11 @@ void LaneKeeper::Install(Slot& slot, std::unique_ptr<PushPullLane> lane,
     if (closed_.load() && slot.lane != nullptr) slot.lane->Shutdown();
   }
   if (slot.lane == nullptr) return;  // The probing state stays for the next lane.
+  LOG(INFO) << slot.spot.name << ": "
+            << (!tcp                     ? "gRPC PushPull stream"
+                : slot.lane->is_shared() ? "local data plane, bytes through shared memory"
+                : slot.lane->is_local()  ? "local data plane"
+                                         : "TCP data plane");
   // On gRPC because the data port failed it: try it again later (ProbeLoop).
   const bool fell_back = !tcp && trouble == DataPlaneTrouble::kDataPort;
   if (fell_back && !slot.fell_back) slot.probe_wait = options_.first_data_plane_retry;

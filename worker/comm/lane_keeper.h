@@ -93,6 +93,11 @@ class LaneKeeper {
     absl::Duration max_data_plane_retry;
     uint64_t max_values_frame = 0;  // Largest update frame accepted on the data plane.
     ChannelOptions channel_options;
+    // Hand each local-socket lane a shared memory region for its shard's partitions
+    // (TcpLane::Target::shared_partitions), whose bytes a push or update of each
+    // partition takes at most: partition_bytes, by id.
+    bool shared_memory = false;
+    std::vector<uint64_t> partition_bytes;
   };
 
   // `direct` (may be null) is asked where updates may land (TcpLane). `lanes` null: the

@@ -34,7 +34,8 @@ const char* PsTransportName(PsTransport transport) {
 
 PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
                    ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
-                   absl::Duration retry_budget, int streams_per_shard, PsTransport transport)
+                   absl::Duration retry_budget, int streams_per_shard, PsTransport transport,
+                   bool shared_memory)
     : identity_(std::move(identity)),
       plan_(std::move(plan)),
       channel_options_(std::move(channel_options)),
@@ -49,9 +50,15 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
   lanes.first_data_plane_retry = kDefaultDataPlaneRetry;
   lanes.max_data_plane_retry = kMaxDataPlaneRetry;
   lanes.channel_options = channel_options_;
+  lanes.shared_memory = shared_memory;
+  lanes.partition_bytes.assign(plan_.partitions_size(), 0);
   for (const v1::Partition& partition : plan_.partitions()) {
-    lanes.max_values_frame =
-        std::max<uint64_t>(lanes.max_values_frame, static_cast<uint64_t>(partition.length()) * 4);
+    const uint64_t bytes = static_cast<uint64_t>(partition.length()) * 4;  // FLOAT32 at most.
+    lanes.max_values_frame = std::max<uint64_t>(lanes.max_values_frame, bytes);
+    // Ids are 0..N-1 in a checked plan; any other id gets no shared slot.
+    if (partition.id() < lanes.partition_bytes.size()) {
+      lanes.partition_bytes[partition.id()] = bytes;
+    }
   }
   lanes.max_values_frame += data_plane::kMessageOverheadBytes;
   for (const v1::ShardInfo& info : shards) {

@@ -51,11 +51,13 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
  public:
   // plan: the job's partition plan; shards: the Assignment's shard map (index order).
   // streams_per_shard: PushPull streams to each shard, each on its own connection,
-  // its partitions dealt among them in turn (at least 1).
+  // its partitions dealt among them in turn (at least 1). shared_memory: a lane on a
+  // shard's local socket moves the bytes through a region shared with the shard
+  // (TcpLane; the worker's --ps_shared_memory).
   PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
            ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
            absl::Duration retry_budget = kDefaultPsRetryBudget, int streams_per_shard = 1,
-           PsTransport transport = PsTransport::kAuto);
+           PsTransport transport = PsTransport::kAuto, bool shared_memory = true);
   ~PsClient() override;
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;

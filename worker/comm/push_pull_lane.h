@@ -53,6 +53,8 @@ class PushPullLane {
   // A data-plane lane (TcpLane), and whether it is on the shard's local socket.
   virtual bool is_tcp() const = 0;
   virtual bool is_local() const { return false; }
+  // Whether its bytes travel through a region shared with the shard (TcpLane).
+  virtual bool is_shared() const { return false; }
 
   // Sends one push: the header, then `bytes` of data from where they lie (they stay
   // the caller's; see PsConnection::Push for how long). False when the connection

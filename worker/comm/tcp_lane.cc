@@ -159,6 +159,24 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
                                          : target.namespace_id;
     absl::StatusOr<int> local = ConnectLocalLane(response->local_socket(), response->ticket(),
                                                  namespace_id, abort, &sent);
+    if (local.ok() && !target.shared_partitions.empty()) {
+      absl::StatusOr<std::pair<SharedRegion, std::vector<SharedSlot>>> shared =
+          OfferShared(*local, target.shared_partitions, kLocalTimeout);
+      if (shared.ok()) {
+        data_plane::SetReceiveTimeout(*local, absl::ZeroDuration());
+        data_plane::SetSendTimeout(*local, target.send_timeout);
+        *trouble = DataPlaneTrouble::kNone;
+        return AdoptShared(*local, target.name, target.max_values_frame, direct,
+                           std::move(shared->first), std::move(shared->second));
+      }
+      if (absl::IsFailedPrecondition(shared.status())) {
+        LOG(WARNING) << "local data plane of " << target.name << ": " << shared.status().message()
+                     << "; its bytes go through the socket";
+      } else {
+        ::close(*local);
+        local = shared.status();
+      }
+    }
     if (local.ok()) {
       data_plane::SetReceiveTimeout(*local, absl::ZeroDuration());
       data_plane::SetSendTimeout(*local, target.send_timeout);
@@ -217,14 +235,106 @@ std::unique_ptr<TcpLane> TcpLane::Adopt(int fd, const std::string& name,
                                               max_values_frame, direct, local));
 }
 
+std::unique_ptr<TcpLane> TcpLane::AdoptShared(int fd, const std::string& name,
+                                              uint64_t max_values_frame, DirectReceiver* direct,
+                                              SharedRegion region,
+                                              std::vector<SharedSlot> slots) {
+  std::unique_ptr<TcpLane> lane(new TcpLane(
+      fd, absl::StrCat("PushPull to ", name, " (local data plane, shared memory)"),
+      max_values_frame, direct, /*local=*/true));
+  lane->region_ = std::move(region);
+  lane->shared_ = std::move(slots);
+  return lane;
+}
+
+std::vector<TcpLane::SharedSlot> TcpLane::LayOutShared(
+    const std::vector<std::pair<uint32_t, uint64_t>>& partitions, uint64_t* bytes) {
+  constexpr uint64_t kAlign = 64;  // Each slot starts on a cache line.
+  auto aligned = [](uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  std::vector<SharedSlot> slots;
+  uint64_t at = 0;
+  for (const auto& [id, size] : partitions) {
+    if (size == 0) continue;
+    if (slots.size() <= id) slots.resize(static_cast<size_t>(id) + 1);
+    SharedSlot& slot = slots[id];
+    slot.present = true;
+    slot.bytes = size;
+    slot.push_offset = at;
+    at += aligned(size);
+    slot.values_offset = at;
+    at += aligned(size);
+  }
+  *bytes = at;
+  return slots;
+}
+
+absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> TcpLane::OfferShared(
+    int fd, const std::vector<std::pair<uint32_t, uint64_t>>& partitions,
+    absl::Duration timeout) {
+  uint64_t bytes = 0;
+  std::vector<SharedSlot> slots = LayOutShared(partitions, &bytes);
+  if (bytes == 0) return absl::FailedPreconditionError("no partition needs a shared slot");
+  absl::StatusOr<SharedRegion> region = SharedRegion::Create(bytes);
+  if (!region.ok()) return absl::FailedPreconditionError(region.status().message());
+  auto frame = data_plane::EncodeFrameHeader(data_plane::kRegion, 8);
+  char size[8];
+  for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(bytes >> (8 * i));
+  iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
+  absl::Status sent = WriteWithDescriptor(fd, pieces, 2, region->fd(), "shared region offer");
+  region->CloseDescriptor();  // The shard holds it now (or never will).
+  if (!sent.ok()) return absl::UnavailableError(sent.message());
+  data_plane::SetReceiveTimeout(fd, timeout);
+  absl::StatusOr<data_plane::FrameHeader> header =
+      data_plane::ReadFrameHeader(fd, 0, "shared region answer");
+  if (!header.ok()) return absl::UnavailableError(header.status().message());
+  if (header->kind != data_plane::kStatus) {
+    return absl::UnavailableError(absl::StrCat(
+        "the shard answered a shared region with a frame of kind ", header->kind));
+  }
+  std::string payload(header->length, '\0');
+  if (absl::Status read =
+          data_plane::ReadFull(fd, payload.data(), payload.size(), "shared region answer");
+      !read.ok()) {
+    return absl::UnavailableError(read.message());
+  }
+  absl::Status answer = data_plane::ParseStatusPayload(payload);
+  if (!answer.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shard refused a shared region of ", bytes, " bytes: ", answer.message()));
+  }
+  return std::make_pair(*std::move(region), std::move(slots));
+}
+
 TcpLane::~TcpLane() { ::close(fd_); }
 
 void TcpLane::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 
 bool TcpLane::Write(const PushHeader& header, const char* data, size_t bytes) {
+  std::string head = GradientPushHead(header, bytes);
+  if (header.partition_id < shared_.size() && shared_[header.partition_id].present &&
+      bytes > 0 && bytes <= shared_[header.partition_id].bytes &&
+      head.size() <= data_plane::kMessageOverheadBytes) {
+    // The data into the partition's push slot, the rest in one small frame that also
+    // names the update slot. The shard reads the slot only for this push: the next
+    // push of the partition follows its update.
+    const SharedSlot& slot = shared_[header.partition_id];
+    std::memcpy(region_.data() + slot.push_offset, data, bytes);
+    data_plane::SharedPlace place;
+    place.offset = slot.push_offset;
+    place.size = bytes;
+    place.answer_offset = slot.values_offset;
+    place.answer_capacity = slot.bytes;
+    auto prefix = data_plane::EncodeSharedPlace(place);
+    auto frame = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
+    iovec pieces[3] = {{frame.data(), frame.size()},
+                       {prefix.data(), prefix.size()},
+                       {head.data(), head.size()}};
+    if (data_plane::WriteAll(fd_, pieces, 3, "PushPull push").ok()) return true;
+    Shutdown();
+    return false;
+  }
   // Frame header, message head and the data where it lies, in one sendmsg: when it
   // returns, the kernel holds the bytes and the caller may reuse its buffer.
-  std::string head = GradientPushHead(header, bytes);
   auto frame = data_plane::EncodeFrameHeader(data_plane::kMessage, head.size() + bytes);
   iovec pieces[3] = {{frame.data(), frame.size()},
                      {head.data(), head.size()},
@@ -250,6 +360,48 @@ LaneRead TcpLane::ReceiveDirect(const char* prefix, size_t prefix_size, size_t d
   return LaneRead::kLanded;
 }
 
+LaneRead TcpLane::ReadShared(uint64_t length, ReceivedMessage& received,
+                            PartitionValuesView& values, absl::Status* status) {
+  char payload[data_plane::kSharedPrefixBytes + data_plane::kMessageOverheadBytes];
+  if (absl::Status read = data_plane::ReadFull(fd_, payload, length, what_); !read.ok()) {
+    *status = absl::UnavailableError(read.message());
+    return LaneRead::kEnded;
+  }
+  const data_plane::SharedPlace place =
+      length >= data_plane::kSharedPrefixBytes ? data_plane::ParseSharedPlace(payload)
+                                               : data_plane::SharedPlace{};
+  if (!region_.mapped() || length < data_plane::kSharedPrefixBytes ||
+      !region_.Holds(place.offset, place.size)) {
+    *status = absl::InvalidArgumentError(absl::StrCat(
+        what_, ": a shared update of ", length, " bytes at [", place.offset, ", +", place.size,
+        ") outside the region of ", region_.size(), " bytes"));
+    return LaneRead::kEnded;
+  }
+  const absl::string_view head(payload + data_plane::kSharedPrefixBytes,
+                               length - data_plane::kSharedPrefixBytes);
+  const char* data = region_.data() + place.offset;
+  PartitionValuesView parsed;
+  size_t data_offset = 0;
+  if (direct_ != nullptr && ParseValuesHead(head, head.size() + place.size, &parsed,
+                                            &data_offset) &&
+      data_offset == head.size()) {
+    if (float* into = direct_->Claim(*this, parsed, place.size)) {
+      std::memcpy(into, data, place.size);
+      direct_->Landed(parsed, place.size, absl::OkStatus());
+      return LaneRead::kLanded;
+    }
+  }
+  // Kept in the lane's own buffer: the slot is the shard's to write again after the
+  // partition's next push.
+  std::vector<char>& bytes = received.bytes;
+  bytes.resize(head.size() + place.size);
+  std::memcpy(bytes.data(), head.data(), head.size());
+  std::memcpy(bytes.data() + head.size(), data, place.size);
+  *status = DecodePartitionValues(absl::string_view(bytes.data(), bytes.size()), &received,
+                                  &values);
+  return LaneRead::kMessage;
+}
+
 LaneRead TcpLane::Read(ReceivedMessage& received, PartitionValuesView& values,
                        absl::Status* status) {
   absl::StatusOr<data_plane::FrameHeader> header =
@@ -260,6 +412,13 @@ LaneRead TcpLane::Read(ReceivedMessage& received, PartitionValuesView& values,
     *status = absl::IsInvalidArgument(header.status())
                   ? header.status()
                   : absl::UnavailableError(header.status().message());
+    return LaneRead::kEnded;
+  }
+  if (header->kind == data_plane::kShared) {
+    return ReadShared(header->length, received, values, status);
+  }
+  if (header->kind == data_plane::kRegion) {
+    *status = absl::InvalidArgumentError(absl::StrCat(what_, ": the shard sent a region frame"));
     return LaneRead::kEnded;
   }
   // The message's first bytes: when they show the awaited update of a partition

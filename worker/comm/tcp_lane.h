@@ -5,15 +5,22 @@
 // data port. A push
 // is one sendmsg from the caller's buffer; an awaited update is received straight
 // into its destination in the parameters when a DirectReceiver claims it.
+// On the local socket the lane may also hand the shard a shared memory region
+// (common/shared_region.h) with a push slot and an update slot for each of the shard's
+// partitions: a push is then one memcpy into its slot and a small frame, and an update
+// one memcpy out of its slot.
 #ifndef TRIBUTARY_WORKER_COMM_TCP_LANE_H_
 #define TRIBUTARY_WORKER_COMM_TCP_LANE_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/shared_region.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/comm/ps_connection.h"
 #include "worker/comm/push_pull_lane.h"
@@ -47,7 +54,21 @@ class TcpLane : public PushPullLane {
     // The network namespace the shard's proof must name (tests play a worker in
     // another one); empty: this process's (data_plane::LocalNamespaceId).
     std::string namespace_id;
+    // On the local socket: a shared region with these partitions' slots (id, the most
+    // bytes a push or an update of it takes); empty: none (the worker's
+    // --ps_shared_memory=false, or not the local socket).
+    std::vector<std::pair<uint32_t, uint64_t>> shared_partitions;
   };
+  // Where a partition's push and update lie in a shared region.
+  struct SharedSlot {
+    bool present = false;
+    uint64_t push_offset = 0;
+    uint64_t values_offset = 0;
+    uint64_t bytes = 0;
+  };
+  // A region's slots for `partitions` (by id) and its size, in *bytes.
+  static std::vector<SharedSlot> LayOutShared(
+      const std::vector<std::pair<uint32_t, uint64_t>>& partitions, uint64_t* bytes);
   // OpenDataPlane on the shard, the TCP connection to its data port and the hello
   // with the ticket, answered by the shard. `abort` cuts it short from another
   // thread; `direct` (may be null) is asked where updates may land.
@@ -60,10 +81,22 @@ class TcpLane : public PushPullLane {
   static std::unique_ptr<TcpLane> Adopt(int fd, const std::string& name,
                                         uint64_t max_values_frame, DirectReceiver* direct,
                                         bool local = false);
+  // The same with a shared region the shard accepted (its slots by partition id).
+  static std::unique_ptr<TcpLane> AdoptShared(int fd, const std::string& name,
+                                              uint64_t max_values_frame, DirectReceiver* direct,
+                                              SharedRegion region, std::vector<SharedSlot> slots);
+  // Hands a fresh region for `partitions` to the shard at the other end of `fd` (the
+  // lane's first frame) and waits for its answer: the region and its slots when the shard
+  // mapped it; FAILED_PRECONDITION with the shard's reason when it refused (the
+  // connection goes on without one); UNAVAILABLE when the connection failed.
+  static absl::StatusOr<std::pair<SharedRegion, std::vector<SharedSlot>>> OfferShared(
+      int fd, const std::vector<std::pair<uint32_t, uint64_t>>& partitions,
+      absl::Duration timeout);
   ~TcpLane() override;
 
   bool is_tcp() const override { return true; }
   bool is_local() const override { return local_; }
+  bool is_shared() const override { return region_.mapped(); }
   bool Write(const PushHeader& header, const char* data, size_t bytes) override;
   LaneRead Read(ReceivedMessage& received, PartitionValuesView& values,
                 absl::Status* status) override;
@@ -80,12 +113,17 @@ class TcpLane : public PushPullLane {
   LaneRead ReceiveDirect(const char* prefix, size_t prefix_size, size_t data_offset,
                          uint64_t message_size, const PartitionValuesView& head, float* into,
                          absl::Status* status);
+  // A kShared update of `length` payload bytes: its data out of the region.
+  LaneRead ReadShared(uint64_t length, ReceivedMessage& received, PartitionValuesView& values,
+                      absl::Status* status);
 
   const int fd_;
   const std::string what_;  // "PushPull to <name> (data plane)"
   const uint64_t max_values_frame_;
   DirectReceiver* const direct_;
   const bool local_;
+  SharedRegion region_;             // Unmapped: none.
+  std::vector<SharedSlot> shared_;  // By partition id.
 };
 
 }  // namespace tributary::worker

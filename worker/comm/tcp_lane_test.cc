@@ -7,11 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "common/data_plane_wire.h"
 #include "common/partition_codec.h"
+#include "common/shared_region.h"
 
 namespace tributary::worker {
 namespace {
@@ -172,6 +174,154 @@ TEST_F(TcpLaneTest, ShutdownEndsABlockedReadAsUnavailable) {
   header.job_id = "job-1";
   float one = 1.0f;
   EXPECT_FALSE(lane->Write(header, reinterpret_cast<const char*>(&one), sizeof(one)));
+}
+
+// The lane's side of the shared region: it offers a sealed region laid out as push and
+// update slots per partition, pushes into the slots (the socket carrying the heads),
+// and reads an update from where the shard wrote it, straight into a claimed
+// destination or as a message of its own (the slot stays the shard's).
+TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
+  std::vector<std::pair<uint32_t, uint64_t>> partitions = {{0, 12}, {2, 40}};
+  SharedRegion shard_side;
+  std::thread shard([&] {
+    char bytes[data_plane::kFrameHeaderBytes];
+    int passed = -1;
+    ASSERT_TRUE(ReadWithDescriptor(shard_fd_, bytes, sizeof(bytes), &passed, "offer").ok());
+    absl::StatusOr<data_plane::FrameHeader> frame = data_plane::ParseFrameHeader(bytes, 0, "t");
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    ASSERT_EQ(frame->kind, data_plane::kRegion);
+    char size[8];
+    ASSERT_TRUE(data_plane::ReadFull(shard_fd_, size, 8, "offer").ok());
+    uint64_t announced = 0;
+    for (int i = 7; i >= 0; --i) announced = (announced << 8) | static_cast<unsigned char>(size[i]);
+    absl::StatusOr<SharedRegion> mapped = SharedRegion::Map(passed, announced, 1 << 20);
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    shard_side = *std::move(mapped);
+    ASSERT_TRUE(data_plane::WriteStatusFrame(shard_fd_, absl::OkStatus()).ok());
+  });
+  absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> offered =
+      TcpLane::OfferShared(lane_fd_, partitions, absl::Seconds(20));
+  shard.join();
+  ASSERT_TRUE(offered.ok()) << offered.status();
+  const std::vector<TcpLane::SharedSlot> slots = offered->second;
+  ASSERT_EQ(slots.size(), 3u);
+  EXPECT_FALSE(slots[1].present);
+  EXPECT_EQ(shard_side.size(), 64u + 64u + 64u + 64u) << "each slot on a cache line";
+  std::vector<float> params(3, 0.0f);
+  OneDestination direct(params.data());
+  auto lane = TcpLane::AdoptShared(lane_fd_, "PS shard 0 at test:1", 1 << 20, &direct,
+                                   std::move(offered->first), slots);
+  EXPECT_TRUE(lane->is_shared());
+
+  // A push: the data in partition 2's push slot, a shared frame naming it and the
+  // update slot.
+  std::vector<float> grad(10);
+  for (int i = 0; i < 10; ++i) grad[i] = 0.5f * static_cast<float>(i) - 1.0f;
+  PushHeader header;
+  header.job_id = "job-1";
+  header.step = 3;
+  header.partition_id = 2;
+  header.dtype = v1::FLOAT32;
+  header.sample_count = 8;
+  header.steps = 1;
+  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grad.data()), 40));
+  absl::StatusOr<data_plane::FrameHeader> frame =
+      data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  ASSERT_EQ(frame->kind, data_plane::kShared);
+  std::string payload(frame->length, '\0');
+  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
+  const data_plane::SharedPlace place = data_plane::ParseSharedPlace(payload.data());
+  EXPECT_EQ(place.offset, slots[2].push_offset);
+  EXPECT_EQ(place.size, 40u);
+  EXPECT_EQ(place.answer_offset, slots[2].values_offset);
+  EXPECT_EQ(place.answer_capacity, 40u);
+  ReceivedMessage received;
+  GradientPushView push;
+  ASSERT_TRUE(DecodeGradientPush(absl::string_view(payload).substr(data_plane::kSharedPrefixBytes),
+                                 absl::string_view(shard_side.data() + place.offset, place.size),
+                                 &received, &push)
+                  .ok());
+  EXPECT_EQ(push.step, 3u);
+  EXPECT_EQ(push.sample_count, 8u);
+  std::vector<float> pushed(10);
+  CopyFloatsInto(push.data, pushed.data());
+  EXPECT_EQ(pushed, grad);
+
+  // Updates written into the slots: partition 0's is claimed and lands in params,
+  // partition 2's is read as a message.
+  auto send_shared = [&](uint32_t id, uint64_t offset, const std::vector<float>& data) {
+    std::memcpy(shard_side.data() + offset, data.data(), data.size() * sizeof(float));
+    v1::PartitionValues values;
+    values.set_partition_id(id);
+    values.set_dtype(v1::FLOAT32);
+    values.set_step(4);
+    values.set_version(4);
+    values.set_data(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+    const std::string head = PartitionValuesHead(values);
+    data_plane::SharedPlace at;
+    at.offset = offset;
+    at.size = data.size() * sizeof(float);
+    auto prefix = data_plane::EncodeSharedPlace(at);
+    auto frame = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
+    iovec pieces[3] = {{frame.data(), frame.size()},
+                       {prefix.data(), prefix.size()},
+                       {const_cast<char*>(head.data()), head.size()}};
+    ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 3, "test").ok());
+  };
+  send_shared(0, slots[0].values_offset, {7.0f, 8.0f, 9.0f});
+  std::vector<float> update(10, 0.25f);
+  send_shared(2, slots[2].values_offset, update);
+  PartitionValuesView values;
+  absl::Status status;
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kLanded);
+  EXPECT_EQ(params, (std::vector<float>{7.0f, 8.0f, 9.0f}));
+  EXPECT_TRUE(direct.landed.ok()) << direct.landed;
+  EXPECT_EQ(direct.landed_step, 4u);
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kMessage);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(values.partition_id, 2u);
+  // The shard may write the slot again: the message keeps what arrived.
+  std::memset(shard_side.data() + slots[2].values_offset, 0, 40);
+  std::vector<float> got(10);
+  CopyFloatsInto(values.data, got.data());
+  EXPECT_EQ(got, update);
+
+  // An update the shard places outside the region ends the lane as its fault.
+  data_plane::SharedPlace outside;
+  outside.offset = shard_side.size() - 4;
+  outside.size = 12;
+  auto prefix = data_plane::EncodeSharedPlace(outside);
+  auto bad = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size());
+  iovec pieces[2] = {{bad.data(), bad.size()}, {prefix.data(), prefix.size()}};
+  ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 2, "test").ok());
+  ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kEnded);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("outside the region"));
+}
+
+TEST_F(TcpLaneTest, ARefusedRegionIsSaidSoAndTheConnectionStaysUsable) {
+  std::thread shard([&] {
+    char bytes[data_plane::kFrameHeaderBytes + 8];
+    int passed = -1;
+    ASSERT_TRUE(ReadWithDescriptor(shard_fd_, bytes, sizeof(bytes), &passed, "offer").ok());
+    ASSERT_GE(passed, 0);
+    ::close(passed);
+    ASSERT_TRUE(data_plane::WriteStatusFrame(
+                    shard_fd_, absl::InvalidArgumentError("shared region: over the limit"))
+                    .ok());
+  });
+  absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> offered =
+      TcpLane::OfferShared(lane_fd_, {{0, 400}}, absl::Seconds(20));
+  shard.join();
+  EXPECT_TRUE(absl::IsFailedPrecondition(offered.status())) << offered.status();
+  EXPECT_THAT(offered.status().message(), HasSubstr("over the limit"));
+  auto lane = MakeLane();
+  SendUpdate(1, 5, {0.5f});
+  ReceivedMessage received;
+  PartitionValuesView values;
+  absl::Status status;
+  EXPECT_EQ(lane->Read(received, values, &status), LaneRead::kMessage);
 }
 
 TEST(ConnectAbortTest, AbortFailsEveryLaterBeginAndShutsTheAdmittingSocket) {
