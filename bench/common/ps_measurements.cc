@@ -400,7 +400,8 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
     identity.node_rank = static_cast<uint32_t>(n);
     nodes[n].client = std::make_unique<worker::PsClient>(
         identity, *plan, shard_map, channel, mode, config.wire_dtype,
-        worker::kDefaultPsRetryBudget, config.streams_per_shard, config.transport);
+        worker::kDefaultPsRetryBudget, config.streams_per_shard, config.transport,
+        config.shared_memory);
     nodes[n].grad.assign(plan->total_elements(), 0.001f * static_cast<float>(n + 1));
     nodes[n].params.assign(plan->total_elements(), 0.0f);
     if (absl::Status opened = nodes[n].client->Open(); !opened.ok()) {

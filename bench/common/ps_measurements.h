@@ -43,6 +43,8 @@ struct PsConfig {
   // How pushes and updates travel: each shard runs its data plane (TCP port and local
   // socket) beside gRPC.
   worker::PsTransport transport = worker::PsTransport::kTcp;
+  // On the local socket: the bytes through a region shared with the shard.
+  bool shared_memory = false;
 };
 
 struct PsResult {

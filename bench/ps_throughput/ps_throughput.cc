@@ -2,8 +2,8 @@
 // of workers (node streams) and PS shards, each configuration beside raw sockets
 // moving the same traffic (one connection per (worker, shard), each carrying that
 // shard's bytes up and back: loopback TCP for the tcp and grpc transports, Unix socket
-// pairs for local) and beside single-thread memcpy, all measured in this run and in
-// this process. Prints a table of figures and ratios, then one JSON line.
+// pairs for local and shared) and beside single-thread memcpy, all measured in this run
+// and in this process. Prints a table of figures and ratios, then one JSON line.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -51,12 +51,13 @@ ABSL_FLAG(int, streams_per_shard, 1,
           "PushPull streams from each worker to each shard, each on its own connection (the "
           "worker's --ps_streams_per_shard); raw TCP uses as many connections. Default: 1.");
 ABSL_FLAG(std::vector<std::string>, transports,
-          std::vector<std::string>({"local", "tcp", "grpc"}),
-          "How pushes and updates travel, each measured per configuration: local (the "
-          "shards' data plane on their local Unix socket, what workers on the shards' host "
-          "use by default), tcp (the data plane's TCP port, what workers elsewhere use) "
-          "and/or grpc (the gRPC PushPull stream). Comma separated. Default: "
-          "local,tcp,grpc.");
+          std::vector<std::string>({"shared", "local", "tcp", "grpc"}),
+          "How pushes and updates travel, each measured per configuration: shared (the "
+          "shards' local Unix socket with the bytes through a region shared with the shard, "
+          "what workers on the shards' host use by default), local (the local socket with "
+          "the bytes in it: --ps_shared_memory=false), tcp (the data plane's TCP port, what "
+          "workers elsewhere use) and/or grpc (the gRPC PushPull stream). Comma separated. "
+          "Default: shared,local,tcp,grpc.");
 ABSL_FLAG(int, repeats, 3,
           "Repetitions of every measurement: memcpy, summation, and per configuration raw "
           "sockets and each transport in turn; the best of each is reported. Default: 3.");
@@ -117,13 +118,16 @@ int Run() {
                      absl::GetFlag(FLAGS_wire_dtype))));
   }
   std::vector<worker::PsTransport> transports;
+  std::vector<bool> shared;  // By transport: "shared" (the local socket, shared memory).
   for (const std::string& name : absl::GetFlag(FLAGS_transports)) {
-    absl::StatusOr<worker::PsTransport> transport = worker::ParsePsTransport(name);
+    absl::StatusOr<worker::PsTransport> transport =
+        name == "shared" ? worker::PsTransport::kLocal : worker::ParsePsTransport(name);
     if (!transport.ok() || *transport == worker::PsTransport::kAuto) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--transports: '", name, "' is not local, tcp or grpc")));
+          absl::StrCat("--transports: '", name, "' is not shared, local, tcp or grpc")));
     }
     transports.push_back(*transport);
+    shared.push_back(name == "shared");
   }
   if (transports.empty()) return Fail(absl::InvalidArgumentError("--transports: none given"));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
@@ -148,7 +152,7 @@ int Run() {
   std::printf("%7s %6s %9s  %10s  %13s  %8s  %9s  %10s  %9s\n", "workers", "shards",
               "transport", "PS GB/s", "raw GB/s", "PS/raw", "PS/memcpy", "step s", "agg wait");
   std::printf("(raw: the same bytes through plain sockets of the transport's kind: loopback TCP "
-              "for tcp and grpc, Unix socket pairs for local)\n");
+              "for tcp and grpc, Unix socket pairs for local and shared)\n");
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -164,6 +168,7 @@ int Run() {
       // machine.
       double tcp_gbps = 0;
       double unix_gbps = 0;
+      // "shared" is the local socket too.
       const bool any_local =
           std::count(transports.begin(), transports.end(), worker::PsTransport::kLocal) > 0;
       std::vector<PsResult> best(transports.size());
@@ -176,12 +181,14 @@ int Run() {
         }
         for (size_t t = 0; t < transports.size(); ++t) {
           config.transport = transports[t];
+          config.shared_memory = shared[t];
           absl::StatusOr<PsResult> ps = MeasurePs(config);
           if (!ps.ok()) {
             return Fail(absl::Status(
                 ps.status().code(),
                 absl::StrCat(worker_count, " workers x ", shard_count, " shards (",
-                             worker::PsTransportName(transports[t]), "): ", ps.status().message())));
+                             shared[t] ? "shared" : worker::PsTransportName(transports[t]),
+                             "): ", ps.status().message())));
           }
           if (ps->gbps > best[t].gbps) best[t] = *ps;
         }
@@ -190,7 +197,7 @@ int Run() {
         Row row;
         row.workers = worker_count;
         row.shards = shard_count;
-        row.transport = worker::PsTransportName(transports[t]);
+        row.transport = shared[t] ? "shared" : worker::PsTransportName(transports[t]);
         row.tcp_gbps = tcp_gbps;
         row.unix_gbps = unix_gbps;
         row.raw_gbps = transports[t] == worker::PsTransport::kLocal ? unix_gbps : tcp_gbps;
