@@ -111,12 +111,31 @@ TEST(LocalCliTest, SyncEqualsTheSingleProcessTrainer) {
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_EQ(local->size(), reference->size());
   ASSERT_EQ(local->size(), 784u * 64 + 64 + 64 * 10 + 10);
-  double largest = 0, worst = 0;
+  // Splitting the batch over replicas changes the order of the gradient sums, so the
+  // two runs differ by rounding, and Adam divides each element by its own gradient
+  // scale: an element whose gradient is about zero can take a step of the other sign
+  // after a rounding difference. Measured on a 2-core Zen 4 VM: one element of 50,890
+  // at 3.3e-5 of the largest, the whole difference 8.6e-7 of the parameters' norm
+  // (train_local itself, with the batch split over 6 replicas instead of 1, differs by
+  // 2.4e-5 at that element and 6.2e-7 in norm). A node's gradient lost or counted twice,
+  // or a wrong divisor, is of the order of the update: 1e-3 and more.
+  double largest = 0, worst = 0, diff_sq = 0, norm_sq = 0;
+  std::vector<double> errors(local->size());
   for (size_t i = 0; i < local->size(); ++i) {
-    largest = std::max(largest, std::abs(static_cast<double>((*reference)[i])));
-    worst = std::max(worst, std::abs(static_cast<double>((*local)[i]) - (*reference)[i]));
+    const double ref = (*reference)[i];
+    const double error = std::abs(static_cast<double>((*local)[i]) - ref);
+    largest = std::max(largest, std::abs(ref));
+    worst = std::max(worst, error);
+    diff_sq += error * error;
+    norm_sq += ref * ref;
+    errors[i] = error;
   }
-  EXPECT_LE(worst / largest, 1e-5) << "distributed vs single process after 22 steps";
+  EXPECT_LE(std::sqrt(diff_sq / norm_sq), 1e-5)
+      << "distributed vs single process after 22 steps, in norm";
+  size_t beyond = 0;
+  for (double error : errors) beyond += error > 1e-5 * largest ? 1 : 0;
+  EXPECT_LE(beyond, local->size() / 1000)
+      << "elements off by more than 1e-5 of the largest (worst: " << worst / largest << ")";
   EXPECT_GT(worst, 0) << "bit-identical is suspicious: were both files written by one side?";
 }
 
