@@ -181,9 +181,9 @@ class DataPlaneServer::Session final : public NodeSink {
       bool schedule = false;
       {
         absl::MutexLock lock(&mu_);
-        // At most one place per partition, and no more places than a plan has
-        // partitions: a push for a partition the shard does not own ends the
-        // connection, and anything past the bound is answered inline.
+        // At most one place per partition id, and kMaxAnswers in all (the ids come
+        // from the frames: a push for a partition the shard does not own ends the
+        // connection, and an update past the bound is answered inline).
         if (status.ok() && slot->shared &&
             (answers_.size() < kMaxAnswers || answers_.contains(slot->push.partition_id))) {
           answers_[slot->push.partition_id] = Answer{slot->answer_offset, slot->answer_capacity};

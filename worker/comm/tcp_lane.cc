@@ -160,8 +160,14 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
     absl::StatusOr<int> local = ConnectLocalLane(response->local_socket(), response->ticket(),
                                                  namespace_id, abort, &sent);
     if (local.ok() && !target.shared_partitions.empty()) {
+      // Close() shuts the socket down while it waits for the shard's answer.
+      if (!abort.BeginAdmission(*local)) {
+        ::close(*local);
+        return absl::CancelledError("PS client closed");
+      }
       absl::StatusOr<std::pair<SharedRegion, std::vector<SharedSlot>>> shared =
           OfferShared(*local, target.shared_partitions, kLocalTimeout);
+      abort.EndAdmission();
       if (shared.ok()) {
         data_plane::SetReceiveTimeout(*local, absl::ZeroDuration());
         data_plane::SetSendTimeout(*local, target.send_timeout);
