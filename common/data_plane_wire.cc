@@ -156,18 +156,21 @@ absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what) 
       }
       return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
     }
-    size_t left = static_cast<size_t>(sent);
-    while (count > 0 && left >= pieces->iov_len) {
-      left -= pieces->iov_len;
-      ++pieces;
-      --count;
-    }
-    if (count > 0) {
-      pieces->iov_base = static_cast<char*>(pieces->iov_base) + left;
-      pieces->iov_len -= left;
-    }
+    SkipSent(&pieces, &count, static_cast<size_t>(sent));
   }
   return absl::OkStatus();
+}
+
+void SkipSent(iovec** pieces, int* count, size_t sent) {
+  while (*count > 0 && sent >= (*pieces)->iov_len) {
+    sent -= (*pieces)->iov_len;
+    ++*pieces;
+    --*count;
+  }
+  if (*count > 0) {
+    (*pieces)->iov_base = static_cast<char*>((*pieces)->iov_base) + sent;
+    (*pieces)->iov_len -= sent;
+  }
 }
 
 absl::StatusOr<FrameHeader> ReadFrameHeader(int fd, uint64_t max_length, absl::string_view what) {

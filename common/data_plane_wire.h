@@ -110,6 +110,8 @@ absl::Status ReadFullBefore(int fd, void* buffer, size_t n, absl::Time deadline,
 // Writes every byte of the pieces (sendmsg with MSG_NOSIGNAL: a closed peer is an
 // error, not SIGPIPE; partial writes and EINTR continued). UNAVAILABLE on failure.
 absl::Status WriteAll(int fd, iovec* pieces, int count, absl::string_view what);
+// Moves *pieces and *count past `sent` bytes (a partial sendmsg).
+void SkipSent(iovec** pieces, int* count, size_t sent);
 
 // Reads a frame header: INVALID_ARGUMENT for an unknown kind or a length above
 // max_length (both values named; status, shared and region frames have limits of their

@@ -131,16 +131,8 @@ absl::Status WriteWithDescriptor(int socket, iovec* pieces, int count, int descr
     return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
   }
   // The descriptor went with the first byte; the rest is plain.
-  size_t left = static_cast<size_t>(sent);
-  while (count > 0 && left >= pieces->iov_len) {
-    left -= pieces->iov_len;
-    ++pieces;
-    --count;
-  }
-  if (count == 0) return absl::OkStatus();
-  pieces->iov_base = static_cast<char*>(pieces->iov_base) + left;
-  pieces->iov_len -= left;
-  return data_plane::WriteAll(socket, pieces, count, what);
+  data_plane::SkipSent(&pieces, &count, static_cast<size_t>(sent));
+  return count == 0 ? absl::OkStatus() : data_plane::WriteAll(socket, pieces, count, what);
 }
 
 absl::Status ReadWithDescriptor(int socket, void* buffer, size_t n, int* descriptor,

@@ -103,7 +103,8 @@ std::string Frame(const std::string& payload) {
   return std::string(header.data(), header.size()) + payload;
 }
 
-std::string PushBytes(const v1::GradientPush& push) {
+// Every field of the push but its data.
+PushHeader HeaderOf(const v1::GradientPush& push) {
   PushHeader header;
   header.job_id = push.job_id();
   header.generation = push.generation();
@@ -113,7 +114,11 @@ std::string PushBytes(const v1::GradientPush& push) {
   header.dtype = push.dtype();
   header.sample_count = push.sample_count();
   header.steps = push.steps();
-  return GradientPushHead(header, push.data().size()) + push.data();
+  return header;
+}
+
+std::string PushBytes(const v1::GradientPush& push) {
+  return GradientPushHead(HeaderOf(push), push.data().size()) + push.data();
 }
 
 // The next frame: a message (its payload) or a status (returned as that status).
@@ -559,16 +564,7 @@ absl::Status OfferRegion(int fd, const SharedRegion& region, uint64_t announced)
 
 // A push whose data lies in the region at `place`.
 std::string SharedPushFrame(const v1::GradientPush& push, const dp::SharedPlace& place) {
-  PushHeader header;
-  header.job_id = push.job_id();
-  header.generation = push.generation();
-  header.step = push.step();
-  header.node_rank = push.node_rank();
-  header.partition_id = push.partition_id();
-  header.dtype = push.dtype();
-  header.sample_count = push.sample_count();
-  header.steps = push.steps();
-  const std::string head = GradientPushHead(header, place.size);
+  const std::string head = GradientPushHead(HeaderOf(push), place.size);
   auto prefix = dp::EncodeSharedPlace(place);
   auto frame = dp::EncodeFrameHeader(dp::kShared, prefix.size() + head.size());
   return std::string(frame.data(), frame.size()) + std::string(prefix.data(), prefix.size()) +
