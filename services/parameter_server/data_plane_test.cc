@@ -562,6 +562,25 @@ absl::Status OfferRegion(int fd, const SharedRegion& region, uint64_t announced)
   return answer.status;
 }
 
+// A connection on the local socket, admitted (-1 when it failed, the test failed too).
+int AdmittedLocal(Fixture& f) {
+  const std::string ticket = f.Ticket();
+  const int fd = f.ConnectLocal(ticket);
+  if (fd < 0) return -1;
+  const absl::Status admitted = Hello(fd, ticket);
+  EXPECT_TRUE(admitted.ok()) << admitted;
+  return admitted.ok() ? fd : -1;
+}
+
+// The same, having handed over `region` (accepted).
+int LocalWithRegion(Fixture& f, const SharedRegion& region) {
+  const int fd = AdmittedLocal(f);
+  if (fd < 0) return -1;
+  const absl::Status taken = OfferRegion(fd, region, region.size());
+  EXPECT_TRUE(taken.ok()) << taken;
+  return taken.ok() ? fd : -1;
+}
+
 // A push whose data lies in the region at `place`.
 std::string SharedPushFrame(const v1::GradientPush& push, const dp::SharedPlace& place) {
   const std::string head = GradientPushHead(HeaderOf(push), place.size);
@@ -580,13 +599,10 @@ TEST(DataPlaneTest, TheLocalLaneMovesPushesAndUpdatesThroughASharedRegion) {
   auto registry = std::make_shared<prometheus::Registry>();
   options.registry = registry;
   Fixture f(options);
-  const std::string ticket = f.Ticket();
-  const int fd = f.ConnectLocal(ticket);
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(Hello(fd, ticket).ok());
   absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
   ASSERT_TRUE(region.ok()) << region.status();
-  ASSERT_TRUE(OfferRegion(fd, *region, kRegionBytes).ok());
+  const int fd = LocalWithRegion(f, *region);
+  ASSERT_GE(fd, 0);
   EXPECT_EQ(MetricValue(*registry, "tributary_ps_data_plane_shared_regions_total"), 1);
 
   std::vector<float> grad(kElements);
@@ -649,10 +665,8 @@ TEST(DataPlaneTest, AnUnsealedOrOversizedRegionIsRefusedAndTheLaneGoesOn) {
   options.max_shared_region_bytes = kRegionBytes;
   Fixture f(options);
   {
-    const std::string ticket = f.Ticket();
-    const int fd = f.ConnectLocal(ticket);
+    const int fd = AdmittedLocal(f);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(Hello(fd, ticket).ok());
     const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ASSERT_GE(unsealed, 0);
     ASSERT_EQ(::ftruncate(unsealed, kRegionBytes), 0);
@@ -670,10 +684,8 @@ TEST(DataPlaneTest, AnUnsealedOrOversizedRegionIsRefusedAndTheLaneGoesOn) {
     ::close(fd);
   }
   {
-    const std::string ticket = f.Ticket();
-    const int fd = f.ConnectLocal(ticket);
+    const int fd = AdmittedLocal(f);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(Hello(fd, ticket).ok());
     absl::StatusOr<SharedRegion> large = SharedRegion::Create(2 * kRegionBytes);
     ASSERT_TRUE(large.ok()) << large.status();
     absl::Status answer = OfferRegion(fd, *large, 2 * kRegionBytes);
@@ -700,13 +712,10 @@ TEST(DataPlaneTest, SharedFramesOutsideTheRegionEndTheConnection) {
   bad.push_back({{~uint64_t{0}, kSlot, kSlot, kSlot}, "does not lie in the region"});
   bad.push_back({{0, kSlot, kRegionBytes, 1}, "answered at [1536, +1)"});
   for (const Bad& b : bad) {
-    const std::string ticket = f.Ticket();
-    const int fd = f.ConnectLocal(ticket);
-    ASSERT_GE(fd, 0);
-    ASSERT_TRUE(Hello(fd, ticket).ok());
     absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
     ASSERT_TRUE(region.ok()) << region.status();
-    ASSERT_TRUE(OfferRegion(fd, *region, kRegionBytes).ok());
+    const int fd = LocalWithRegion(f, *region);
+    ASSERT_GE(fd, 0);
     Send(fd, SharedPushFrame(push, b.place));
     absl::Status end = EndOf(fd);
     EXPECT_TRUE(absl::IsInvalidArgument(end)) << end;
@@ -723,13 +732,10 @@ TEST(DataPlaneTest, SharedFramesOutsideTheRegionEndTheConnection) {
     ::close(fd);
   }
   {  // A second region, after the first frame.
-    const std::string ticket = f.Ticket();
-    const int fd = f.ConnectLocal(ticket);
-    ASSERT_GE(fd, 0);
-    ASSERT_TRUE(Hello(fd, ticket).ok());
     absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
     ASSERT_TRUE(region.ok()) << region.status();
-    ASSERT_TRUE(OfferRegion(fd, *region, kRegionBytes).ok());
+    const int fd = LocalWithRegion(f, *region);
+    ASSERT_GE(fd, 0);
     auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
     char size[8] = {};
     iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
