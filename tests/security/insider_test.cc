@@ -221,7 +221,7 @@ TEST(InsiderTest, AnInsiderAndAFloodChangeNothingOfARunningJob) {
     ASSERT_TRUE(coordinator->ListWorkers(&context, v1::ListWorkersRequest(), &workers).ok());
   }
   ASSERT_EQ(workers.workers_size(), 2);
-  const v1::WorkerInfo& victim = workers.workers(0);
+  const v1::WorkerInfo victim = workers.workers(0);  // A copy: `workers` is read again.
   {
     v1::RegisterWorkerRequest impostor;
     impostor.set_node_name(victim.node_name());
@@ -299,18 +299,20 @@ TEST(InsiderTest, AnInsiderAndAFloodChangeNothingOfARunningJob) {
       << "a node fell back to gRPC under the flood (" << admitted_before << " admitted before)";
   EXPECT_GT(flood.reopened(), 0) << "the flood was evicted and came back";
 
-  absl::StatusOr<v1::Job> done = WaitForJob(*cluster, job_id, Finished, absl::Minutes(5));
-  ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_EQ(done->state(), v1::COMPLETED) << done->state_reason();
+  // While the job runs: once it is over, workers leave (--exit_after_job).
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(coordinator->ListWorkers(&context, v1::ListWorkersRequest(), &workers).ok());
+    v1::ListWorkersResponse now;
+    ASSERT_TRUE(coordinator->ListWorkers(&context, v1::ListWorkersRequest(), &now).ok());
     bool victim_kept = false;
-    for (const v1::WorkerInfo& worker : workers.workers()) {
+    for (const v1::WorkerInfo& worker : now.workers()) {
       victim_kept = victim_kept || worker.worker_id() == victim.worker_id();
     }
     EXPECT_TRUE(victim_kept) << "the registration from its endpoint pushed worker 0 out";
   }
+  absl::StatusOr<v1::Job> done = WaitForJob(*cluster, job_id, Finished, absl::Minutes(5));
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::COMPLETED) << done->state_reason();
   absl::StatusOr<cli::PulledParameters> pulled =
       cli::PullParameters(cluster->coordinator_channel(), cluster->channel_options());
   ASSERT_TRUE(pulled.ok()) << pulled.status();
