@@ -189,7 +189,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(const char (&bytes)[kFrameHeaderByt
     case kMessage: break;
     case kStatus: limit = 4 + kMaxStatusText; break;
     case kShared: limit = kSharedPrefixBytes + kMessageOverheadBytes; break;
-    case kRegion: limit = 8; break;
+    case kRegion: limit = kRegionPayloadBytes; break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": unknown frame kind ", header.kind,
@@ -210,6 +210,16 @@ std::array<char, kSharedPrefixBytes> EncodeSharedPlace(const SharedPlace& place)
   Put64(bytes.data() + 24, place.answer_capacity);
   return bytes;
 }
+
+std::array<char, kFrameHeaderBytes + kRegionPayloadBytes> EncodeRegionOffer(uint64_t size) {
+  std::array<char, kFrameHeaderBytes + kRegionPayloadBytes> bytes;
+  const auto header = EncodeFrameHeader(kRegion, kRegionPayloadBytes);
+  std::copy(header.begin(), header.end(), bytes.begin());
+  Put64(bytes.data() + kFrameHeaderBytes, size);
+  return bytes;
+}
+
+uint64_t ParseRegionSize(const char (&payload)[kRegionPayloadBytes]) { return Get64(payload); }
 
 SharedPlace ParseSharedPlace(const char* prefix) {
   SharedPlace place;

@@ -85,6 +85,11 @@ struct SharedPlace {
 };
 std::array<char, kSharedPrefixBytes> EncodeSharedPlace(const SharedPlace& place);
 SharedPlace ParseSharedPlace(const char* prefix);
+// A kRegion frame announcing a region of `size` bytes (its header and payload; the
+// descriptor goes with it, common/shared_region.h), and the size in such a payload.
+inline constexpr size_t kRegionPayloadBytes = 8;
+std::array<char, kFrameHeaderBytes + kRegionPayloadBytes> EncodeRegionOffer(uint64_t size);
+uint64_t ParseRegionSize(const char (&payload)[kRegionPayloadBytes]);
 
 struct FrameHeader {
   uint32_t kind = 0;

@@ -295,17 +295,17 @@ class DataPlaneServer::Session final : public NodeSink {
       if (!header.ok()) return header.status();
       return std::optional<dp::FrameHeader>(*header);
     }
-    char size_bytes[8];
+    char size_bytes[dp::kRegionPayloadBytes];
     read = header->length == sizeof(size_bytes)
                ? dp::ReadFull(fd_, size_bytes, sizeof(size_bytes), "PushPull region")
-               : absl::InvalidArgumentError(absl::StrCat(
-                     "PushPull: a region frame of ", header->length, " bytes (expected 8)"));
+               : absl::InvalidArgumentError(absl::StrCat("PushPull: a region frame of ",
+                                                         header->length, " bytes (expected ",
+                                                         dp::kRegionPayloadBytes, ")"));
     if (!read.ok()) {
       if (passed >= 0) ::close(passed);
       return absl::IsOutOfRange(read) ? absl::UnavailableError(read.message()) : read;
     }
-    uint64_t size = 0;
-    for (int i = 7; i >= 0; --i) size = (size << 8) | static_cast<unsigned char>(size_bytes[i]);
+    const uint64_t size = dp::ParseRegionSize(size_bytes);
     absl::StatusOr<SharedRegion> region =
         passed < 0 ? absl::InvalidArgumentError("PushPull: a region frame without a descriptor")
                    : SharedRegion::Map(passed, size, server_->options_.max_shared_region_bytes);

@@ -552,11 +552,9 @@ constexpr uint64_t kRegionBytes = 3 * 2 * kSlot;
 
 // Hands `region` over on an admitted local connection; the shard's answer.
 absl::Status OfferRegion(int fd, const SharedRegion& region, uint64_t announced) {
-  auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
-  char size[8];
-  for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(announced >> (8 * i));
-  iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
-  EXPECT_TRUE(WriteWithDescriptor(fd, pieces, 2, region.fd(), "test").ok());
+  auto offer = dp::EncodeRegionOffer(announced);
+  iovec piece = {offer.data(), offer.size()};
+  EXPECT_TRUE(WriteWithDescriptor(fd, &piece, 1, region.fd(), "test").ok());
   Received answer = Read(fd);
   EXPECT_TRUE(answer.is_status);
   return answer.status;
@@ -670,10 +668,9 @@ TEST(DataPlaneTest, AnUnsealedOrOversizedRegionIsRefusedAndTheLaneGoesOn) {
     const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ASSERT_GE(unsealed, 0);
     ASSERT_EQ(::ftruncate(unsealed, kRegionBytes), 0);
-    auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
-    char size[8] = {static_cast<char>(kRegionBytes & 0xff), static_cast<char>(kRegionBytes >> 8)};
-    iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
-    ASSERT_TRUE(WriteWithDescriptor(fd, pieces, 2, unsealed, "test").ok());
+    auto offer = dp::EncodeRegionOffer(kRegionBytes);
+    iovec piece = {offer.data(), offer.size()};
+    ASSERT_TRUE(WriteWithDescriptor(fd, &piece, 1, unsealed, "test").ok());
     ::close(unsealed);
     Received answer = Read(fd);
     ASSERT_TRUE(answer.is_status);
@@ -736,10 +733,9 @@ TEST(DataPlaneTest, SharedFramesOutsideTheRegionEndTheConnection) {
     ASSERT_TRUE(region.ok()) << region.status();
     const int fd = LocalWithRegion(f, *region);
     ASSERT_GE(fd, 0);
-    auto frame = dp::EncodeFrameHeader(dp::kRegion, 8);
-    char size[8] = {};
-    iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
-    ASSERT_TRUE(WriteWithDescriptor(fd, pieces, 2, region->fd(), "test").ok());
+    auto offer = dp::EncodeRegionOffer(0);
+    iovec piece = {offer.data(), offer.size()};
+    ASSERT_TRUE(WriteWithDescriptor(fd, &piece, 1, region->fd(), "test").ok());
     absl::Status end = EndOf(fd);
     EXPECT_TRUE(absl::IsInvalidArgument(end)) << end;
     EXPECT_THAT(end.message(), HasSubstr("a region, after its first frame"));

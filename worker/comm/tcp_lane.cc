@@ -22,6 +22,25 @@ constexpr absl::Duration kConnectTimeout = absl::Seconds(10);
 // that holds them (a squatter) delays the TCP attempt by at most this much.
 constexpr absl::Duration kLocalTimeout = absl::Seconds(2);
 
+// The shard's answer to what the client just sent (`what`: the hello, a region): a
+// status frame, into *answer. Returns the read's error, or INVALID_ARGUMENT when the
+// shard answered with another kind of frame.
+absl::Status ReadStatusAnswer(int fd, absl::string_view what, absl::Status* answer) {
+  absl::StatusOr<data_plane::FrameHeader> header =
+      data_plane::ReadFrameHeader(fd, 0, absl::StrCat("data plane answer to the ", what));
+  if (!header.ok()) return header.status();
+  if (header->kind != data_plane::kStatus) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shard answered the ", what, " with a frame of kind ", header->kind));
+  }
+  std::string payload(header->length, '\0');
+  absl::Status read = data_plane::ReadFull(fd, payload.data(), payload.size(),
+                                           absl::StrCat("data plane answer to the ", what));
+  if (!read.ok()) return read;
+  *answer = data_plane::ParseStatusPayload(payload);
+  return absl::OkStatus();
+}
+
 // The shard's answer to the hello: a status frame.
 absl::Status Admission(int fd, absl::string_view ticket) {
   auto hello = data_plane::EncodeHello(ticket);
@@ -29,16 +48,9 @@ absl::Status Admission(int fd, absl::string_view ticket) {
   absl::Status admitted = data_plane::WriteAll(fd, &piece, 1, "data plane hello");
   if (!admitted.ok()) return admitted;
   data_plane::SetReceiveTimeout(fd, kConnectTimeout);
-  absl::StatusOr<data_plane::FrameHeader> header =
-      data_plane::ReadFrameHeader(fd, 0, "data plane admission");
-  if (!header.ok()) return header.status();
-  if (header->kind != data_plane::kStatus) {
-    return absl::InvalidArgumentError("the shard answered the hello with a message");
-  }
-  std::string payload(header->length, '\0');
-  admitted = data_plane::ReadFull(fd, payload.data(), payload.size(), "data plane admission");
-  if (!admitted.ok()) return admitted;
-  return data_plane::ParseStatusPayload(payload);
+  absl::Status answer;
+  if (absl::Status read = ReadStatusAnswer(fd, "hello", &answer); !read.ok()) return read;
+  return answer;
 }
 
 // OpenDataPlane: a ticket and the data port, or the error with whose it is.
@@ -282,28 +294,16 @@ absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> TcpLan
   if (bytes == 0) return absl::FailedPreconditionError("no partition needs a shared slot");
   absl::StatusOr<SharedRegion> region = SharedRegion::Create(bytes);
   if (!region.ok()) return absl::FailedPreconditionError(region.status().message());
-  auto frame = data_plane::EncodeFrameHeader(data_plane::kRegion, 8);
-  char size[8];
-  for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(bytes >> (8 * i));
-  iovec pieces[2] = {{frame.data(), frame.size()}, {size, sizeof(size)}};
-  absl::Status sent = WriteWithDescriptor(fd, pieces, 2, region->fd(), "shared region offer");
+  auto offer = data_plane::EncodeRegionOffer(bytes);
+  iovec piece = {offer.data(), offer.size()};
+  absl::Status sent = WriteWithDescriptor(fd, &piece, 1, region->fd(), "shared region offer");
   region->CloseDescriptor();  // The shard holds it now (or never will).
   if (!sent.ok()) return absl::UnavailableError(sent.message());
   data_plane::SetReceiveTimeout(fd, timeout);
-  absl::StatusOr<data_plane::FrameHeader> header =
-      data_plane::ReadFrameHeader(fd, 0, "shared region answer");
-  if (!header.ok()) return absl::UnavailableError(header.status().message());
-  if (header->kind != data_plane::kStatus) {
-    return absl::UnavailableError(absl::StrCat(
-        "the shard answered a shared region with a frame of kind ", header->kind));
-  }
-  std::string payload(header->length, '\0');
-  if (absl::Status read =
-          data_plane::ReadFull(fd, payload.data(), payload.size(), "shared region answer");
-      !read.ok()) {
+  absl::Status answer;
+  if (absl::Status read = ReadStatusAnswer(fd, "shared region", &answer); !read.ok()) {
     return absl::UnavailableError(read.message());
   }
-  absl::Status answer = data_plane::ParseStatusPayload(payload);
   if (!answer.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the shard refused a shared region of ", bytes, " bytes: ", answer.message()));

@@ -190,11 +190,10 @@ TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
     absl::StatusOr<data_plane::FrameHeader> frame = data_plane::ParseFrameHeader(bytes, 0, "t");
     ASSERT_TRUE(frame.ok()) << frame.status();
     ASSERT_EQ(frame->kind, data_plane::kRegion);
-    char size[8];
-    ASSERT_TRUE(data_plane::ReadFull(shard_fd_, size, 8, "offer").ok());
-    uint64_t announced = 0;
-    for (int i = 7; i >= 0; --i) announced = (announced << 8) | static_cast<unsigned char>(size[i]);
-    absl::StatusOr<SharedRegion> mapped = SharedRegion::Map(passed, announced, 1 << 20);
+    char size[data_plane::kRegionPayloadBytes];
+    ASSERT_TRUE(data_plane::ReadFull(shard_fd_, size, sizeof(size), "offer").ok());
+    absl::StatusOr<SharedRegion> mapped =
+        SharedRegion::Map(passed, data_plane::ParseRegionSize(size), 1 << 20);
     ASSERT_TRUE(mapped.ok()) << mapped.status();
     shard_side = *std::move(mapped);
     ASSERT_TRUE(data_plane::WriteStatusFrame(shard_fd_, absl::OkStatus()).ok());
