@@ -80,6 +80,23 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
           options.ps_streams_per_shard, options.ps_transport, options.ps_shared_memory);
     }
   }
+  if (session->ps_ != nullptr && spec.mode() == v1::SYNC && session->updates_into_parameters_ &&
+      assignment.local_world_size() == 1) {
+    bool on_host = true;
+    for (int i = 0; i < session->replicas_->size(); ++i) {
+      on_host &= session->replicas_->replica(i).ReadsHostParameters();
+    }
+    if (on_host) {
+      session->gate_on_landing_ = true;
+      {
+        absl::MutexLock lock(&session->mu_);
+        session->landed_after_.assign(session->plan_.partitions_size(), 0);
+      }
+      session->ps_->SetLandedListener([s = session.get()](uint32_t partition, uint64_t step) {
+        s->UpdateLanded(partition, step);
+      });
+    }
+  }
   // The job's optimizer: its schedule for the learning-rate metric, and in LOCAL_SGD
   // the node leader's inner optimizer on the node's own copy (the PS runs the outer one).
   absl::StatusOr<Optimizer> optimizer = Optimizer::Create(spec.optimizer(), total_steps);
@@ -548,6 +565,15 @@ void TrainingSession::WaitForParameters(int replica, int64_t offset, int64_t len
   }
 }
 
+void TrainingSession::UpdateLanded(uint32_t partition, uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (partition >= landed_after_.size()) return;
+  landed_after_[partition] = step + 1;
+  // The replicas read params_ themselves: the forward may read the partition now. The
+  // communication thread still takes the update (ApplyUpdate), and opens nothing new.
+  if (gate_awaits_after_ == step + 1) gate_.Applied(static_cast<int>(partition));
+}
+
 absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   StepStats stats;
   stats.step = step;
@@ -629,6 +655,14 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     update_queued_ = true;
     update_wait_seconds_ = 0;
     gate_.Begin();
+    if (gate_on_landing_) {
+      // What landed while the pushes went out is in already (SYNC: the push named
+      // this step).
+      gate_awaits_after_ = step + 1;
+      for (size_t id = 0; id < landed_after_.size(); ++id) {
+        if (landed_after_[id] == step + 1) gate_.Applied(static_cast<int>(id));
+      }
+    }
   }
   if (!options_.overlap_updates) {
     if (absl::Status updated = FinishUpdate(); !updated.ok()) return updated;

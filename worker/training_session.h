@@ -203,6 +203,9 @@ class TrainingSession {
   // Replica i's parameters-needed hook: blocks until [offset, offset + length) holds
   // the parameters of the step being computed (or the update failed).
   void WaitForParameters(int replica, int64_t offset, int64_t length);
+  // The PS connection's landed listener (gate_on_landing_): partition p's update after
+  // the push for `step` lies in params_, so the gate may open for it now.
+  void UpdateLanded(uint32_t partition, uint64_t step);
 
   const v1::Assignment assignment_;
   const engine::Datasets& data_;
@@ -249,6 +252,11 @@ class TrainingSession {
   // Every replica is done with a partition's parameters once it reported its
   // gradients: its update may be received straight into params_.
   bool updates_into_parameters_ = false;
+  // SYNC on a node leader of one process whose replicas all read params_ themselves
+  // (CPU): an update received straight into params_ is current for every replica as
+  // it lands, so the thread that received it opens the gate for its partition
+  // (UpdateLanded) instead of handing it to the communication thread first.
+  bool gate_on_landing_ = false;
   std::unique_ptr<RendezvousClient> rendezvous_;
   std::unique_ptr<IntraNodeReducer> reducer_;
   std::unique_ptr<PsConnection> ps_;
@@ -280,6 +288,10 @@ class TrainingSession {
   uint64_t update_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool update_queued_ ABSL_GUARDED_BY(mu_) = false;  // For the comm thread to start.
   double update_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // Leader: waiting for the PS.
+  // gate_on_landing_: per partition, the push step whose update landed last, plus one
+  // (0: none yet); and the push step, plus one, whose update the gate awaits now.
+  std::vector<uint64_t> landed_after_ ABSL_GUARDED_BY(mu_);
+  uint64_t gate_awaits_after_ ABSL_GUARDED_BY(mu_) = 0;
   UpdateGate gate_;
   std::thread comm_thread_;
 };

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -179,12 +180,17 @@ class TrainingSessionTest : public ::testing::Test {
   }
 
   // Creates node 0's session and node 1, installs the job, prepares the session.
-  void StartBoth(SessionOptions options) {
+  // wrap: what the session's PS connection is made of the in-memory one (unset: it).
+  void StartBoth(SessionOptions options,
+                 std::function<std::unique_ptr<PsConnection>(std::unique_ptr<PsConnection>)>
+                     wrap = nullptr) {
     options.update_timeout =
         options.update_timeout == absl::Seconds(120) ? kHang : options.update_timeout;
-    options.ps_connection = [this](const PsIdentity& identity, const v1::PartitionPlan& plan) {
-      return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard_},
-                                                    identity, plan, v1::SYNC, v1::FLOAT32);
+    options.ps_connection = [this, wrap](const PsIdentity& identity,
+                                         const v1::PartitionPlan& plan) {
+      std::unique_ptr<PsConnection> connection = std::make_unique<InMemoryPsConnection>(
+          std::vector<ps::ParameterShard*>{&shard_}, identity, plan, v1::SYNC, v1::FLOAT32);
+      return wrap ? wrap(std::move(connection)) : std::move(connection);
     };
     absl::StatusOr<std::unique_ptr<TrainingSession>> session =
         TrainingSession::Create(NodeZero(spec_), data_, options);
@@ -213,6 +219,30 @@ class TrainingSessionTest : public ::testing::Test {
       running.result = session_->RunStep(step);
       running.done.Notify();
     });
+  }
+
+  // After the job's 4 steps: both nodes hold the parameters of exactly one replica's
+  // training with the same global batch.
+  void ExpectTheSingleReplicaTraining() {
+    engine::TrainerOptions reference_options;
+    reference_options.replicas = 1;
+    auto reference = engine::LocalTrainer::Create(spec_, reference_options);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    for (int step = 0; step < 4; ++step) ASSERT_TRUE((*reference)->Step().ok());
+    const std::vector<float>& expected = (*reference)->parameters();
+    const std::vector<float>& got = session_->parameters();
+    ASSERT_EQ(got.size(), expected.size());
+    double largest = 0, worst = 0, moved = 0;
+    std::vector<float> initial(expected.size());
+    engine::InitParameters(*engine::BuildModel(spec_.model()), spec_.seed(), initial.data());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      largest = std::max(largest, std::abs(double{expected[i]}));
+      worst = std::max(worst, std::abs(double{got[i]} - expected[i]));
+      moved = std::max(moved, std::abs(double{got[i]} - initial[i]));
+    }
+    EXPECT_LE(worst, 1e-5 * largest);
+    EXPECT_GT(moved, 1e-3 * largest);      // Training did move them.
+    EXPECT_EQ(got, node1_->parameters());  // Both nodes hold the PS's values.
   }
 
   v1::JobSpec spec_;
@@ -288,27 +318,148 @@ TEST_F(TrainingSessionTest, TheNextForwardStartsBeforeTheWholeUpdateArrives) {
     node1_->Finish(step);
   }
   ASSERT_TRUE(session_->FinishUpdate().ok());
+  ExpectTheSingleReplicaTraining();
+}
 
-  // Exactly one replica's training with the same global batch.
-  engine::TrainerOptions reference_options;
-  reference_options.replicas = 1;
-  auto reference = engine::LocalTrainer::Create(spec_, reference_options);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  for (int step = 0; step < 4; ++step) ASSERT_TRUE((*reference)->Step().ok());
-  const std::vector<float>& expected = (*reference)->parameters();
-  const std::vector<float>& got = session_->parameters();
-  ASSERT_EQ(got.size(), expected.size());
-  double largest = 0, worst = 0, moved = 0;
-  std::vector<float> initial(expected.size());
-  engine::InitParameters(*engine::BuildModel(spec_.model()), spec_.seed(), initial.data());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    largest = std::max(largest, std::abs(double{expected[i]}));
-    worst = std::max(worst, std::abs(double{got[i]} - expected[i]));
-    moved = std::max(moved, std::abs(double{got[i]} - initial[i]));
+// The session's PS connection with its WaitUpdated calls for one step held until
+// released (the communication thread stalls there); everything else passes through.
+class HeldWaits : public PsConnection {
+ public:
+  explicit HeldWaits(std::unique_ptr<PsConnection> inner) : inner_(std::move(inner)) {}
+
+  void Hold(uint64_t step) {
+    absl::MutexLock lock(&mu_);
+    held_ = step;
   }
-  EXPECT_LE(worst, 1e-5 * largest);
-  EXPECT_GT(moved, 1e-3 * largest);      // Training did move them.
-  EXPECT_EQ(got, node1_->parameters());  // Both nodes hold the PS's values.
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    held_.reset();
+  }
+
+  absl::StatusOr<uint64_t> InitPartitions(const v1::JobSpec& spec, uint64_t total_steps,
+                                          const float* params) override {
+    return inner_->InitPartitions(spec, total_steps, params);
+  }
+  absl::StatusOr<uint64_t> PullAll(float* params) override { return inner_->PullAll(params); }
+  absl::Status Open() override { return inner_->Open(); }
+  absl::Status Push(uint64_t step, uint32_t partition, const float* data, uint64_t samples,
+                    uint32_t steps) override {
+    return inner_->Push(step, partition, data, samples, steps);
+  }
+  void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) override {
+    inner_->ExpectUpdateInto(partition, step, dst);
+  }
+  void SetLandedListener(LandedFn listener) override {
+    inner_->SetLandedListener(std::move(listener));
+  }
+  absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
+                           float* dst) override {
+    {
+      absl::MutexLock lock(&mu_);
+      auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !held_.has_value() || *held_ != step;
+      };
+      mu_.Await(absl::Condition(&free));
+    }
+    return inner_->WaitUpdated(partition, step, timeout, dst);
+  }
+  void Interrupt(const std::string& reason) override {
+    Release();
+    inner_->Interrupt(reason);
+  }
+  void Close() override { inner_->Close(); }
+  uint64_t bytes_pushed() const override { return inner_->bytes_pushed(); }
+  uint64_t bytes_pulled() const override { return inner_->bytes_pulled(); }
+
+ private:
+  std::unique_ptr<PsConnection> inner_;
+  absl::Mutex mu_;
+  std::optional<uint64_t> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// A CPU replica that says when each of its passes returned.
+class ReportingReplica : public engine::CpuReplica {
+ public:
+  ReportingReplica(const engine::ModelDef& model, const float* params,
+                   std::function<void(uint64_t step)> returned)
+      : CpuReplica(model, params), returned_(std::move(returned)) {}
+  absl::StatusOr<engine::LossStats> ForwardBackward(const engine::Batch& batch,
+                                                    const engine::DropoutKey& key,
+                                                    const engine::GradientReadyFn& on_ready) override {
+    absl::StatusOr<engine::LossStats> loss = CpuReplica::ForwardBackward(batch, key, on_ready);
+    returned_(key.step);
+    return loss;
+  }
+
+ private:
+  std::function<void(uint64_t step)> returned_;
+};
+
+// CPU replicas read the host parameters themselves: an update that lands there is the
+// forward's to read at once, whether it landed while the step's pushes went out (the
+// in-memory shard answers inside node 0's push when node 1 pushed first) or after
+// (node 1 pushes last). The communication thread, which takes the update after it
+// landed, is held back here: the next forward does not wait for it.
+TEST_F(TrainingSessionTest, TheForwardReadsAnUpdateAsItLandsNotWhenTheCommThreadTakesIt) {
+  absl::Mutex mu;
+  std::map<uint64_t, int> passes_returned;  // Step -> node 0's replicas done with it.
+  SessionOptions options;
+  options.make_replica = [&](const engine::ModelDef& model, const v1::Device&,
+                             float* host) -> absl::StatusOr<std::unique_ptr<engine::Replica>> {
+    return std::make_unique<ReportingReplica>(model, host, [&](uint64_t step) {
+      absl::MutexLock lock(&mu);
+      ++passes_returned[step];
+    });
+  };
+  HeldWaits* held = nullptr;
+  StartBoth(options, [&](std::unique_ptr<PsConnection> inner) {
+    auto wrapped = std::make_unique<HeldWaits>(std::move(inner));
+    held = wrapped.get();
+    return wrapped;
+  });
+  ASSERT_NE(held, nullptr);
+  auto both_passes_returned = [&](uint64_t step) {
+    absl::MutexLock lock(&mu);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return passes_returned[step] == 2; };
+    return mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(20));
+  };
+
+  // Step 0: node 1 pushed first, so every update lands inside node 0's pushes.
+  held->Hold(0);
+  node1_->Compute(0);
+  for (const v1::Partition& partition : plan_.partitions()) node1_->Push(0, partition.id());
+  ASSERT_TRUE(session_->RunStep(0).ok());
+  Running step1;
+  RunStepAsync(1, step1);
+  EXPECT_TRUE(both_passes_returned(1))
+      << "step 1's forward waited for the communication thread to take step 0's update";
+  held->Hold(1);  // Released 0: the communication thread takes it and pushes step 1.
+  step1.thread.join();
+  ASSERT_TRUE(step1.result.ok()) << step1.result.status();
+  node1_->Finish(0);
+
+  // Step 1: node 1 pushes after node 0 (its step returned): the updates land on node
+  // 1's pushes, after node 0's gate began to wait for them.
+  Running step2;
+  RunStepAsync(2, step2);
+  node1_->Compute(1);
+  for (const v1::Partition& partition : plan_.partitions()) node1_->Push(1, partition.id());
+  EXPECT_TRUE(both_passes_returned(2))
+      << "step 2's forward waited for the communication thread to take step 1's update";
+  held->Release();
+  step2.thread.join();
+  ASSERT_TRUE(step2.result.ok()) << step2.result.status();
+  node1_->Finish(1);
+
+  node1_->Compute(2);
+  for (const v1::Partition& partition : plan_.partitions()) node1_->Push(2, partition.id());
+  ASSERT_TRUE(session_->RunStep(3).ok());
+  node1_->Finish(2);
+  node1_->Compute(3);
+  for (const v1::Partition& partition : plan_.partitions()) node1_->Push(3, partition.id());
+  ASSERT_TRUE(session_->FinishUpdate().ok());
+  node1_->Finish(3);
+  ExpectTheSingleReplicaTraining();
 }
 
 TEST_F(TrainingSessionTest, WithoutOverlapAStepReturnsWithItsUpdateApplied) {

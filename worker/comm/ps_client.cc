@@ -265,8 +265,18 @@ float* PsClient::Claim(PushPullLane& lane, const PartitionValuesView& head,
 }
 
 void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
-                                    const absl::Status& read) {
-  absl::MutexLock lock(&mu_);
+                      const absl::Status& read) {
+  uint64_t pushed_step;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!LandedLocked(head, data_bytes, read)) return;
+    pushed_step = partitions_[head.partition_id].pushed.step;
+  }
+  if (landed_listener_) landed_listener_(head.partition_id, pushed_step);
+}
+
+bool PsClient::LandedLocked(const PartitionValuesView& head, uint64_t data_bytes,
+                            const absl::Status& read) {
   PartitionState& state = partitions_[head.partition_id];
   state.receiving_direct = false;
   state.receiving_lane = nullptr;
@@ -274,7 +284,7 @@ void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
   // an update that arrived, and WaitUpdated copies it from there.
   float* const landed_at = state.receiving_into;
   state.receiving_into = nullptr;
-  if (!read.ok()) return;
+  if (!read.ok()) return false;
   bytes_pulled_ += data_bytes;
   state.values.partition_id = head.partition_id;
   state.values.dtype = head.dtype;
@@ -286,6 +296,7 @@ void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
   state.received_at = landed_at;
   state.awaiting = false;
   ++direct_updates_;
+  return true;
 }
 
 absl::Status PsClient::WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,

@@ -91,6 +91,8 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   // expectation is dropped when a WaitUpdated fails or on Interrupt/Close, which wait
   // for a receive into dst in progress to end first.
   void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) override;
+  // Called by the lane reader that landed an expected update (Landed), outside mu_.
+  void SetLandedListener(LandedFn listener) override { landed_listener_ = std::move(listener); }
 
   // Blocks until the update that followed our push for `step` arrived and writes it
   // into dst. FAILED_PRECONDITION when a shard refused the push as stale (a new
@@ -171,6 +173,9 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   absl::Status WithRetries(const std::function<absl::Status()>& attempt);
   // Writes one push on its partition's lane.
   void WritePush(uint32_t partition, const Outgoing& push);
+  // Landed's bookkeeping: whether the update now lies at its destination.
+  bool LandedLocked(const PartitionValuesView& head, uint64_t data_bytes,
+                    const absl::Status& read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops every expectation, after any receive into one has ended.
   void DropExpectationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets failure_ unless it is set already.
@@ -189,6 +194,7 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   // the partition's offset, in wire bytes), sent from here.
   std::vector<char> narrowed_;
   std::unique_ptr<LaneKeeper> lanes_;
+  LandedFn landed_listener_;  // Set before Open, then only read.
 
   absl::Mutex mu_;
   std::vector<PartitionState> partitions_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #define TRIBUTARY_WORKER_COMM_PS_CONNECTION_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -53,6 +54,15 @@ class PsConnection {
   // update may then be received straight into dst as it arrives, instead of being
   // kept and copied there by WaitUpdated. Ignored by default.
   virtual void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) {}
+
+  // Called each time an update of an ExpectUpdateInto destination lies there whole:
+  // partition p's update after our push for `step`, before WaitUpdated(p, step)
+  // returns it. It runs on the thread that received the update (a lane's reader), with
+  // none of the connection's locks held, so it may open the way for readers of dst at
+  // once instead of waiting for the caller of WaitUpdated. Set before Open; a
+  // connection that never receives into a destination never calls it.
+  using LandedFn = std::function<void(uint32_t partition, uint64_t step)>;
+  virtual void SetLandedListener(LandedFn listener) {}
 
   // Blocks until partition p's update after our push for `step` arrived, then writes
   // its values into dst[0, length) (the partition's place in the parameter buffer: it

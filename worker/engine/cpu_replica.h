@@ -23,6 +23,7 @@ class CpuReplica : public Replica {
   // The executor reports a layer's gradients after its input gradient, the last use
   // of its weights (cpu_executor.cc).
   bool DoneWithParametersWhenReady() const override { return true; }
+  bool ReadsHostParameters() const override { return true; }
   absl::Status SetParameters(const float* host, int64_t offset, int64_t length) override;
   absl::StatusOr<LossStats> ForwardBackward(const Batch& batch, const DropoutKey& key,
                                             const GradientReadyFn& on_ready) override;

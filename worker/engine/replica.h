@@ -132,6 +132,10 @@ class Replica {
   // replica that reads the shared buffer layer by layer; a GPU replica, which never
   // reads the host buffer in a pass).
   virtual bool DoneWithParametersWhenReady() const { return false; }
+  // Whether the replica computes on the host parameter buffer itself (SetParameters
+  // copies nothing): values written there are current for it as soon as they lie
+  // there. False unless the engine guarantees it (a CPU replica).
+  virtual bool ReadsHostParameters() const { return false; }
 
   // Makes [offset, offset + length) of the host parameter buffer `host` current on
   // this replica before the next ForwardBackward/Evaluate. CPU replicas that read a

@@ -103,6 +103,8 @@ absl::Status InMemoryPsConnection::Push(uint64_t step, uint32_t partition, const
     state.data = data;
     state.samples = sample_count;
     state.steps = steps;
+    state.landed_at = nullptr;
+    if (state.expect_dst != nullptr && state.expect_step != step) state.expect_dst = nullptr;
   }
   return PushNow(partition);
 }
@@ -136,15 +138,40 @@ absl::Status InMemoryPsConnection::PushNow(uint32_t partition) {
   return absl::OkStatus();
 }
 
+void InMemoryPsConnection::ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) {
+  if (mode_ != v1::SYNC || partition >= static_cast<uint32_t>(plan_.partitions_size())) return;
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return;
+  partitions_[partition].expect_dst = dst;
+  partitions_[partition].expect_step = step;
+}
+
 void InMemoryPsConnection::Delivered(std::shared_ptr<const v1::PartitionValues> values) {
   bytes_pulled_ += values->data().size();
-  absl::MutexLock lock(&mu_);
-  PartitionState& state = partitions_[values->partition_id()];
-  // SYNC, LOCAL_SGD: the update of our step (round); a re-sent older one does not
-  // count. ASYNC, BOUNDED_STALENESS: any.
-  const bool independent = mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS;
-  if (independent || values->step() > state.step) state.awaiting = false;
-  state.latest = std::move(values);
+  const uint32_t partition = values->partition_id();
+  uint64_t landed_step;
+  {
+    absl::MutexLock lock(&mu_);
+    PartitionState& state = partitions_[partition];
+    // SYNC, LOCAL_SGD: the update of our step (round); a re-sent older one does not
+    // count. ASYNC, BOUNDED_STALENESS: any.
+    const bool independent = mode_ == v1::ASYNC || mode_ == v1::BOUNDED_STALENESS;
+    const bool awaited = state.awaiting && values->step() > state.step;
+    if (independent || values->step() > state.step) state.awaiting = false;
+    state.latest = std::move(values);
+    // The awaited update of an expected destination lands there (PsClient's Claim).
+    const std::string& data = state.latest->data();
+    if (!awaited || state.expect_dst == nullptr || state.expect_step != state.step ||
+        state.latest->dtype() != v1::FLOAT32 ||
+        data.size() != plan_.partitions(partition).length() * sizeof(float)) {
+      return;
+    }
+    std::memcpy(state.expect_dst, data.data(), data.size());
+    state.landed_at = state.expect_dst;
+    state.expect_dst = nullptr;
+    landed_step = state.step;
+  }
+  if (landed_listener_) landed_listener_(partition, landed_step);
 }
 
 void InMemoryPsConnection::Retry(uint32_t partition) {
@@ -183,6 +210,12 @@ absl::Status InMemoryPsConnection::WaitUpdated(uint32_t partition, uint64_t step
   // An update that arrived counts, even after an interruption or a later failure.
   const PartitionState& state = partitions_[partition];
   if (state.awaiting && state.step == step) return failure_;
+  if (state.landed_at != nullptr) {  // Copied into the expected destination already.
+    if (state.landed_at != dst) {
+      std::memcpy(dst, state.landed_at, plan_.partitions(partition).length() * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
   if (state.latest == nullptr) {
     return absl::InternalError(
         absl::StrCat("partition ", partition, ": no values delivered for step ", step));
@@ -194,6 +227,7 @@ absl::Status InMemoryPsConnection::WaitUpdated(uint32_t partition, uint64_t step
 void InMemoryPsConnection::Interrupt(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (failure_.ok()) failure_ = absl::AbortedError(reason);
+  for (PartitionState& state : partitions_) state.expect_dst = nullptr;
 }
 
 void InMemoryPsConnection::Close() {

@@ -34,6 +34,10 @@ class InMemoryPsConnection : public worker::PsConnection {
   absl::Status Open() override;
   absl::Status Push(uint64_t step, uint32_t partition, const float* data, uint64_t sample_count,
                     uint32_t steps) override;
+  // In SYNC, an expected update is copied into dst as the shard delivers it (as
+  // PsClient receives it there), then the landed listener is called.
+  void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) override;
+  void SetLandedListener(LandedFn listener) override { landed_listener_ = std::move(listener); }
   absl::Status WaitUpdated(uint32_t partition, uint64_t step, absl::Duration timeout,
                            float* dst) override;
   void Interrupt(const std::string& reason) override;
@@ -50,6 +54,9 @@ class InMemoryPsConnection : public worker::PsConnection {
     uint64_t samples = 0;
     uint32_t steps = 1;
     std::shared_ptr<const v1::PartitionValues> latest;  // The newest values delivered.
+    float* expect_dst = nullptr;  // ExpectUpdateInto, for the push of expect_step.
+    uint64_t expect_step = 0;
+    float* landed_at = nullptr;   // Where the update of `step` was copied, if it was.
   };
   absl::Status PushNow(uint32_t partition);
   void Delivered(std::shared_ptr<const v1::PartitionValues> values);
@@ -62,6 +69,7 @@ class InMemoryPsConnection : public worker::PsConnection {
   const v1::TrainingMode mode_;
   const v1::DType wire_dtype_;
   std::vector<std::unique_ptr<Sink>> sinks_;  // By shard index.
+  LandedFn landed_listener_;  // Set before Open, then only read.
 
   absl::Mutex mu_;
   std::vector<PartitionState> partitions_ ABSL_GUARDED_BY(mu_);
