@@ -5,12 +5,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <glog/logging.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -30,11 +32,26 @@ namespace tributary::ps {
 
 namespace dp = ::tributary::data_plane;
 
-// One admitted connection: a reader thread (hello, then pushes into two reused slots,
-// each handed to the partition's executor lane as on the gRPC stream) and a writer
-// thread (the values the shard delivers, then the stream's final status). All state
-// is under mu_; the shard calls the NodeSink methods with its own locks held, so they
-// only queue and return.
+namespace {
+
+// Whether the peer has sent nothing more yet: a reader that would only wait for the
+// next frame may as well sum the push it holds itself.
+bool NothingMoreToRead(int fd) {
+  int pending = 0;
+  return ::ioctl(fd, FIONREAD, &pending) == 0 && pending == 0;
+}
+
+}  // namespace
+
+// One admitted connection: a reader thread (hello, then pushes into reused slots, each
+// handed to the partition's executor lane as on the gRPC stream, or summed by the
+// reader itself when the peer sent nothing after it) and a writer thread (the values
+// the shard delivers, then the stream's final status). Updates that a push completes
+// for connections with a shared region are written by the thread that ran the push,
+// once the shard returned (its own connection's always, others' up to
+// kInlineAnswerBytes in all): no hand-off to a writer on a step's critical path. All
+// state is under mu_; the shard calls the NodeSink methods with its own locks held, so
+// they only queue and return.
 class DataPlaneServer::Session final : public NodeSink {
  public:
   Session(DataPlaneServer* server, int fd, bool local)
@@ -88,6 +105,16 @@ class DataPlaneServer::Session final : public NodeSink {
     absl::MutexLock lock(&mu_);
     if (ending()) return;
     book_.Delivered(values->partition_id(), values->step());
+    if (PendingAnswers* pending = pending_answers_;
+        pending != nullptr && region_.mapped() &&
+        (pending->session == this ||
+         pending->bytes + values->data().size() <= kInlineAnswerBytes)) {
+      // RunPush writes it (AnswerPending); this connection stays until it did.
+      pending->bytes += values->data().size();
+      ++tasks_;
+      pending->answers.emplace_back(this, std::move(values));
+      return;
+    }
     writes_.push_back(std::move(values));
   }
 
@@ -110,6 +137,18 @@ class DataPlaneServer::Session final : public NodeSink {
  private:
   static constexpr int kReadSlots = 4;  // Pushes being summed while the next arrive.
   static constexpr size_t kMaxAnswers = 1 << 16;  // Places for updates in the region.
+  // What a push's thread copies into other connections' regions (a few partitions'
+  // worth): beyond it their writers copy in parallel.
+  static constexpr uint64_t kInlineAnswerBytes = 4 << 20;
+
+  // The values the shard delivered during one RunPush to connections with a region,
+  // for that thread to write once the shard returned.
+  struct PendingAnswers {
+    const Session* session = nullptr;  // Whose push runs.
+    uint64_t bytes = 0;                // Of other connections' values taken.
+    std::vector<std::pair<Session*, std::shared_ptr<const v1::PartitionValues>>> answers;
+  };
+  static thread_local PendingAnswers* pending_answers_;
 
   struct Slot {
     ReceivedMessage received;  // received.bytes holds the frame's payload.
@@ -179,6 +218,8 @@ class DataPlaneServer::Session final : public NodeSink {
       taken = absl::OkStatus();
       pending.reset();
       bool schedule = false;
+      bool sum_here = false;
+      const bool idle = status.ok() && NothingMoreToRead(fd_);
       {
         absl::MutexLock lock(&mu_);
         // At most one place per partition id, and kMaxAnswers in all (the ids come
@@ -198,12 +239,20 @@ class DataPlaneServer::Session final : public NodeSink {
         } else if (ending()) {
           book_.Free(slot);
         } else {
+          // Nothing more to read and none of this connection's pushes with the
+          // executor: summing it here saves waking a lane (the step's last push
+          // above all), and keeps this connection's pushes in order.
+          sum_here = idle && tasks_ == 0;
           ++tasks_;
           schedule = true;
         }
       }
       if (!schedule) break;
-      Schedule(slot);
+      if (sum_here) {
+        RunPush(slot);
+      } else {
+        Schedule(slot);
+      }
     }
     {
       absl::MutexLock lock(&mu_);
@@ -275,11 +324,99 @@ class DataPlaneServer::Session final : public NodeSink {
     return ending() || book_.HasFree();
   }
   bool DrainedOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ending() ||
-           (tasks_ == 0 && book_.Answered() && writes_.empty() && !writing_);
+    return ending() || (tasks_ == 0 && book_.Answered() && writes_.empty() && tail_.empty() &&
+                        !writing_);
   }
   bool WorkOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ending() || !writes_.empty();
+    return ending() || (!writing_ && (!tail_.empty() || !writes_.empty()));
+  }
+  bool NotWriting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; }
+
+  // The answer to a push that named a place for it in the region, once, when the
+  // values fit there.
+  std::optional<Answer> TakeAnswerLocked(const v1::PartitionValues& values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = answers_.find(values.partition_id());
+    if (it == answers_.end() || values.data().empty() ||
+        values.data().size() > it->second.capacity) {
+      return std::nullopt;
+    }
+    const Answer answer = it->second;
+    answers_.erase(it);
+    return answer;
+  }
+
+  // The values into their place in the region; the frame that says so into `frame`,
+  // `prefix` and `head` (the three pieces to send).
+  void PlaceAnswer(const v1::PartitionValues& values, const Answer& answer,
+                   std::array<char, dp::kFrameHeaderBytes>& frame,
+                   std::array<char, dp::kSharedPrefixBytes>& prefix, std::string& head) {
+    const std::string& data = values.data();
+    std::memcpy(region_.data() + answer.offset, data.data(), data.size());
+    dp::SharedPlace place;
+    place.offset = answer.offset;
+    place.size = data.size();
+    prefix = dp::EncodeSharedPlace(place);
+    head = PartitionValuesHead(values);
+    frame = dp::EncodeFrameHeader(dp::kShared, prefix.size() + head.size());
+  }
+
+  // Values Deliver left to a push's thread (PendingAnswers), written on that thread.
+  // The writer's instead when it is writing or holds an update of the same partition
+  // (updates of a partition go out in order) or when the values have no place in the
+  // region. The frame goes out without blocking: what the socket does not take now is
+  // left to the writer (tail_), so a peer that stops reading stalls only its writer.
+  void AnswerPending(std::shared_ptr<const v1::PartitionValues> values) {
+    std::optional<Answer> answer;
+    {
+      // Deliver counted a task for it: `this` stays until it is written or handed on.
+      absl::MutexLock lock(&mu_);
+      if (ending()) {
+        --tasks_;
+        return;
+      }
+      bool behind = writing_ || !tail_.empty();
+      for (const auto& queued : writes_) {
+        behind |= queued->partition_id() == values->partition_id();
+      }
+      if (!behind) answer = TakeAnswerLocked(*values);
+      if (!answer.has_value()) {
+        writes_.push_back(std::move(values));
+        --tasks_;
+        return;
+      }
+      writing_ = true;
+    }
+    std::array<char, dp::kFrameHeaderBytes> frame;
+    std::array<char, dp::kSharedPrefixBytes> prefix;
+    std::string head;
+    PlaceAnswer(*values, *answer, frame, prefix, head);
+    iovec pieces[3] = {{frame.data(), frame.size()},
+                       {prefix.data(), prefix.size()},
+                       {head.data(), head.size()}};
+    iovec* left = pieces;
+    int count = 3;
+    absl::Status written;
+    msghdr message{};
+    message.msg_iov = left;
+    message.msg_iovlen = 3;
+    ssize_t sent;
+    do {
+      sent = ::sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      written = absl::UnavailableError(absl::StrCat("PushPull values: ", std::strerror(errno)));
+    }
+    dp::SkipSent(&left, &count, sent < 0 ? 0 : static_cast<size_t>(sent));
+    std::string rest;
+    for (int i = 0; i < count && written.ok(); ++i) {
+      rest.append(static_cast<const char*>(left[i].iov_base), left[i].iov_len);
+    }
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    tail_ = std::move(rest);
+    if (!written.ok()) EndLocked(written);
+    --tasks_;
   }
 
   // The local lane's first frame: a region handed over (mapped and answered with a
@@ -402,6 +539,7 @@ class DataPlaneServer::Session final : public NodeSink {
 
   void WriteLoop() {
     absl::Status final_status;
+    std::string tail;  // The rest of a frame a push's thread began (AnswerPending).
     while (true) {
       std::shared_ptr<const v1::PartitionValues> values;
       std::optional<Answer> answer;
@@ -409,35 +547,39 @@ class DataPlaneServer::Session final : public NodeSink {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(this, &Session::WorkOrEnd));
         if (ending()) {
+          // A frame being written by a push's thread is finished first.
+          mu_.Await(absl::Condition(this, &Session::NotWriting));
           final_status = *end_status_;
+          tail = std::move(tail_);
           break;
         }
-        values = std::move(writes_.front());
-        writes_.pop_front();
         writing_ = true;
-        // The answer to a push that named a place for it, once, when it fits there.
-        auto it = answers_.find(values->partition_id());
-        if (it != answers_.end() && !values->data().empty() &&
-            values->data().size() <= it->second.capacity) {
-          answer = it->second;
-          answers_.erase(it);
+        if (!tail_.empty()) {
+          tail = std::move(tail_);
+          tail_.clear();
+        } else {
+          values = std::move(writes_.front());
+          writes_.pop_front();
+          answer = TakeAnswerLocked(*values);
         }
       }
-      std::string head = PartitionValuesHead(*values);
-      const std::string& data = values->data();
       absl::Status written;
-      if (answer.has_value()) {
-        std::memcpy(region_.data() + answer->offset, data.data(), data.size());
-        dp::SharedPlace place;
-        place.offset = answer->offset;
-        place.size = data.size();
-        auto prefix = dp::EncodeSharedPlace(place);
-        auto frame = dp::EncodeFrameHeader(dp::kShared, prefix.size() + head.size());
+      if (values == nullptr) {
+        iovec piece = {tail.data(), tail.size()};
+        written = dp::WriteAll(fd_, &piece, 1, "PushPull values");
+        tail.clear();
+      } else if (answer.has_value()) {
+        std::array<char, dp::kFrameHeaderBytes> frame;
+        std::array<char, dp::kSharedPrefixBytes> prefix;
+        std::string head;
+        PlaceAnswer(*values, *answer, frame, prefix, head);
         iovec pieces[3] = {{frame.data(), frame.size()},
                            {prefix.data(), prefix.size()},
                            {head.data(), head.size()}};
         written = dp::WriteAll(fd_, pieces, 3, "PushPull values");
       } else {
+        std::string head = PartitionValuesHead(*values);
+        const std::string& data = values->data();
         auto frame = dp::EncodeFrameHeader(dp::kMessage, head.size() + data.size());
         iovec pieces[3] = {{frame.data(), frame.size()},
                            {head.data(), head.size()},
@@ -448,7 +590,13 @@ class DataPlaneServer::Session final : public NodeSink {
       writing_ = false;
       if (!written.ok()) EndLocked(written);
     }
-    dp::WriteStatusFrame(fd_, final_status).IgnoreError();
+    // A frame cut short would garble the status after it.
+    bool framed = true;
+    if (!tail.empty()) {
+      iovec piece = {tail.data(), tail.size()};
+      framed = dp::WriteAll(fd_, &piece, 1, "PushPull values").ok();
+    }
+    if (framed) dp::WriteStatusFrame(fd_, final_status).IgnoreError();
     ::shutdown(fd_, SHUT_WR);
     // The reader ends when the peer closes; a peer that does not is cut off.
     absl::MutexLock lock(&mu_);
@@ -472,7 +620,14 @@ class DataPlaneServer::Session final : public NodeSink {
       if (!skip) book_.Started(partition, view.step);
     }
     absl::StatusOr<PushResult> result = PushResult::kDuplicate;
-    if (!skip) result = server_->shard_->Push(view, this);
+    PendingAnswers pending;
+    if (!skip) {
+      pending.session = this;
+      pending_answers_ = &pending;
+      result = server_->shard_->Push(view, this);
+      pending_answers_ = nullptr;
+    }
+    for (auto& [session, values] : pending.answers) session->AnswerPending(std::move(values));
     absl::MutexLock lock(&mu_);
     if (absl::Status refused = book_.Settle(push, partition, !skip, result); !refused.ok()) {
       EndLocked(refused);
@@ -499,11 +654,17 @@ class DataPlaneServer::Session final : public NodeSink {
   absl::flat_hash_map<uint32_t, Answer> answers_ ABSL_GUARDED_BY(mu_);
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
   std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
+  // Someone writes to the socket now: the writer, or a push's thread (AnswerPending).
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // What the socket did not take of a frame AnswerPending began: the writer's, first.
+  std::string tail_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> end_status_ ABSL_GUARDED_BY(mu_);
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writer_done_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+thread_local DataPlaneServer::Session::PendingAnswers*
+    DataPlaneServer::Session::pending_answers_ = nullptr;
 
 DataPlaneServer::DataPlaneServer(ParameterShard* shard, PartitionExecutor* executor,
                                  DataPlaneOptions options)

@@ -20,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/data_plane_wire.h"
 #include "common/partition_codec.h"
@@ -560,9 +562,10 @@ absl::Status OfferRegion(int fd, const SharedRegion& region, uint64_t announced)
   return answer.status;
 }
 
-// A connection on the local socket, admitted (-1 when it failed, the test failed too).
-int AdmittedLocal(Fixture& f) {
-  const std::string ticket = f.Ticket();
+// A connection on the local socket for `node`, admitted (-1 when it failed, the test
+// failed too).
+int AdmittedLocal(Fixture& f, uint32_t node = 0) {
+  const std::string ticket = f.Ticket(node);
   const int fd = f.ConnectLocal(ticket);
   if (fd < 0) return -1;
   const absl::Status admitted = Hello(fd, ticket);
@@ -571,8 +574,8 @@ int AdmittedLocal(Fixture& f) {
 }
 
 // The same, having handed over `region` (accepted).
-int LocalWithRegion(Fixture& f, const SharedRegion& region) {
-  const int fd = AdmittedLocal(f);
+int LocalWithRegion(Fixture& f, const SharedRegion& region, uint32_t node = 0) {
+  const int fd = AdmittedLocal(f, node);
   if (fd < 0) return -1;
   const absl::Status taken = OfferRegion(fd, region, region.size());
   EXPECT_TRUE(taken.ok()) << taken;
@@ -649,6 +652,174 @@ TEST(DataPlaneTest, TheLocalLaneMovesPushesAndUpdatesThroughASharedRegion) {
   EXPECT_EQ(shared, 2);
   for (int64_t i = 0; i < kElements; ++i) {
     EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / static_cast<float>(samples))) << i;
+  }
+  ::shutdown(fd, SHUT_WR);
+  EXPECT_TRUE(EndOf(fd).ok());
+  ::close(fd);
+}
+
+// Occupies every lane of f's executor until `release` is notified.
+void BlockExecutor(Fixture& f, absl::Notification& release) {
+  absl::Notification lanes_blocked[2];
+  for (int lane = 0; lane < 2; ++lane) {
+    f.executor.Submit(lane, [&release, &blocked = lanes_blocked[lane]] {
+      blocked.Notify();
+      release.WaitForNotification();
+    });
+  }
+  for (absl::Notification& blocked : lanes_blocked) blocked.WaitForNotification();
+}
+
+// Where the step's last push goes on an idle connection: the reader that read it sums it
+// and the update goes out at once, even while every executor lane is busy with other
+// work (a blocked lane here). Over TCP the writer sends it; with a region, the thread
+// that summed it writes it into its slot, and with two nodes into the other node's
+// region too.
+TEST(DataPlaneTest, AnIdleConnectionsPushIsSummedByItsReaderNotQueuedOnTheExecutor) {
+  absl::Notification release;  // Outlives the executors, whose lanes wait for it.
+  Fixture f;
+  Fixture two(DataPlaneOptions{}, /*nodes=*/2);
+  absl::Cleanup release_lanes = [&release] { release.Notify(); };
+  BlockExecutor(f, release);
+  BlockExecutor(two, release);
+  std::vector<float> grad(kElements);
+  for (int64_t i = 0; i < kElements; ++i) grad[i] = 0.25f + 0.001f * static_cast<float>(i);
+  const v1::Partition& first = f.header.plan().partitions(0);
+  const float expected = f.initial[0] - 0.5f * (grad[0] / 2.0f);
+  {
+    const int fd = f.Connect();
+    ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
+    Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, 0, grad, 2))));
+    Received received = Read(fd);
+    ASSERT_FALSE(received.is_status) << received.status;
+    ReceivedMessage message;
+    PartitionValuesView values;
+    ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
+    EXPECT_EQ(values.step, 1u);
+    std::vector<float> got(first.length());
+    CopyFloatsInto(values.data, got.data());
+    EXPECT_EQ(got[0], expected);
+    ::close(fd);
+  }
+  {
+    absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    const int fd = LocalWithRegion(f, *region);
+    ASSERT_GE(fd, 0);
+    const v1::GradientPush push = MakePush(f.header, 0, 1, 0, 0, grad, 2);
+    std::memcpy(region->data(), push.data().data(), kSlot);
+    dp::SharedPlace place;
+    place.size = kSlot;
+    place.answer_offset = kSlot;
+    place.answer_capacity = kSlot;
+    Send(fd, SharedPushFrame(push, place));
+    Received received = Read(fd);
+    ASSERT_FALSE(received.is_status) << received.status;
+    ASSERT_EQ(received.kind, dp::kShared);
+    const dp::SharedPlace answer = dp::ParseSharedPlace(received.payload.data());
+    EXPECT_EQ(answer.offset, kSlot);
+    float got;
+    std::memcpy(&got, region->data() + kSlot, sizeof(got));
+    EXPECT_EQ(got, expected - 0.5f * (grad[0] / 2.0f));
+    ::close(fd);
+  }
+  {
+    // Node 0 pushes g, node 1 pushes 3g (2 samples each): the mean is g.
+    std::vector<float> triple(kElements);
+    for (int64_t i = 0; i < kElements; ++i) triple[i] = 3.0f * grad[i];
+    std::vector<absl::StatusOr<SharedRegion>> regions;
+    std::vector<int> fds;
+    for (uint32_t node = 0; node < 2; ++node) {
+      regions.push_back(SharedRegion::Create(kRegionBytes));
+      ASSERT_TRUE(regions.back().ok()) << regions.back().status();
+      fds.push_back(LocalWithRegion(two, *regions.back(), node));
+      ASSERT_GE(fds.back(), 0);
+    }
+    for (uint32_t node = 0; node < 2; ++node) {
+      const v1::GradientPush push =
+          MakePush(two.header, 0, 0, node, 0, node == 0 ? grad : triple, 2);
+      std::memcpy(regions[node]->data(), push.data().data(), kSlot);
+      dp::SharedPlace place;
+      place.size = kSlot;
+      place.answer_offset = kSlot;
+      place.answer_capacity = kSlot;
+      Send(fds[node], SharedPushFrame(push, place));
+    }
+    for (uint32_t node = 0; node < 2; ++node) {
+      Received received = Read(fds[node]);
+      ASSERT_FALSE(received.is_status) << received.status;
+      ASSERT_EQ(received.kind, dp::kShared) << "node " << node;
+      float got;
+      std::memcpy(&got, regions[node]->data() + kSlot, sizeof(got));
+      EXPECT_EQ(got, two.initial[0] - 0.5f * ((grad[0] + triple[0]) / 4.0f)) << "node " << node;
+      ::close(fds[node]);
+    }
+  }
+}
+
+// A peer that pushes on and stops reading: the updates the threads that summed its
+// pushes could not hand the socket wait for its writer, in order (a frame cut short
+// finished first), and those threads never wait for the peer: here its reader, which
+// sums every push (each arrives on an idle connection), goes on reading and summing.
+// When the peer reads again every update arrives whole.
+TEST(DataPlaneTest, UpdatesForAPeerThatStopsReadingWaitForItsWriterInOrder) {
+  Fixture f;
+  absl::StatusOr<SharedRegion> region = SharedRegion::Create(kRegionBytes);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const int fd = LocalWithRegion(f, *region);
+  ASSERT_GE(fd, 0);
+  std::vector<float> grad(kElements, 0.001f);
+  dp::SharedPlace place;
+  place.size = kSlot;
+  place.answer_offset = kSlot;
+  place.answer_capacity = kSlot;
+  v1::PullRequest pull;
+  pull.set_job_id("job-1");
+  auto step_of_partition_0 = [&]() -> uint64_t {
+    auto values = f.shard.Pull(pull);
+    EXPECT_TRUE(values.ok()) << values.status();
+    if (!values.ok()) return 0;
+    for (const auto& partition : *values) {
+      if (partition->partition_id() == 0) return partition->step();
+    }
+    return 0;
+  };
+  // Enough ~100-byte frames to fill the socket's send buffer several times over.
+  constexpr uint64_t kSteps = 3000;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    const v1::GradientPush push = MakePush(f.header, 0, step, 0, 0, grad, 1);
+    if (step == 0) std::memcpy(region->data(), push.data().data(), kSlot);
+    Send(fd, SharedPushFrame(push, place));
+    while (step_of_partition_0() <= step && absl::Now() < give_up) {
+      absl::SleepFor(absl::Microseconds(20));
+    }
+    ASSERT_EQ(step_of_partition_0(), step + 1)
+        << "the shard stopped summing once its peer stopped reading";
+  }
+  for (uint64_t step = 1; step <= kSteps; ++step) {
+    Received received = Read(fd);
+    ASSERT_FALSE(received.is_status) << received.status << " before the update of step " << step;
+    ReceivedMessage message;
+    PartitionValuesView values;
+    if (received.kind == dp::kShared) {
+      const dp::SharedPlace answer = dp::ParseSharedPlace(received.payload.data());
+      ASSERT_EQ(answer.offset, kSlot);
+      ASSERT_EQ(answer.size, kSlot);
+      ASSERT_TRUE(DecodePartitionValues(
+                      absl::string_view(received.payload).substr(dp::kSharedPrefixBytes),
+                      absl::string_view(region->data() + answer.offset, answer.size), &message,
+                      &values)
+                      .ok());
+    } else {
+      // Queued behind the stall: the region holds one place per partition (the latest
+      // push's), so the writer sends the rest inline.
+      ASSERT_EQ(received.kind, dp::kMessage) << step;
+      ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok()) << step;
+      ASSERT_GT(step, 1u) << "the first update has its place in the region";
+    }
+    ASSERT_EQ(values.partition_id, 0u);
+    ASSERT_EQ(values.step, step);
   }
   ::shutdown(fd, SHUT_WR);
   EXPECT_TRUE(EndOf(fd).ok());
