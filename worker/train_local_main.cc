@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"model\":\"%s\",\"steps\":%llu,\"epochs\":%u,\"batch\":%u,\"replicas\":%u,"
       "\"final_loss\":%.6f,\"test_loss\":%.6f,\"test_accuracy\":%.4f,"
-      "\"train_samples_per_second\":%.1f,\"wall_seconds\":%.1f}\n",
+      "\"train_samples_per_second\":%.1f,\"wall_seconds\":%.3f}\n",
       trainer.model().name.c_str(), static_cast<unsigned long long>(trainer.step()), spec.epochs(),
       spec.global_batch_size(), options.replicas, run->last_loss,
       run->evaluated ? run->last_eval.mean_loss() : -1.0,
