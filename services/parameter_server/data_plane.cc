@@ -346,19 +346,29 @@ class DataPlaneServer::Session final : public NodeSink {
     return answer;
   }
 
-  // The values into their place in the region; the frame that says so into `frame`,
-  // `prefix` and `head` (the three pieces to send).
-  void PlaceAnswer(const v1::PartitionValues& values, const Answer& answer,
-                   std::array<char, dp::kFrameHeaderBytes>& frame,
-                   std::array<char, dp::kSharedPrefixBytes>& prefix, std::string& head) {
+  // An update placed in the region: the frame that says where, in three pieces.
+  struct PlacedAnswer {
+    std::array<char, dp::kFrameHeaderBytes> frame;
+    std::array<char, dp::kSharedPrefixBytes> prefix;
+    std::string head;
+    std::array<iovec, 3> Pieces() {
+      return {iovec{frame.data(), frame.size()}, iovec{prefix.data(), prefix.size()},
+              iovec{head.data(), head.size()}};
+    }
+  };
+
+  // Copies the values into their place in the region.
+  PlacedAnswer PlaceAnswer(const v1::PartitionValues& values, const Answer& answer) {
     const std::string& data = values.data();
     std::memcpy(region_.data() + answer.offset, data.data(), data.size());
     dp::SharedPlace place;
     place.offset = answer.offset;
     place.size = data.size();
-    prefix = dp::EncodeSharedPlace(place);
-    head = PartitionValuesHead(values);
-    frame = dp::EncodeFrameHeader(dp::kShared, prefix.size() + head.size());
+    PlacedAnswer placed;
+    placed.prefix = dp::EncodeSharedPlace(place);
+    placed.head = PartitionValuesHead(values);
+    placed.frame = dp::EncodeFrameHeader(dp::kShared, placed.prefix.size() + placed.head.size());
+    return placed;
   }
 
   // Values Deliver left to a push's thread (PendingAnswers), written on that thread.
@@ -387,19 +397,14 @@ class DataPlaneServer::Session final : public NodeSink {
       }
       writing_ = true;
     }
-    std::array<char, dp::kFrameHeaderBytes> frame;
-    std::array<char, dp::kSharedPrefixBytes> prefix;
-    std::string head;
-    PlaceAnswer(*values, *answer, frame, prefix, head);
-    iovec pieces[3] = {{frame.data(), frame.size()},
-                       {prefix.data(), prefix.size()},
-                       {head.data(), head.size()}};
-    iovec* left = pieces;
-    int count = 3;
+    PlacedAnswer placed = PlaceAnswer(*values, *answer);
+    std::array<iovec, 3> pieces = placed.Pieces();
+    iovec* left = pieces.data();
+    int count = static_cast<int>(pieces.size());
     absl::Status written;
     msghdr message{};
     message.msg_iov = left;
-    message.msg_iovlen = 3;
+    message.msg_iovlen = pieces.size();
     ssize_t sent;
     do {
       sent = ::sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -569,14 +574,9 @@ class DataPlaneServer::Session final : public NodeSink {
         written = dp::WriteAll(fd_, &piece, 1, "PushPull values");
         tail.clear();
       } else if (answer.has_value()) {
-        std::array<char, dp::kFrameHeaderBytes> frame;
-        std::array<char, dp::kSharedPrefixBytes> prefix;
-        std::string head;
-        PlaceAnswer(*values, *answer, frame, prefix, head);
-        iovec pieces[3] = {{frame.data(), frame.size()},
-                           {prefix.data(), prefix.size()},
-                           {head.data(), head.size()}};
-        written = dp::WriteAll(fd_, pieces, 3, "PushPull values");
+        PlacedAnswer placed = PlaceAnswer(*values, *answer);
+        std::array<iovec, 3> pieces = placed.Pieces();
+        written = dp::WriteAll(fd_, pieces.data(), 3, "PushPull values");
       } else {
         std::string head = PartitionValuesHead(*values);
         const std::string& data = values->data();
@@ -652,7 +652,9 @@ class DataPlaneServer::Session final : public NodeSink {
   Slot slots_[kReadSlots];
   PushBook<Slot> book_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, Answer> answers_ ABSL_GUARDED_BY(mu_);
-  int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // Executor tasks that still refer to `this`.
+  // What still refers to `this` outside the reader and writer: pushes being summed
+  // (on the executor or the reader) and answers a push's thread holds for it.
+  int tasks_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::shared_ptr<const v1::PartitionValues>> writes_ ABSL_GUARDED_BY(mu_);
   // Someone writes to the socket now: the writer, or a push's thread (AnswerPending).
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

@@ -658,6 +658,15 @@ TEST(DataPlaneTest, TheLocalLaneMovesPushesAndUpdatesThroughASharedRegion) {
   ::close(fd);
 }
 
+// A push at the region's start, its answer in the slot after it.
+dp::SharedPlace FirstSlots() {
+  dp::SharedPlace place;
+  place.size = kSlot;
+  place.answer_offset = kSlot;
+  place.answer_capacity = kSlot;
+  return place;
+}
+
 // Occupies every lane of f's executor until `release` is notified.
 void BlockExecutor(Fixture& f, absl::Notification& release) {
   absl::Notification lanes_blocked[2];
@@ -708,11 +717,7 @@ TEST(DataPlaneTest, AnIdleConnectionsPushIsSummedByItsReaderNotQueuedOnTheExecut
     ASSERT_GE(fd, 0);
     const v1::GradientPush push = MakePush(f.header, 0, 1, 0, 0, grad, 2);
     std::memcpy(region->data(), push.data().data(), kSlot);
-    dp::SharedPlace place;
-    place.size = kSlot;
-    place.answer_offset = kSlot;
-    place.answer_capacity = kSlot;
-    Send(fd, SharedPushFrame(push, place));
+    Send(fd, SharedPushFrame(push, FirstSlots()));
     Received received = Read(fd);
     ASSERT_FALSE(received.is_status) << received.status;
     ASSERT_EQ(received.kind, dp::kShared);
@@ -739,11 +744,7 @@ TEST(DataPlaneTest, AnIdleConnectionsPushIsSummedByItsReaderNotQueuedOnTheExecut
       const v1::GradientPush push =
           MakePush(two.header, 0, 0, node, 0, node == 0 ? grad : triple, 2);
       std::memcpy(regions[node]->data(), push.data().data(), kSlot);
-      dp::SharedPlace place;
-      place.size = kSlot;
-      place.answer_offset = kSlot;
-      place.answer_capacity = kSlot;
-      Send(fds[node], SharedPushFrame(push, place));
+      Send(fds[node], SharedPushFrame(push, FirstSlots()));
     }
     for (uint32_t node = 0; node < 2; ++node) {
       Received received = Read(fds[node]);
@@ -769,10 +770,7 @@ TEST(DataPlaneTest, UpdatesForAPeerThatStopsReadingWaitForItsWriterInOrder) {
   const int fd = LocalWithRegion(f, *region);
   ASSERT_GE(fd, 0);
   std::vector<float> grad(kElements, 0.001f);
-  dp::SharedPlace place;
-  place.size = kSlot;
-  place.answer_offset = kSlot;
-  place.answer_capacity = kSlot;
+  const dp::SharedPlace place = FirstSlots();
   v1::PullRequest pull;
   pull.set_job_id("job-1");
   auto step_of_partition_0 = [&]() -> uint64_t {
