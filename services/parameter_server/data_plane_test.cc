@@ -148,6 +148,36 @@ Received Read(int fd) {
   return received;
 }
 
+// The next frame as an update, decoded: inline (kMessage), or placed in `region`
+// (kShared: its place, checked to lie in the region, in `place`).
+struct Update {
+  uint32_t kind = 0;
+  dp::SharedPlace place;
+  std::string payload;  // The frame's bytes, which the view refers to.
+  ReceivedMessage message;
+  PartitionValuesView values;
+};
+void ReadUpdate(int fd, const SharedRegion* region, Update& update) {
+  Received received = Read(fd);
+  ASSERT_FALSE(received.is_status) << received.status;
+  update.kind = received.kind;
+  update.payload = std::move(received.payload);
+  if (update.kind != dp::kShared) {
+    ASSERT_EQ(update.kind, dp::kMessage);
+    ASSERT_TRUE(DecodePartitionValues(update.payload, &update.message, &update.values).ok());
+    return;
+  }
+  ASSERT_NE(region, nullptr) << "a shared update on a connection without a region";
+  ASSERT_GE(update.payload.size(), dp::kSharedPrefixBytes);
+  update.place = dp::ParseSharedPlace(update.payload.data());
+  ASSERT_TRUE(region->Holds(update.place.offset, update.place.size));
+  ASSERT_TRUE(DecodePartitionValues(
+                  absl::string_view(update.payload).substr(dp::kSharedPrefixBytes),
+                  absl::string_view(region->data() + update.place.offset, update.place.size),
+                  &update.message, &update.values)
+                  .ok());
+}
+
 // Connects with a hello carrying `ticket`; the shard's answer.
 absl::Status Hello(int fd, const std::string& ticket) {
   auto hello = dp::EncodeHello(ticket);
@@ -176,14 +206,11 @@ void PushStepZeroAndCheck(Fixture& f, int fd, const std::vector<float>& grad, in
   }
   std::vector<float> got(kElements, -1.0f);
   for (int i = 0; i < 3; ++i) {
-    Received received = Read(fd);
-    ASSERT_FALSE(received.is_status) << received.status;
-    ReceivedMessage message;
-    PartitionValuesView values;
-    ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
-    EXPECT_EQ(values.step, 1u);
-    const v1::Partition& partition = f.header.plan().partitions(values.partition_id);
-    CopyFloatsInto(values.data, got.data() + partition.offset());
+    Update update;
+    ASSERT_NO_FATAL_FAILURE(ReadUpdate(fd, nullptr, update));
+    EXPECT_EQ(update.values.step, 1u);
+    const v1::Partition& partition = f.header.plan().partitions(update.values.partition_id);
+    CopyFloatsInto(update.values.data, got.data() + partition.offset());
   }
   for (int64_t i = 0; i < kElements; ++i) {
     EXPECT_EQ(got[i], f.initial[i] - 0.5f * (grad[i] / static_cast<float>(samples))) << i;
@@ -623,26 +650,15 @@ TEST(DataPlaneTest, TheLocalLaneMovesPushesAndUpdatesThroughASharedRegion) {
   std::vector<float> got(kElements, -1.0f);
   int shared = 0;
   for (int i = 0; i < 3; ++i) {
-    Received received = Read(fd);
-    ASSERT_FALSE(received.is_status) << received.status;
-    ReceivedMessage message;
-    PartitionValuesView values;
-    if (received.kind == dp::kShared) {
+    Update update;
+    ASSERT_NO_FATAL_FAILURE(ReadUpdate(fd, &*region, update));
+    const PartitionValuesView& values = update.values;
+    if (update.kind == dp::kShared) {
       ++shared;
-      ASSERT_GE(received.payload.size(), dp::kSharedPrefixBytes);
-      const dp::SharedPlace place = dp::ParseSharedPlace(received.payload.data());
-      ASSERT_TRUE(region->Holds(place.offset, place.size));
-      EXPECT_EQ(place.size, kSlot);
-      ASSERT_TRUE(DecodePartitionValues(
-                      absl::string_view(received.payload).substr(dp::kSharedPrefixBytes),
-                      absl::string_view(region->data() + place.offset, place.size), &message,
-                      &values)
-                      .ok());
-      EXPECT_EQ(place.offset, 2 * kSlot * values.partition_id + kSlot)
+      EXPECT_EQ(update.place.size, kSlot);
+      EXPECT_EQ(update.place.offset, 2 * kSlot * values.partition_id + kSlot)
           << "the update lies in the slot its push named";
     } else {
-      ASSERT_EQ(received.kind, dp::kMessage);
-      ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
       EXPECT_EQ(values.partition_id, 2u) << "only the push without room is answered inline";
     }
     EXPECT_EQ(values.step, 1u);
@@ -699,14 +715,11 @@ TEST(DataPlaneTest, AnIdleConnectionsPushIsSummedByItsReaderNotQueuedOnTheExecut
     const int fd = f.Connect();
     ASSERT_TRUE(Hello(fd, f.Ticket()).ok());
     Send(fd, Frame(PushBytes(MakePush(f.header, 0, 0, 0, 0, grad, 2))));
-    Received received = Read(fd);
-    ASSERT_FALSE(received.is_status) << received.status;
-    ReceivedMessage message;
-    PartitionValuesView values;
-    ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok());
-    EXPECT_EQ(values.step, 1u);
+    Update update;
+    ASSERT_NO_FATAL_FAILURE(ReadUpdate(fd, nullptr, update));
+    EXPECT_EQ(update.values.step, 1u);
     std::vector<float> got(first.length());
-    CopyFloatsInto(values.data, got.data());
+    CopyFloatsInto(update.values.data, got.data());
     EXPECT_EQ(got[0], expected);
     ::close(fd);
   }
@@ -718,11 +731,10 @@ TEST(DataPlaneTest, AnIdleConnectionsPushIsSummedByItsReaderNotQueuedOnTheExecut
     const v1::GradientPush push = MakePush(f.header, 0, 1, 0, 0, grad, 2);
     std::memcpy(region->data(), push.data().data(), kSlot);
     Send(fd, SharedPushFrame(push, FirstSlots()));
-    Received received = Read(fd);
-    ASSERT_FALSE(received.is_status) << received.status;
-    ASSERT_EQ(received.kind, dp::kShared);
-    const dp::SharedPlace answer = dp::ParseSharedPlace(received.payload.data());
-    EXPECT_EQ(answer.offset, kSlot);
+    Update update;
+    ASSERT_NO_FATAL_FAILURE(ReadUpdate(fd, &*region, update));
+    ASSERT_EQ(update.kind, dp::kShared);
+    EXPECT_EQ(update.place.offset, kSlot);
     float got;
     std::memcpy(&got, region->data() + kSlot, sizeof(got));
     EXPECT_EQ(got, expected - 0.5f * (grad[0] / 2.0f));
@@ -747,9 +759,9 @@ TEST(DataPlaneTest, AnIdleConnectionsPushIsSummedByItsReaderNotQueuedOnTheExecut
       Send(fds[node], SharedPushFrame(push, FirstSlots()));
     }
     for (uint32_t node = 0; node < 2; ++node) {
-      Received received = Read(fds[node]);
-      ASSERT_FALSE(received.is_status) << received.status;
-      ASSERT_EQ(received.kind, dp::kShared) << "node " << node;
+      Update update;
+      ASSERT_NO_FATAL_FAILURE(ReadUpdate(fds[node], &*regions[node], update));
+      ASSERT_EQ(update.kind, dp::kShared) << "node " << node;
       float got;
       std::memcpy(&got, regions[node]->data() + kSlot, sizeof(got));
       EXPECT_EQ(got, two.initial[0] - 0.5f * ((grad[0] + triple[0]) / 4.0f)) << "node " << node;
@@ -796,28 +808,19 @@ TEST(DataPlaneTest, UpdatesForAPeerThatStopsReadingWaitForItsWriterInOrder) {
         << "the shard stopped summing once its peer stopped reading";
   }
   for (uint64_t step = 1; step <= kSteps; ++step) {
-    Received received = Read(fd);
-    ASSERT_FALSE(received.is_status) << received.status << " before the update of step " << step;
-    ReceivedMessage message;
-    PartitionValuesView values;
-    if (received.kind == dp::kShared) {
-      const dp::SharedPlace answer = dp::ParseSharedPlace(received.payload.data());
-      ASSERT_EQ(answer.offset, kSlot);
-      ASSERT_EQ(answer.size, kSlot);
-      ASSERT_TRUE(DecodePartitionValues(
-                      absl::string_view(received.payload).substr(dp::kSharedPrefixBytes),
-                      absl::string_view(region->data() + answer.offset, answer.size), &message,
-                      &values)
-                      .ok());
+    Update update;
+    ASSERT_NO_FATAL_FAILURE(ReadUpdate(fd, &*region, update))
+        << "the update of step " << step;
+    if (update.kind == dp::kShared) {
+      ASSERT_EQ(update.place.offset, kSlot);
+      ASSERT_EQ(update.place.size, kSlot);
     } else {
       // Queued behind the stall: the region holds one place per partition (the latest
       // push's), so the writer sends the rest inline.
-      ASSERT_EQ(received.kind, dp::kMessage) << step;
-      ASSERT_TRUE(DecodePartitionValues(received.payload, &message, &values).ok()) << step;
       ASSERT_GT(step, 1u) << "the first update has its place in the region";
     }
-    ASSERT_EQ(values.partition_id, 0u);
-    ASSERT_EQ(values.step, step);
+    ASSERT_EQ(update.values.partition_id, 0u);
+    ASSERT_EQ(update.values.step, step);
   }
   ::shutdown(fd, SHUT_WR);
   EXPECT_TRUE(EndOf(fd).ok());
