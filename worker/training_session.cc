@@ -569,9 +569,11 @@ void TrainingSession::UpdateLanded(uint32_t partition, uint64_t step) {
   absl::MutexLock lock(&mu_);
   if (partition >= landed_after_.size()) return;
   landed_after_[partition] = step + 1;
-  // The replicas read params_ themselves: the forward may read the partition now. The
+  // The replicas read params_ themselves: the forward may read the partition now, once
+  // the gate waits for this step's update (RunStep sets update_step_ as it begins it;
+  // before the first step it is 0 and the gate open, which Begin resets). The
   // communication thread still takes the update (ApplyUpdate), and opens nothing new.
-  if (gate_awaits_after_ == step + 1) gate_.Applied(static_cast<int>(partition));
+  if (update_step_ == step) gate_.Applied(static_cast<int>(partition));
 }
 
 absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
@@ -658,7 +660,6 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     if (gate_on_landing_) {
       // What landed while the pushes went out is in already (SYNC: the push named
       // this step).
-      gate_awaits_after_ = step + 1;
       for (size_t id = 0; id < landed_after_.size(); ++id) {
         if (landed_after_[id] == step + 1) gate_.Applied(static_cast<int>(id));
       }

@@ -289,9 +289,8 @@ class TrainingSession {
   bool update_queued_ ABSL_GUARDED_BY(mu_) = false;  // For the comm thread to start.
   double update_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // Leader: waiting for the PS.
   // gate_on_landing_: per partition, the push step whose update landed last, plus one
-  // (0: none yet); and the push step, plus one, whose update the gate awaits now.
+  // (0: none yet).
   std::vector<uint64_t> landed_after_ ABSL_GUARDED_BY(mu_);
-  uint64_t gate_awaits_after_ ABSL_GUARDED_BY(mu_) = 0;
   UpdateGate gate_;
   std::thread comm_thread_;
 };

@@ -104,7 +104,6 @@ absl::Status InMemoryPsConnection::Push(uint64_t step, uint32_t partition, const
     state.samples = sample_count;
     state.steps = steps;
     state.landed_at = nullptr;
-    if (state.expect_dst != nullptr && state.expect_step != step) state.expect_dst = nullptr;
   }
   return PushNow(partition);
 }
