@@ -10,6 +10,7 @@
 #include "common/batch_split.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
+#include "common/wire_dtype.h"
 #include "worker/engine/job_model.h"
 #include "worker/engine/replica_factory.h"
 #include "worker/engine/trainer.h"
@@ -63,8 +64,10 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   std::unique_ptr<TrainingSession> session(new TrainingSession(
       assignment, data, options, *std::move(model), *std::move(plan), total_steps));
 
+  session->PlaceInNodeRegion();
   if (absl::Status made = session->MakeReplicas(); !made.ok()) return made;
   if (absl::Status made = session->MakeReducer(); !made.ok()) return made;
+  const bool share_region = session->GradientsIntoNodeRegion();
 
   if (assignment.node_leader()) {
     PsIdentity identity{assignment.job_id(),     assignment.generation(),
@@ -77,7 +80,8 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
           identity, session->plan_,
           std::vector<v1::ShardInfo>(assignment.shards().begin(), assignment.shards().end()),
           options.ps_channel, spec.mode(), spec.wire_dtype(), kDefaultPsRetryBudget,
-          options.ps_streams_per_shard, options.ps_transport, options.ps_shared_memory);
+          options.ps_streams_per_shard, options.ps_transport, options.ps_shared_memory,
+          share_region ? session->node_region_ : nullptr);
     }
   }
   if (session->ps_ != nullptr && spec.mode() == v1::SYNC && session->updates_into_parameters_ &&
@@ -120,8 +124,51 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
             << assignment.local_rank() << " of " << assignment.local_world_size() << ", reduction "
             << session->reducer_->name() << ", " << session->plan_.partitions_size()
             << " partition(s) over " << assignment.shards_size() << " shard(s), " << total_steps
-            << " steps";
+            << " steps"
+            << (share_region ? "; parameters and gradients in memory shared with local shards"
+                             : "");
   return session;
+}
+
+void TrainingSession::PlaceInNodeRegion() {
+  const v1::JobSpec& spec = assignment_.job();
+  const bool local_allowed = options_.ps_transport == PsTransport::kAuto ||
+                             options_.ps_transport == PsTransport::kLocal;
+  if (!options_.ps_shared_memory || !local_allowed || options_.ps_connection ||
+      !assignment_.node_leader() || assignment_.local_world_size() != 1 ||
+      assignment_.devices_size() != 1 || assignment_.devices(0).kind() != v1::CPU ||
+      spec.mode() != v1::SYNC || PartitionDtype(false, spec.wire_dtype()) != v1::FLOAT32 ||
+      model_.num_parameters == 0) {
+    return;
+  }
+  // [parameters | gradients], each on its own cache line.
+  const size_t bytes = static_cast<size_t>(model_.num_parameters) * sizeof(float);
+  const size_t gradients_at = (bytes + 63) / 64 * 64;
+  absl::StatusOr<SharedRegion> region = SharedRegion::Create(gradients_at + bytes);
+  if (!region.ok()) {
+    LOG(WARNING) << "parameters stay in this process's memory (no region to share with local "
+                    "PS shards): "
+                 << region.status().message();
+    return;
+  }
+  node_region_ = std::make_shared<SharedRegion>(*std::move(region));
+  float* params = reinterpret_cast<float*>(node_region_->data());
+  std::copy(params_.begin(), params_.end(), params);
+  params_ = absl::MakeSpan(params, params_.size());
+  std::vector<float>().swap(own_params_);
+  node_gradients_ = reinterpret_cast<float*>(node_region_->data() + gradients_at);
+}
+
+bool TrainingSession::GradientsIntoNodeRegion() {
+  if (node_region_ == nullptr || replicas_->size() != 1) return false;
+  if (!replicas_->replica(0).UseGradientBuffer(node_gradients_)) {
+    LOG(INFO) << "replica on " << replicas_->replica(0).device()
+              << " keeps its gradients itself: each lane to a local shard gets slots of its "
+                 "own to copy pushes and updates through";
+    return false;
+  }
+  node_region_shared_ = true;
+  return true;
 }
 
 absl::Status TrainingSession::MakeReplicas() {
@@ -223,7 +270,8 @@ TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datase
       plan_(std::move(plan)),
       total_steps_(total_steps),
       sampler_(assignment_.job(), data.train.size()),
-      params_(model_.num_parameters),
+      own_params_(model_.num_parameters),
+      params_(absl::MakeSpan(own_params_)),
       node_grad_(model_.num_parameters),
       local_sgd_(assignment_.job().mode() == v1::LOCAL_SGD),
       gate_(PartitionEnds(plan_)) {
@@ -231,7 +279,8 @@ TrainingSession::TrainingSession(v1::Assignment assignment, const engine::Datase
   // the job's init_from file); the PS keeps whatever it already holds, and Prepare()
   // pulls that.
   if (options_.initial_parameters != nullptr) {
-    params_.assign(options_.initial_parameters->begin(), options_.initial_parameters->end());
+    std::copy(options_.initial_parameters->begin(), options_.initial_parameters->end(),
+              params_.begin());
   } else {
     engine::InitParameters(model_, assignment_.job().seed(), params_.data());
   }
@@ -285,7 +334,7 @@ absl::StatusOr<uint64_t> TrainingSession::Prepare() {
     if (absl::Status opened = ps_->Open(); !opened.ok()) return opened;
     // LOCAL_SGD: the first round starts from the shards' values (its inner optimizer
     // state starts afresh with every generation).
-    if (local_sgd_) anchor_ = params_;
+    if (local_sgd_) anchor_.assign(params_.begin(), params_.end());
   }
   round_start_ = step;
   round_samples_ = 0;

@@ -27,7 +27,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/channel.h"
+#include "common/shared_region.h"
 #include "common/optimizer.h"
 #include "proto/coordinator.pb.h"
 #include "worker/comm/intra_node_reducer.h"
@@ -156,8 +158,11 @@ class TrainingSession {
   const engine::ModelDef& model() const { return model_; }
   const v1::Assignment& assignment() const { return assignment_; }
   const v1::PartitionPlan& plan() const { return plan_; }
-  // The host parameters; fully current only after FinishUpdate returned OK.
-  const std::vector<float>& parameters() const { return params_; }
+  // A copy of the host parameters; fully current only after FinishUpdate returned OK.
+  std::vector<float> parameters() const { return {params_.begin(), params_.end()}; }
+  // Whether the parameters and the replica's gradients live in the node's region,
+  // shared with the local PS shards (PlaceInNodeRegion).
+  bool in_node_region() const { return node_region_shared_; }
   std::string reduce_backend() const { return reducer_->name(); }
   uint64_t bytes_pushed() const { return ps_ ? ps_->bytes_pushed() : 0; }
   uint64_t bytes_pulled() const { return ps_ ? ps_->bytes_pulled() : 0; }
@@ -171,6 +176,17 @@ class TrainingSession {
   // parameters), and the node group's reducer (NCCL, Gloo or threads).
   absl::Status MakeReplicas();
   absl::Status MakeReducer();
+  // Before MakeReplicas: on a node leader of one process with one CPU replica, in SYNC
+  // with FLOAT32 pushes and shared memory allowed to local shards (--ps_shared_memory,
+  // --ps_transport auto or local), moves params_ into a region (node_region_) that
+  // also holds the replica's gradient buffer; the PS client hands it to every shard
+  // on the local socket, so pushes go out from where backward wrote them and the
+  // shards write updates straight into the parameters. Anywhere else, or when the
+  // region cannot be made, nothing changes.
+  void PlaceInNodeRegion();
+  // After MakeReplicas: the replica keeps its gradients in the region; false (and the
+  // region is not handed to the PS client) when it cannot.
+  bool GradientsIntoNodeRegion();
 
   bool leader() const { return assignment_.node_leader(); }
   // Gathers replica i's slice of the step's global batch into its scratch.
@@ -215,7 +231,14 @@ class TrainingSession {
   const uint64_t total_steps_;
   engine::Sampler sampler_;
 
-  std::vector<float> params_;     // This process's host parameters (replicas read them).
+  // PlaceInNodeRegion: params_ and node_gradients_ lie in it (and the PS client's lanes
+  // hold it too); destroyed after everything that points into it.
+  std::shared_ptr<SharedRegion> node_region_;
+  float* node_gradients_ = nullptr;
+  bool node_region_shared_ = false;  // The replica's gradients are there too.
+  std::vector<float> own_params_;  // params_'s memory unless it lies in node_region_.
+  // This process's host parameters (replicas read them).
+  absl::Span<float> params_;
   // Leader: the node's gradient sum (LOCAL_SGD: at a round's end, what it pushes);
   // others: scratch.
   std::vector<float> node_grad_;

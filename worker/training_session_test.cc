@@ -32,6 +32,7 @@
 #include "worker/engine/trainer.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/testing/in_memory_ps.h"
+#include "services/parameter_server/testing/in_process_shard.h"
 
 namespace tributary::worker {
 namespace {
@@ -642,16 +643,19 @@ class ApartReplica : public engine::Replica {
 
 // One node of one replica over 10 steps, the shard in memory: LOCAL_SGD with rounds of
 // 4 (rounds end after steps 3, 7 and 9), or SYNC. make_replica: unset for the CPU
-// replica.
+// replica. `real`: the session's own PS client to that shard instead, over its local
+// socket, with `shared_memory` (--ps_shared_memory).
 struct LocalSgdRun {
   std::vector<float> parameters;
   ApartReplica* apart = nullptr;  // Owned by the session, which is gone: counts only.
   int64_t uploaded = 0, downloaded = 0, staged = 0;
   int inner_updates = 0;
+  bool in_node_region = false;
 };
 
 LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
-                        v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false) {
+                        v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false,
+                        ps::testing::InProcessShard* real = nullptr, bool shared_memory = true) {
   v1::JobSpec spec = Spec();
   spec.set_mode(mode);
   if (mode == v1::LOCAL_SGD) spec.set_sync_every(4);
@@ -673,11 +677,20 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
   ps::ParameterShard shard(ps::ShardOptions{}, nullptr);
   SessionOptions options;
   options.update_timeout = kHang;
-  options.ps_connection = [&shard, mode](const PsIdentity& identity,
-                                         const v1::PartitionPlan& plan) {
-    return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard},
-                                                  identity, plan, mode, v1::FLOAT32);
-  };
+  if (real != nullptr) {
+    // Installed outside any generation: the shard forms generation 0 for it.
+    a.set_generation(0);
+    a.clear_shards();
+    *a.add_shards() = real->info(0);
+    options.ps_transport = PsTransport::kLocal;
+    options.ps_shared_memory = shared_memory;
+  } else {
+    options.ps_connection = [&shard, mode](const PsIdentity& identity,
+                                           const v1::PartitionPlan& plan) {
+      return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard},
+                                                    identity, plan, mode, v1::FLOAT32);
+    };
+  }
   LocalSgdRun run;
   if (apart) {
     options.make_replica = [&run, stages](const engine::ModelDef& model, const v1::Device&,
@@ -692,6 +705,7 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
       TrainingSession::Create(a, data, options);
   EXPECT_TRUE(session.ok()) << session.status();
   if (!session.ok()) return run;
+  run.in_node_region = (*session)->in_node_region();
   absl::StatusOr<uint64_t> first = (*session)->Prepare();
   EXPECT_TRUE(first.ok()) << first.status();
   for (uint64_t step = 0; step < 10; ++step) {
@@ -761,6 +775,36 @@ TEST(SyncOnAReplicaApartTest, PushesFromTheReplicasStagingAndGivesTheHostPathsBi
   EXPECT_EQ(staged.downloaded, 0);
   EXPECT_EQ(copied.staged, 0);
   EXPECT_EQ(copied.downloaded, 10 * n);
+}
+
+// The session's own PS client to a shard in this process, over its local socket: on
+// a node of one CPU replica in SYNC the parameters and the replica's gradients live in
+// the node's region, which the client hands the shard (pushes go from where backward
+// wrote them, the shard writes each update into the parameters). The same bits as the
+// in-memory PS, and as the same client with shared memory off (each lane's own slots).
+TEST(NodeRegionTest, ParametersAndGradientsSharedWithTheShardGiveTheSameBits) {
+  const v1::JobSpec spec = Spec();
+  absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec.dataset(), spec.seed());
+  ASSERT_TRUE(data.ok()) << data.status();
+  const LocalSgdRun reference = RunLocalSgd(*data, /*apart=*/false, v1::SYNC);
+  ASSERT_FALSE(reference.parameters.empty());
+  EXPECT_FALSE(reference.in_node_region) << "an in-memory PS: nothing to share with";
+  for (const bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared memory" : "no shared memory");
+    ps::testing::InProcessShard shard;
+    ASSERT_TRUE(shard.Start().ok());
+    const LocalSgdRun run =
+        RunLocalSgd(*data, /*apart=*/false, v1::SYNC, /*stages=*/false, &shard, shared);
+    EXPECT_EQ(run.in_node_region, shared);
+    ASSERT_EQ(run.parameters.size(), reference.parameters.size());
+    EXPECT_EQ(std::memcmp(run.parameters.data(), reference.parameters.data(),
+                          reference.parameters.size() * sizeof(float)),
+              0);
+  }
+  // Not for LOCAL_SGD (it pushes the round's change from a buffer of its own).
+  ps::testing::InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  EXPECT_FALSE(RunLocalSgd(*data, false, v1::LOCAL_SGD, false, &shard, true).in_node_region);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<GrpcLane>> GrpcLane::Open(grpc::Channel& channel,
   return lane;
 }
 
-bool GrpcLane::Write(const PushHeader& header, const char* data, size_t bytes) {
+bool GrpcLane::Write(const PushHeader& header, const char* data, size_t bytes, AnswerInto) {
   grpc::ByteBuffer message = EncodeGradientPush(header, data, bytes);
   // Written through: the message points into the caller's buffer (see
   // EncodeGradientPush).

@@ -25,7 +25,9 @@ class GrpcLane : public PushPullLane {
                                                         std::string name);
 
   bool is_tcp() const override { return false; }
-  bool Write(const PushHeader& header, const char* data, size_t bytes) override;
+  // The update always comes back in a message: `answer` is not used.
+  bool Write(const PushHeader& header, const char* data, size_t bytes,
+             AnswerInto answer) override;
   LaneRead Read(ReceivedMessage& received, PartitionValuesView& values,
                 absl::Status* status) override;
   void Shutdown() override { context_.TryCancel(); }

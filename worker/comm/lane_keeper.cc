@@ -95,7 +95,9 @@ class NetworkLanes : public LaneKeeper::LaneFactory {
     target.local = options_.transport == PsTransport::kLocal  ? TcpLane::Local::kOnly
                    : options_.transport == PsTransport::kTcp ? TcpLane::Local::kNever
                                                              : TcpLane::Local::kFirst;
-    if (options_.shared_memory) {
+    if (options_.shared_memory && options_.node_region != nullptr) {
+      target.node_region = options_.node_region;
+    } else if (options_.shared_memory) {
       for (uint32_t id : spot.shard->partitions) {
         if (id < options_.partition_bytes.size()) {
           target.shared_partitions.emplace_back(id, options_.partition_bytes[id]);
@@ -228,9 +230,11 @@ void LaneKeeper::Install(Slot& slot, std::unique_ptr<PushPullLane> lane,
     absl::MutexLock lane_lock(&slot.lane_mu);
     if (slot.lane != nullptr && slot.lane->is_tcp()) --tcp_lanes_;
     if (slot.lane != nullptr && slot.lane->is_local()) --local_lanes_;
+    if (slot.lane != nullptr && slot.lane->is_shared()) --shared_lanes_;
     slot.lane = std::move(lane);  // The lane it replaces ends here.
     if (tcp) ++tcp_lanes_;
     if (slot.lane != nullptr && slot.lane->is_local()) ++local_lanes_;
+    if (slot.lane != nullptr && slot.lane->is_shared()) ++shared_lanes_;
     if (closed_.load() && slot.lane != nullptr) slot.lane->Shutdown();
   }
   if (slot.lane == nullptr) return;  // The probing state stays for the next lane.
@@ -303,11 +307,11 @@ absl::Status LaneKeeper::Open() {
 }
 
 bool LaneKeeper::Write(uint32_t partition, const PushHeader& header, const char* data,
-                       size_t bytes) {
+                       size_t bytes, AnswerInto answer) {
   if (!Carries(partition)) return false;
   Slot& slot = *slot_of_[partition];
   absl::MutexLock lock(&slot.write_mu);
-  return slot.lane != nullptr && slot.lane->Write(header, data, bytes);
+  return slot.lane != nullptr && slot.lane->Write(header, data, bytes, answer);
 }
 
 absl::Status LaneKeeper::ReadUntilEnd(Slot& slot, PushPullLane& lane, ReceivedMessage& received,

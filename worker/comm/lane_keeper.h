@@ -98,6 +98,9 @@ class LaneKeeper {
     // partition takes at most: partition_bytes, by id.
     bool shared_memory = false;
     std::vector<uint64_t> partition_bytes;
+    // With shared_memory: the node's region (TcpLane::Target::node_region) offered to
+    // every local-socket lane instead of a region of slots per lane.
+    std::shared_ptr<SharedRegion> node_region;
   };
 
   // `direct` (may be null) is asked where updates may land (TcpLane). `lanes` null: the
@@ -113,9 +116,11 @@ class LaneKeeper {
   absl::Status Open();
   // Whether a lane carries the partition (its shard is in the shard map).
   bool Carries(uint32_t partition) const;
-  // Writes one push on the partition's lane; false when it was not written (no lane
-  // now, or a broken connection: the reader reconnects and Reconnected follows).
-  bool Write(uint32_t partition, const PushHeader& header, const char* data, size_t bytes);
+  // Writes one push on the partition's lane (`answer`: PushPullLane::Write); false when
+  // it was not written (no lane now, or a broken connection: the reader reconnects and
+  // Reconnected follows).
+  bool Write(uint32_t partition, const PushHeader& header, const char* data, size_t bytes,
+             AnswerInto answer = {});
   // Shuts every lane down and joins the threads. Idempotent.
   void Close();
 
@@ -127,6 +132,8 @@ class LaneKeeper {
   int tcp_lanes() const { return tcp_lanes_; }
   // Of those, the lanes on a shard's local socket.
   int local_lanes() const { return local_lanes_; }
+  // Of those, the lanes whose bytes go through a shared region.
+  int shared_lanes() const { return shared_lanes_; }
 
  private:
   struct Slot;
@@ -158,6 +165,7 @@ class LaneKeeper {
   std::atomic<int> reconnects_{0};
   std::atomic<int> tcp_lanes_{0};
   std::atomic<int> local_lanes_{0};
+  std::atomic<int> shared_lanes_{0};
 };
 
 }  // namespace tributary::worker

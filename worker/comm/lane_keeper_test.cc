@@ -64,7 +64,7 @@ class FakeLane : public PushPullLane {
  public:
   explicit FakeLane(std::shared_ptr<LaneState> state) : state_(std::move(state)) {}
   bool is_tcp() const override { return state_->tcp; }
-  bool Write(const PushHeader& header, const char*, size_t) override {
+  bool Write(const PushHeader& header, const char*, size_t, AnswerInto) override {
     absl::MutexLock lock(&state_->mu);
     if (state_->ended) return false;
     state_->written.push_back(header.partition_id);

@@ -35,7 +35,7 @@ const char* PsTransportName(PsTransport transport) {
 PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
                    ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
                    absl::Duration retry_budget, int streams_per_shard, PsTransport transport,
-                   bool shared_memory)
+                   bool shared_memory, std::shared_ptr<SharedRegion> node_region)
     : identity_(std::move(identity)),
       plan_(std::move(plan)),
       channel_options_(std::move(channel_options)),
@@ -51,6 +51,7 @@ PsClient::PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::
   lanes.max_data_plane_retry = kMaxDataPlaneRetry;
   lanes.channel_options = channel_options_;
   lanes.shared_memory = shared_memory;
+  lanes.node_region = std::move(node_region);
   lanes.partition_bytes.assign(plan_.partitions_size(), 0);
   for (const v1::Partition& partition : plan_.partitions()) {
     const uint64_t bytes = static_cast<uint64_t>(partition.length()) * 4;  // FLOAT32 at most.
@@ -166,7 +167,14 @@ absl::StatusOr<uint64_t> PsClient::PullAll(float* params) {
 
 absl::Status PsClient::Open() { return lanes_->Open(); }
 
-void PsClient::WritePush(uint32_t partition, const Outgoing& push) {
+AnswerInto PsClient::AnswerPlaceLocked(uint32_t partition, const Outgoing& push) const {
+  const PartitionState& state = partitions_[partition];
+  if (state.expect_dst == nullptr || state.expect_step != push.step) return {};
+  return AnswerInto{state.expect_dst,
+                    static_cast<size_t>(plan_.partitions(partition).length()) * sizeof(float)};
+}
+
+void PsClient::WritePush(uint32_t partition, const Outgoing& push, AnswerInto answer) {
   PushHeader header;
   header.job_id = identity_.job_id;
   header.generation = identity_.generation;
@@ -178,7 +186,9 @@ void PsClient::WritePush(uint32_t partition, const Outgoing& push) {
   header.steps = push.steps;
   // Not written (no lane now, a broken connection): the reader reconnects and sends
   // every push still awaiting its update again, this one included (Reconnected).
-  if (lanes_->Write(partition, header, push.data, push.bytes)) bytes_pushed_ += push.bytes;
+  if (lanes_->Write(partition, header, push.data, push.bytes, answer)) {
+    bytes_pushed_ += push.bytes;
+  }
 }
 
 absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data,
@@ -205,14 +215,16 @@ absl::Status PsClient::Push(uint64_t step, uint32_t partition, const float* data
     NarrowInto(dtype, data, info.length(), narrowed);
     push.data = narrowed;
   }
+  AnswerInto answer;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     PartitionState& current = partitions_[partition];
     current.awaiting = true;
     current.pushed = push;
+    answer = AnswerPlaceLocked(partition, push);
   }
-  WritePush(partition, push);
+  WritePush(partition, push, answer);
   return absl::OkStatus();
 }
 
@@ -265,13 +277,14 @@ float* PsClient::Claim(PushPullLane& lane, const PartitionValuesView& head,
 }
 
 void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
-                      const absl::Status& read) {
+                      const absl::Status& read, bool in_place) {
   uint64_t pushed_step;
   {
     absl::MutexLock lock(&mu_);
     if (!LandedLocked(head, data_bytes, read)) return;
     pushed_step = partitions_[head.partition_id].pushed.step;
   }
+  if (in_place) ++in_place_updates_;
   if (landed_listener_) landed_listener_(head.partition_id, pushed_step);
 }
 
@@ -361,14 +374,20 @@ void PsClient::OnUpdate(const std::string& lane, absl::Status decoded,
 }
 
 void PsClient::Reconnected(const std::vector<uint32_t>& partitions) {
-  std::vector<std::pair<uint32_t, Outgoing>> resend;
+  struct Resend {
+    uint32_t id;
+    Outgoing push;
+    AnswerInto answer;
+  };
+  std::vector<Resend> resend;
   {
     absl::MutexLock lock(&mu_);
     for (uint32_t id : partitions) {
-      if (partitions_[id].awaiting) resend.emplace_back(id, partitions_[id].pushed);
+      const PartitionState& state = partitions_[id];
+      if (state.awaiting) resend.push_back({id, state.pushed, AnswerPlaceLocked(id, state.pushed)});
     }
   }
-  for (const auto& [id, push] : resend) WritePush(id, push);
+  for (const Resend& again : resend) WritePush(again.id, again.push, again.answer);
 }
 
 void PsClient::Failed(absl::Status status) {

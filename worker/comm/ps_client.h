@@ -53,11 +53,15 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   // streams_per_shard: PushPull streams to each shard, each on its own connection,
   // its partitions dealt among them in turn (at least 1). shared_memory: a lane on a
   // shard's local socket moves the bytes through a region shared with the shard
-  // (TcpLane; the worker's --ps_shared_memory).
+  // (TcpLane; the worker's --ps_shared_memory). node_region (with shared_memory): the
+  // region every local lane hands its shard instead of one of slots of its own (the
+  // session's parameters and gradients: TrainingSession), so that a push from it and
+  // an update expected into it move without a copy on this side.
   PsClient(PsIdentity identity, v1::PartitionPlan plan, std::vector<v1::ShardInfo> shards,
            ChannelOptions channel_options, v1::TrainingMode mode, v1::DType wire_dtype,
            absl::Duration retry_budget = kDefaultPsRetryBudget, int streams_per_shard = 1,
-           PsTransport transport = PsTransport::kAuto, bool shared_memory = true);
+           PsTransport transport = PsTransport::kAuto, bool shared_memory = true,
+           std::shared_ptr<SharedRegion> node_region = nullptr);
   ~PsClient() override;
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
@@ -112,8 +116,11 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   // Lanes connected now over the TCP data plane.
   int tcp_lanes() const { return lanes_->tcp_lanes(); }
   int local_lanes() const { return lanes_->local_lanes(); }
+  int shared_lanes() const { return lanes_->shared_lanes(); }
   // Updates received straight into an ExpectUpdateInto destination.
   uint64_t direct_updates() const { return direct_updates_; }
+  // Of those, the updates the shard wrote there itself (node_region): not copied here.
+  uint64_t in_place_updates() const { return in_place_updates_; }
   // InitPartitions/PullAll attempts repeated after UNAVAILABLE, since construction.
   int rpc_retries() const { return rpc_retries_; }
 
@@ -131,8 +138,8 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   // (an interrupt while it was being received).
   float* Claim(PushPullLane& lane, const PartitionValuesView& head,
                uint64_t data_bytes) override;
-  void Landed(const PartitionValuesView& head, uint64_t data_bytes,
-              const absl::Status& read) override;
+  void Landed(const PartitionValuesView& head, uint64_t data_bytes, const absl::Status& read,
+              bool in_place) override;
 
  private:
   // A push as sent (and sent again after a reconnect).
@@ -171,8 +178,12 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   // Runs `attempt` until it returns anything but UNAVAILABLE or the retry budget
   // (counted from the first attempt) runs out. The attempt's errors name the shard.
   absl::Status WithRetries(const std::function<absl::Status()>& attempt);
+  // Where the update answering `push` is expected (ExpectUpdateInto for its step), if
+  // anywhere.
+  AnswerInto AnswerPlaceLocked(uint32_t partition, const Outgoing& push) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes one push on its partition's lane.
-  void WritePush(uint32_t partition, const Outgoing& push);
+  void WritePush(uint32_t partition, const Outgoing& push, AnswerInto answer);
   // Landed's bookkeeping: whether the update now lies at its destination.
   bool LandedLocked(const PartitionValuesView& head, uint64_t data_bytes,
                     const absl::Status& read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -205,6 +216,7 @@ class PsClient : public PsConnection, public DirectReceiver, private LaneKeeper:
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<int> rpc_retries_{0};
   std::atomic<uint64_t> direct_updates_{0};
+  std::atomic<uint64_t> in_place_updates_{0};
 };
 
 }  // namespace tributary::worker

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/data_plane_wire.h"
+#include "common/shared_region.h"
 #include "services/parameter_server/shard_test_util.h"
 #include "services/parameter_server/testing/in_process_shard.h"
 
@@ -42,10 +43,12 @@ struct Job {
   }
 
   std::unique_ptr<PsClient> Client(const InProcessShard& shard, absl::Duration budget,
-                                   PsTransport transport = PsTransport::kAuto) const {
+                                   PsTransport transport = PsTransport::kAuto,
+                                   std::shared_ptr<SharedRegion> node_region = nullptr) const {
     return std::make_unique<PsClient>(identity, plan, std::vector<v1::ShardInfo>{shard.info(0)},
                                       ChannelOptions(), v1::SYNC, v1::FLOAT32, budget,
-                                      /*streams_per_shard=*/1, transport);
+                                      /*streams_per_shard=*/1, transport,
+                                      /*shared_memory=*/true, std::move(node_region));
   }
 
   v1::JobSpec spec;
@@ -166,24 +169,26 @@ Job TrainingJob() {
 
 // Trains `steps` SYNC steps through `client` (one node), pushing every partition
 // last first and waiting first first, as a node leader does; `expect`: announce every
-// update's destination (ExpectUpdateInto), as the training session does.
-absl::Status Train(PsClient& client, const Job& job, int steps, bool expect,
-                   std::vector<float>& params, uint64_t first_step = 0) {
-  std::vector<float> grad(kElements);
+// update's destination (ExpectUpdateInto), as the training session does. `grad_at`:
+// where the gradients are written and pushed from (null: a buffer of its own).
+absl::Status Train(PsClient& client, const Job& job, int steps, bool expect, float* params_at,
+                   uint64_t first_step = 0, float* grad_at = nullptr) {
+  std::vector<float> own(grad_at == nullptr ? kElements : 0);
+  float* grad = grad_at != nullptr ? grad_at : own.data();
+  float* params = params_at;
   for (uint64_t step = first_step; step < first_step + steps; ++step) {
     for (int64_t i = 0; i < kElements; ++i) {
       grad[i] = 0.01f * static_cast<float>((i * 7 + step * 3) % 11) - 0.05f;
     }
     for (int p = job.plan.partitions_size() - 1; p >= 0; --p) {
       const v1::Partition& partition = job.plan.partitions(p);
-      if (expect) client.ExpectUpdateInto(partition.id(), step, params.data() + partition.offset());
-      absl::Status pushed =
-          client.Push(step, partition.id(), grad.data() + partition.offset(), 1, 1);
+      if (expect) client.ExpectUpdateInto(partition.id(), step, params + partition.offset());
+      absl::Status pushed = client.Push(step, partition.id(), grad + partition.offset(), 1, 1);
       if (!pushed.ok()) return pushed;
     }
     for (const v1::Partition& partition : job.plan.partitions()) {
       absl::Status updated = client.WaitUpdated(partition.id(), step, absl::Seconds(60),
-                                                params.data() + partition.offset());
+                                                params + partition.offset());
       if (!updated.ok()) return updated;
     }
   }
@@ -208,7 +213,7 @@ TEST(PsClientTransportTest, TcpLocalAndGrpcGiveTheSameParameters) {
     ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
     ASSERT_TRUE(client->Open().ok());
     std::vector<float> params = job.initial;
-    ASSERT_TRUE(Train(*client, job, 6, expect, params).ok());
+    ASSERT_TRUE(Train(*client, job, 6, expect, params.data()).ok());
     EXPECT_EQ(client->tcp_lanes(), transport == PsTransport::kGrpc ? 0 : 1);
     // The shard is in this process's network namespace: auto takes its local socket.
     EXPECT_EQ(client->local_lanes(),
@@ -217,11 +222,34 @@ TEST(PsClientTransportTest, TcpLocalAndGrpcGiveTheSameParameters) {
     const bool direct = transport != PsTransport::kGrpc && expect;
     EXPECT_EQ(client->direct_updates(), direct ? 6u * job.plan.partitions_size() : 0u);
     EXPECT_EQ(client->bytes_pulled(), 6u * kElements * sizeof(float));
+    EXPECT_EQ(client->in_place_updates(), 0u) << "no node region: copied out of a slot";
     client->Close();
     results.push_back(params);
   }
   EXPECT_NE(results[0], std::vector<float>(Job().initial));
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[0], results[i]) << i;
+
+  // The node's region (TrainingSession on a node of one CPU replica): the parameters
+  // and the gradients live in memory the lane hands the shard, pushes go out from
+  // there and the shard writes every update into the parameters itself; the same
+  // parameters, bit for bit.
+  const Job job = TrainingJob();
+  InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  absl::StatusOr<SharedRegion> made = SharedRegion::Create(2 * kElements * sizeof(float));
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto node = std::make_shared<SharedRegion>(*std::move(made));
+  float* params = reinterpret_cast<float*>(node->data());
+  float* grads = params + kElements;
+  std::copy(job.initial.begin(), job.initial.end(), params);
+  auto client = job.Client(shard, absl::Seconds(30), PsTransport::kLocal, node);
+  ASSERT_TRUE(client->InitPartitions(job.spec, 100, params).ok());
+  ASSERT_TRUE(client->Open().ok());
+  ASSERT_TRUE(Train(*client, job, 6, true, params, 0, grads).ok());
+  EXPECT_EQ(client->shared_lanes(), 1);
+  EXPECT_EQ(client->in_place_updates(), 6u * job.plan.partitions_size());
+  client->Close();
+  EXPECT_EQ(std::vector<float>(params, params + kElements), results[0]);
 }
 
 // A shard that cannot give what `only` asks for: `auto` trains on what it offers
@@ -234,7 +262,7 @@ void AutoTrainsAndOnlyIsRefused(InProcessShard& shard, int tcp_lanes, PsTranspor
   ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
   ASSERT_TRUE(client->Open().ok());
   std::vector<float> params = job.initial;
-  ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
+  ASSERT_TRUE(Train(*client, job, 2, true, params.data()).ok());
   EXPECT_EQ(client->tcp_lanes(), tcp_lanes);
   EXPECT_EQ(client->local_lanes(), 0);
   client->Close();
@@ -466,7 +494,7 @@ TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
   ASSERT_TRUE(client->InitPartitions(job.spec, 100, job.initial.data()).ok());
   ASSERT_TRUE(client->Open().ok());
   std::vector<float> params = job.initial;
-  ASSERT_TRUE(Train(*client, job, 2, true, params).ok());
+  ASSERT_TRUE(Train(*client, job, 2, true, params.data()).ok());
   // The client holds every update of step 1; the shard counts a partition's step as done
   // a moment after it sent the update. Checkpointed before that, the checkpoint would be
   // the (consistent) one of step 1 and the restarted shard would wait for step 1 again.
@@ -482,7 +510,7 @@ TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
     absl::SleepFor(absl::Milliseconds(300));
     EXPECT_TRUE(shard.Start(port).ok());
   });
-  ASSERT_TRUE(Train(*client, job, 2, true, params, /*first_step=*/2).ok());
+  ASSERT_TRUE(Train(*client, job, 2, true, params.data(), /*first_step=*/2).ok());
   restart.join();
   EXPECT_GE(client->reconnects(), 1);
   EXPECT_EQ(client->tcp_lanes(), 1);
@@ -495,7 +523,7 @@ TEST(PsClientTransportTest, ReconnectsToARestartedShardOverTcp) {
   ASSERT_TRUE(reference->InitPartitions(job.spec, 100, job.initial.data()).ok());
   ASSERT_TRUE(reference->Open().ok());
   std::vector<float> expected = job.initial;
-  ASSERT_TRUE(Train(*reference, job, 4, false, expected).ok());
+  ASSERT_TRUE(Train(*reference, job, 4, false, expected.data()).ok());
   EXPECT_EQ(params, expected);
 }
 
@@ -520,18 +548,18 @@ TEST(PsClientTransportTest, AStreamThatFellBackReturnsToTheDataPlane) {
   EXPECT_EQ(client->tcp_lanes(), 0) << "no ticket to be had: gRPC";
   std::vector<float> params = job.initial;
   uint64_t step = 0;
-  ASSERT_TRUE(Train(*client, job, 2, true, params, step).ok());
+  ASSERT_TRUE(Train(*client, job, 2, true, params.data(), step).ok());
   step += 2;
   // The taken tickets expire; the stream tries again (200 ms, 400 ms, ...) and moves,
   // while training goes on.
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (client->tcp_lanes() == 0 && absl::Now() < give_up) {
-    ASSERT_TRUE(Train(*client, job, 1, true, params, step).ok());
+    ASSERT_TRUE(Train(*client, job, 1, true, params.data(), step).ok());
     ++step;
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(client->tcp_lanes(), 1) << "still on gRPC after 30 s";
-  ASSERT_TRUE(Train(*client, job, 2, true, params, step).ok());
+  ASSERT_TRUE(Train(*client, job, 2, true, params.data(), step).ok());
   step += 2;
   EXPECT_GT(client->direct_updates(), 0u) << "updates arrive on the data plane";
   client->Close();
@@ -543,7 +571,7 @@ TEST(PsClientTransportTest, AStreamThatFellBackReturnsToTheDataPlane) {
   ASSERT_TRUE(reference->InitPartitions(job.spec, 100, job.initial.data()).ok());
   ASSERT_TRUE(reference->Open().ok());
   std::vector<float> expected = job.initial;
-  ASSERT_TRUE(Train(*reference, job, static_cast<int>(step), false, expected).ok());
+  ASSERT_TRUE(Train(*reference, job, static_cast<int>(step), false, expected.data()).ok());
   EXPECT_EQ(params, expected);
 }
 
@@ -578,7 +606,7 @@ TEST(PsClientTransportTest, AnUpdateReceivedIntoItsDestinationSurvivesAnInterrup
 class IdleLane : public PushPullLane {
  public:
   bool is_tcp() const override { return true; }
-  bool Write(const PushHeader&, const char*, size_t) override { return false; }
+  bool Write(const PushHeader&, const char*, size_t, AnswerInto) override { return false; }
   LaneRead Read(ReceivedMessage&, PartitionValuesView&, absl::Status* status) override {
     *status = absl::UnavailableError("idle");
     return LaneRead::kEnded;
@@ -615,7 +643,7 @@ TEST(PsClientExpectationTest, AnUpdateLandingWhileTheSessionIsInterruptedStillCo
   std::fill(dst, dst + partition.length(), 7.0f);  // What the lane received there.
   std::thread interrupt([&client] { client.Interrupt("a new generation"); });
   while (lane.shutdowns.load() == 0) absl::SleepFor(absl::Milliseconds(1));
-  receiver.Landed(head, bytes, absl::OkStatus());
+  receiver.Landed(head, bytes, absl::OkStatus(), /*in_place=*/false);
   interrupt.join();
   // Not into an expectation any more: a second update is not claimed.
   EXPECT_EQ(receiver.Claim(lane, head, bytes), nullptr);

@@ -52,7 +52,11 @@ class PsConnection {
   // Optional, before Push(step, p): the caller will pass dst to WaitUpdated(p, step)
   // and promises neither to read nor to write dst[0, length) until that returns; the
   // update may then be received straight into dst as it arrives, instead of being
-  // kept and copied there by WaitUpdated. Ignored by default.
+  // kept and copied there by WaitUpdated. Ignored by default. Where dst lies in a
+  // region shared with the shard (PsClient's node region) the shard writes the update
+  // there itself, when the step completes: also after a WaitUpdated that failed or an
+  // Interrupt (with that update's values), so after either the caller treats dst as
+  // the shard's until it pulls again or drops the region.
   virtual void ExpectUpdateInto(uint32_t partition, uint64_t step, float* dst) {}
 
   // Called each time an update of an ExpectUpdateInto destination lies there whole:

@@ -32,6 +32,14 @@ enum class LaneRead {
 
 class PushPullLane;
 
+// Where the update answering a push is expected (PsConnection::ExpectUpdateInto): `bytes`
+// at `data`, the partition's values; none when data is null. A lane whose shared region
+// holds that place asks the shard to write the update there (TcpLane).
+struct AnswerInto {
+  float* data = nullptr;
+  size_t bytes = 0;
+};
+
 // Where an update may be received straight into (PsConnection::ExpectUpdateInto),
 // asked by a lane that can (TcpLane) once it has read the head of a message.
 class DirectReceiver {
@@ -42,9 +50,10 @@ class DirectReceiver {
   virtual float* Claim(PushPullLane& lane, const PartitionValuesView& head,
                        uint64_t data_bytes) = 0;
   // The receive Claim allowed has ended: OK with the data at the destination, or how
-  // the read failed (the lane's Read then ends the stream).
+  // the read failed (the lane's Read then ends the stream). in_place: the shard wrote
+  // it there itself (a node region), nothing was copied on this side.
   virtual void Landed(const PartitionValuesView& head, uint64_t data_bytes,
-                      const absl::Status& read) = 0;
+                      const absl::Status& read, bool in_place) = 0;
 };
 
 class PushPullLane {
@@ -57,9 +66,11 @@ class PushPullLane {
   virtual bool is_shared() const { return false; }
 
   // Sends one push: the header, then `bytes` of data from where they lie (they stay
-  // the caller's; see PsConnection::Push for how long). False when the connection
-  // broke: the reader's Read then ends. Callers serialize their writes.
-  virtual bool Write(const PushHeader& header, const char* data, size_t bytes) = 0;
+  // the caller's; see PsConnection::Push for how long). `answer`: where its update is
+  // expected, if anywhere. False when the connection broke: the reader's Read then
+  // ends. Callers serialize their writes.
+  virtual bool Write(const PushHeader& header, const char* data, size_t bytes,
+                     AnswerInto answer) = 0;
 
   // Blocks for the next update (kMessage, kLanded) or the end of the stream
   // (kEnded). `received` and `values` are the reader's, reused from message to

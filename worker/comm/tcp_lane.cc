@@ -171,14 +171,30 @@ absl::StatusOr<std::unique_ptr<TcpLane>> TcpLane::Connect(const Target& target,
                                          : target.namespace_id;
     absl::StatusOr<int> local = ConnectLocalLane(response->local_socket(), response->ticket(),
                                                  namespace_id, abort, &sent);
-    if (local.ok() && !target.shared_partitions.empty()) {
+    if (local.ok() && (target.node_region != nullptr || !target.shared_partitions.empty())) {
       // Close() shuts the socket down while it waits for the shard's answer.
       if (!abort.BeginAdmission(*local)) {
         ::close(*local);
         return absl::CancelledError("PS client closed");
       }
-      absl::StatusOr<std::pair<SharedRegion, std::vector<SharedSlot>>> shared =
-          OfferShared(*local, target.shared_partitions, kLocalTimeout);
+      absl::StatusOr<std::pair<std::shared_ptr<SharedRegion>, std::vector<SharedSlot>>> shared;
+      if (target.node_region != nullptr) {
+        absl::Status offered = OfferRegion(*local, *target.node_region, kLocalTimeout);
+        if (offered.ok()) {
+          shared = std::make_pair(target.node_region, std::vector<SharedSlot>());
+        } else {
+          shared = offered;
+        }
+      } else {
+        absl::StatusOr<std::pair<SharedRegion, std::vector<SharedSlot>>> own =
+            OfferShared(*local, target.shared_partitions, kLocalTimeout);
+        if (own.ok()) {
+          shared = std::make_pair(std::make_shared<SharedRegion>(std::move(own->first)),
+                                  std::move(own->second));
+        } else {
+          shared = own.status();
+        }
+      }
       abort.EndAdmission();
       if (shared.ok()) {
         data_plane::SetReceiveTimeout(*local, absl::ZeroDuration());
@@ -255,7 +271,7 @@ std::unique_ptr<TcpLane> TcpLane::Adopt(int fd, const std::string& name,
 
 std::unique_ptr<TcpLane> TcpLane::AdoptShared(int fd, const std::string& name,
                                               uint64_t max_values_frame, DirectReceiver* direct,
-                                              SharedRegion region,
+                                              std::shared_ptr<SharedRegion> region,
                                               std::vector<SharedSlot> slots) {
   std::unique_ptr<TcpLane> lane(new TcpLane(
       fd, absl::StrCat("PushPull to ", name, " (local data plane, shared memory)"),
@@ -294,10 +310,16 @@ absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> TcpLan
   if (bytes == 0) return absl::FailedPreconditionError("no partition needs a shared slot");
   absl::StatusOr<SharedRegion> region = SharedRegion::Create(bytes);
   if (!region.ok()) return absl::FailedPreconditionError(region.status().message());
-  auto offer = data_plane::EncodeRegionOffer(bytes);
-  iovec piece = {offer.data(), offer.size()};
-  absl::Status sent = WriteWithDescriptor(fd, &piece, 1, region->fd(), "shared region offer");
+  absl::Status offered = OfferRegion(fd, *region, timeout);
   region->CloseDescriptor();  // The shard holds it now (or never will).
+  if (!offered.ok()) return offered;
+  return std::make_pair(*std::move(region), std::move(slots));
+}
+
+absl::Status TcpLane::OfferRegion(int fd, const SharedRegion& region, absl::Duration timeout) {
+  auto offer = data_plane::EncodeRegionOffer(region.size());
+  iovec piece = {offer.data(), offer.size()};
+  absl::Status sent = WriteWithDescriptor(fd, &piece, 1, region.fd(), "shared region offer");
   if (!sent.ok()) return absl::UnavailableError(sent.message());
   data_plane::SetReceiveTimeout(fd, timeout);
   absl::Status answer;
@@ -305,31 +327,59 @@ absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> TcpLan
     return absl::UnavailableError(read.message());
   }
   if (!answer.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the shard refused a shared region of ", bytes, " bytes: ", answer.message()));
+    return absl::FailedPreconditionError(absl::StrCat("the shard refused a shared region of ",
+                                                      region.size(), " bytes: ", answer.message()));
   }
-  return std::make_pair(*std::move(region), std::move(slots));
+  return absl::OkStatus();
+}
+
+std::optional<uint64_t> TcpLane::OffsetInRegion(const void* at, size_t bytes) const {
+  const auto base = reinterpret_cast<uintptr_t>(region_->data());
+  const auto address = reinterpret_cast<uintptr_t>(at);
+  if (address < base) return std::nullopt;
+  const uint64_t offset = address - base;
+  if (!region_->Holds(offset, bytes)) return std::nullopt;
+  return offset;
 }
 
 TcpLane::~TcpLane() { ::close(fd_); }
 
 void TcpLane::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 
-bool TcpLane::Write(const PushHeader& header, const char* data, size_t bytes) {
+bool TcpLane::Write(const PushHeader& header, const char* data, size_t bytes,
+                    AnswerInto answer) {
   std::string head = GradientPushHead(header, bytes);
-  if (header.partition_id < shared_.size() && shared_[header.partition_id].present &&
-      bytes > 0 && bytes <= shared_[header.partition_id].bytes &&
-      head.size() <= data_plane::kMessageOverheadBytes) {
-    // The data into the partition's push slot, the rest in one small frame that also
-    // names the update slot. The shard reads the slot only for this push: the next
-    // push of the partition follows its update.
-    const SharedSlot& slot = shared_[header.partition_id];
-    std::memcpy(region_.data() + slot.push_offset, data, bytes);
-    data_plane::SharedPlace place;
-    place.offset = slot.push_offset;
+  const SharedSlot* slot = header.partition_id < shared_.size() &&
+                                   shared_[header.partition_id].present
+                               ? &shared_[header.partition_id]
+                               : nullptr;
+  data_plane::SharedPlace place;
+  bool placed = false;
+  if (region_ != nullptr && bytes > 0 && head.size() <= data_plane::kMessageOverheadBytes) {
+    if (std::optional<uint64_t> at = OffsetInRegion(data, bytes)) {
+      // Already there (the node's gradients): nothing to copy.
+      place.offset = *at;
+      placed = true;
+    } else if (slot != nullptr && bytes <= slot->bytes) {
+      // Into the partition's push slot. The shard reads the slot only for this push:
+      // the next push of the partition follows its update.
+      std::memcpy(region_->data() + slot->push_offset, data, bytes);
+      place.offset = slot->push_offset;
+      placed = true;
+    }
+  }
+  if (placed) {
+    // The rest in one small frame that also names where the update may go.
     place.size = bytes;
-    place.answer_offset = slot.values_offset;
-    place.answer_capacity = slot.bytes;
+    std::optional<uint64_t> answer_at;
+    if (answer.data != nullptr) answer_at = OffsetInRegion(answer.data, answer.bytes);
+    if (answer_at.has_value()) {
+      place.answer_offset = *answer_at;
+      place.answer_capacity = answer.bytes;
+    } else if (slot != nullptr) {
+      place.answer_offset = slot->values_offset;
+      place.answer_capacity = slot->bytes;
+    }
     auto prefix = data_plane::EncodeSharedPlace(place);
     auto frame = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
     iovec pieces[3] = {{frame.data(), frame.size()},
@@ -358,7 +408,7 @@ LaneRead TcpLane::ReceiveDirect(const char* prefix, size_t prefix_size, size_t d
   std::memcpy(bytes, prefix + data_offset, in_prefix);
   absl::Status read =
       data_plane::ReadFull(fd_, bytes + in_prefix, message_size - data_offset - in_prefix, what_);
-  direct_->Landed(head, message_size - data_offset, read);
+  direct_->Landed(head, message_size - data_offset, read, /*in_place=*/false);
   if (!read.ok()) {
     *status = absl::UnavailableError(read.message());
     return LaneRead::kEnded;
@@ -376,24 +426,26 @@ LaneRead TcpLane::ReadShared(uint64_t length, ReceivedMessage& received,
   const data_plane::SharedPlace place =
       length >= data_plane::kSharedPrefixBytes ? data_plane::ParseSharedPlace(payload)
                                                : data_plane::SharedPlace{};
-  if (!region_.mapped() || length < data_plane::kSharedPrefixBytes ||
-      !region_.Holds(place.offset, place.size)) {
+  if (region_ == nullptr || length < data_plane::kSharedPrefixBytes ||
+      !region_->Holds(place.offset, place.size)) {
     *status = absl::InvalidArgumentError(absl::StrCat(
         what_, ": a shared update of ", length, " bytes at [", place.offset, ", +", place.size,
-        ") outside the region of ", region_.size(), " bytes"));
+        ") outside the region of ", region_ == nullptr ? 0 : region_->size(), " bytes"));
     return LaneRead::kEnded;
   }
   const absl::string_view head(payload + data_plane::kSharedPrefixBytes,
                                length - data_plane::kSharedPrefixBytes);
-  const char* data = region_.data() + place.offset;
+  const char* data = region_->data() + place.offset;
   PartitionValuesView parsed;
   size_t data_offset = 0;
   if (direct_ != nullptr && ParseValuesHead(head, head.size() + place.size, &parsed,
                                             &data_offset) &&
       data_offset == head.size()) {
     if (float* into = direct_->Claim(*this, parsed, place.size)) {
-      std::memcpy(into, data, place.size);
-      direct_->Landed(parsed, place.size, absl::OkStatus());
+      // The shard wrote it where it was expected (a node region): already in place.
+      const bool in_place = reinterpret_cast<const char*>(into) == data;
+      if (!in_place) std::memcpy(into, data, place.size);
+      direct_->Landed(parsed, place.size, absl::OkStatus(), in_place);
       return LaneRead::kLanded;
     }
   }

@@ -8,12 +8,16 @@
 // On the local socket the lane may also hand the shard a shared memory region
 // (common/shared_region.h) with a push slot and an update slot for each of the shard's
 // partitions: a push is then one memcpy into its slot and a small frame, and an update
-// one memcpy out of its slot.
+// one memcpy out of its slot. Or it hands over the node's region, which holds the
+// worker's parameters and gradients themselves (TrainingSession): a push whose data
+// lies there is a small frame naming where, and an update expected into the parameters
+// is written there by the shard, no copy on the worker's side either way.
 #ifndef TRIBUTARY_WORKER_COMM_TCP_LANE_H_
 #define TRIBUTARY_WORKER_COMM_TCP_LANE_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +62,9 @@ class TcpLane : public PushPullLane {
     // bytes a push or an update of it takes); empty: none (the worker's
     // --ps_shared_memory=false, or not the local socket).
     std::vector<std::pair<uint32_t, uint64_t>> shared_partitions;
+    // On the local socket: the node's region (PsClient's node_region), offered instead
+    // of a region of slots; null: none.
+    std::shared_ptr<SharedRegion> node_region;
   };
   // Where a partition's push and update lie in a shared region.
   struct SharedSlot {
@@ -81,10 +88,12 @@ class TcpLane : public PushPullLane {
   static std::unique_ptr<TcpLane> Adopt(int fd, const std::string& name,
                                         uint64_t max_values_frame, DirectReceiver* direct,
                                         bool local = false);
-  // The same with a shared region the shard accepted (its slots by partition id).
+  // The same with a shared region the shard accepted (its slots by partition id; none
+  // for a node region).
   static std::unique_ptr<TcpLane> AdoptShared(int fd, const std::string& name,
                                               uint64_t max_values_frame, DirectReceiver* direct,
-                                              SharedRegion region, std::vector<SharedSlot> slots);
+                                              std::shared_ptr<SharedRegion> region,
+                                              std::vector<SharedSlot> slots);
   // Hands a fresh region for `partitions` to the shard at the other end of `fd` (the
   // lane's first frame) and waits for its answer: the region and its slots when the shard
   // mapped it; FAILED_PRECONDITION with the shard's reason when it refused (the
@@ -92,12 +101,21 @@ class TcpLane : public PushPullLane {
   static absl::StatusOr<std::pair<SharedRegion, std::vector<SharedSlot>>> OfferShared(
       int fd, const std::vector<std::pair<uint32_t, uint64_t>>& partitions,
       absl::Duration timeout);
+  // Hands `region` (its descriptor stays open: a node region goes to every shard, and
+  // again after a reconnect) to the shard at the other end of `fd` and waits for its
+  // answer; the same errors as OfferShared.
+  static absl::Status OfferRegion(int fd, const SharedRegion& region, absl::Duration timeout);
   ~TcpLane() override;
 
   bool is_tcp() const override { return true; }
   bool is_local() const override { return local_; }
-  bool is_shared() const override { return region_.mapped(); }
-  bool Write(const PushHeader& header, const char* data, size_t bytes) override;
+  bool is_shared() const override { return region_ != nullptr; }
+  // Through the shared region when there is one and the data lies in it (sent from
+  // there) or in a slot of its partition (copied there), else inline. The shard is asked
+  // to write the update at `answer` when the region holds it, else in the partition's
+  // update slot if any, else inline.
+  bool Write(const PushHeader& header, const char* data, size_t bytes,
+             AnswerInto answer) override;
   LaneRead Read(ReceivedMessage& received, PartitionValuesView& values,
                 absl::Status* status) override;
   void Shutdown() override;
@@ -122,8 +140,11 @@ class TcpLane : public PushPullLane {
   const uint64_t max_values_frame_;
   DirectReceiver* const direct_;
   const bool local_;
-  SharedRegion region_;             // Unmapped: none.
-  std::vector<SharedSlot> shared_;  // By partition id.
+  // Where `bytes` at `at` lie in region_ (which must be set), if they do.
+  std::optional<uint64_t> OffsetInRegion(const void* at, size_t bytes) const;
+
+  std::shared_ptr<SharedRegion> region_;  // Null: none.
+  std::vector<SharedSlot> shared_;        // By partition id (none in a node region).
 };
 
 }  // namespace tributary::worker

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -66,7 +67,7 @@ TEST_F(TcpLaneTest, WritesAPushAsOneFrameTheShardDecodes) {
   header.sample_count = 64;
   header.steps = 1;
   ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grad.data()),
-                          grad.size() * sizeof(float)));
+                          grad.size() * sizeof(float), {}));
   absl::StatusOr<data_plane::FrameHeader> frame =
       data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
   ASSERT_TRUE(frame.ok()) << frame.status();
@@ -117,12 +118,15 @@ class OneDestination : public DirectReceiver {
     claimed_bytes = data_bytes;
     return head.partition_id == 0 ? into_ : nullptr;
   }
-  void Landed(const PartitionValuesView& head, uint64_t, const absl::Status& read) override {
+  void Landed(const PartitionValuesView& head, uint64_t, const absl::Status& read,
+              bool in_place) override {
+    landed_in_place = in_place;
     landed_step = head.step;
     landed = read;
   }
   uint64_t claimed_bytes = 0;
   uint64_t landed_step = 0;
+  bool landed_in_place = false;
   absl::Status landed = absl::UnknownError("not landed");
 
  private:
@@ -173,7 +177,7 @@ TEST_F(TcpLaneTest, ShutdownEndsABlockedReadAsUnavailable) {
   PushHeader header;
   header.job_id = "job-1";
   float one = 1.0f;
-  EXPECT_FALSE(lane->Write(header, reinterpret_cast<const char*>(&one), sizeof(one)));
+  EXPECT_FALSE(lane->Write(header, reinterpret_cast<const char*>(&one), sizeof(one), {}));
 }
 
 // The lane's side of the shared region: it offers a sealed region laid out as push and
@@ -209,7 +213,8 @@ TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
   std::vector<float> params(3, 0.0f);
   OneDestination direct(params.data());
   auto lane = TcpLane::AdoptShared(lane_fd_, "PS shard 0 at test:1", 1 << 20, &direct,
-                                   std::move(offered->first), slots);
+                                   std::make_shared<SharedRegion>(std::move(offered->first)),
+                                   slots);
   EXPECT_TRUE(lane->is_shared());
 
   // A push: the data in partition 2's push slot, a shared frame naming it and the
@@ -223,7 +228,7 @@ TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
   header.dtype = v1::FLOAT32;
   header.sample_count = 8;
   header.steps = 1;
-  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grad.data()), 40));
+  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grad.data()), 40, {}));
   absl::StatusOr<data_plane::FrameHeader> frame =
       data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
   ASSERT_TRUE(frame.ok()) << frame.status();
@@ -277,6 +282,7 @@ TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
   EXPECT_EQ(params, (std::vector<float>{7.0f, 8.0f, 9.0f}));
   EXPECT_TRUE(direct.landed.ok()) << direct.landed;
   EXPECT_EQ(direct.landed_step, 4u);
+  EXPECT_FALSE(direct.landed_in_place) << "copied out of its slot";
   ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kMessage);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(values.partition_id, 2u);
@@ -297,6 +303,118 @@ TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
   ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kEnded);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("outside the region"));
+}
+
+// The node's region (the worker's parameters and gradients themselves, shared with
+// every local shard): its descriptor stays open for the next shard; a push whose data
+// lies in it is a frame naming that place (nothing copied), with its update expected
+// at the parameters' place; an update the shard wrote there lands in place. Data or an
+// expected place outside the region, with no slots to copy through, go inline.
+TEST_F(TcpLaneTest, ANodeRegionCarriesPushesFromWhereTheyLieAndUpdatesIntoPlace) {
+  constexpr size_t kGradientsAt = 64;
+  absl::StatusOr<SharedRegion> made = SharedRegion::Create(128);
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto node = std::make_shared<SharedRegion>(*std::move(made));
+  float* params = reinterpret_cast<float*>(node->data());
+  float* grads = reinterpret_cast<float*>(node->data() + kGradientsAt);
+  SharedRegion shard_side;
+  std::thread shard([&] {
+    char bytes[data_plane::kFrameHeaderBytes + data_plane::kRegionPayloadBytes];
+    int passed = -1;
+    ASSERT_TRUE(ReadWithDescriptor(shard_fd_, bytes, sizeof(bytes), &passed, "offer").ok());
+    char size[data_plane::kRegionPayloadBytes];
+    std::memcpy(size, bytes + data_plane::kFrameHeaderBytes, sizeof(size));
+    absl::StatusOr<SharedRegion> mapped =
+        SharedRegion::Map(passed, data_plane::ParseRegionSize(size), 1 << 20);
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    shard_side = *std::move(mapped);
+    ASSERT_TRUE(data_plane::WriteStatusFrame(shard_fd_, absl::OkStatus()).ok());
+  });
+  ASSERT_TRUE(TcpLane::OfferRegion(lane_fd_, *node, absl::Seconds(20)).ok());
+  shard.join();
+  ASSERT_EQ(shard_side.size(), 128u);
+  EXPECT_GE(::fcntl(node->fd(), F_GETFD), 0) << "the descriptor stays open for the next shard";
+  OneDestination direct(params);
+  auto lane = TcpLane::AdoptShared(lane_fd_, "PS shard 0 at test:1", 1 << 20, &direct, node, {});
+  EXPECT_TRUE(lane->is_shared());
+
+  for (int i = 0; i < 3; ++i) grads[i] = 1.5f + static_cast<float>(i);
+  PushHeader header;
+  header.job_id = "job-1";
+  header.step = 3;
+  header.partition_id = 0;
+  header.dtype = v1::FLOAT32;
+  header.sample_count = 8;
+  header.steps = 1;
+  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grads), 12, {params, 12}));
+  absl::StatusOr<data_plane::FrameHeader> frame =
+      data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  ASSERT_EQ(frame->kind, data_plane::kShared);
+  std::string payload(frame->length, '\0');
+  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
+  data_plane::SharedPlace place = data_plane::ParseSharedPlace(payload.data());
+  EXPECT_EQ(place.offset, kGradientsAt) << "sent from where the gradients lie";
+  EXPECT_EQ(place.size, 12u);
+  EXPECT_EQ(place.answer_offset, 0u) << "the update is expected at the parameters";
+  EXPECT_EQ(place.answer_capacity, 12u);
+  ReceivedMessage received;
+  GradientPushView push;
+  ASSERT_TRUE(DecodeGradientPush(absl::string_view(payload).substr(data_plane::kSharedPrefixBytes),
+                                 absl::string_view(shard_side.data() + place.offset, place.size),
+                                 &received, &push)
+                  .ok());
+  std::vector<float> pushed(3);
+  CopyFloatsInto(push.data, pushed.data());
+  EXPECT_EQ(pushed, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+
+  // Expected somewhere the region does not hold: the shard is asked for no place.
+  std::vector<float> elsewhere(3);
+  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grads), 12,
+                          {elsewhere.data(), 12}));
+  frame = data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  ASSERT_EQ(frame->kind, data_plane::kShared);
+  payload.assign(frame->length, '\0');
+  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
+  place = data_plane::ParseSharedPlace(payload.data());
+  EXPECT_EQ(place.answer_offset, 0u);
+  EXPECT_EQ(place.answer_capacity, 0u);
+
+  // Data outside the region, and no slot to copy it into: inline.
+  const std::vector<float> heap = {4.0f, 5.0f, 6.0f};
+  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(heap.data()), 12, {params, 12}));
+  frame = data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(frame->kind, data_plane::kMessage);
+  payload.assign(frame->length, '\0');
+  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
+
+  // The shard writes the update at the parameters' place and says so: it lands in place.
+  const std::vector<float> update = {7.0f, 8.0f, 9.0f};
+  std::memcpy(shard_side.data(), update.data(), 12);
+  v1::PartitionValues values;
+  values.set_partition_id(0);
+  values.set_dtype(v1::FLOAT32);
+  values.set_step(4);
+  values.set_version(4);
+  values.set_data(reinterpret_cast<const char*>(update.data()), 12);
+  const std::string head = PartitionValuesHead(values);
+  data_plane::SharedPlace at;
+  at.offset = 0;
+  at.size = 12;
+  auto prefix = data_plane::EncodeSharedPlace(at);
+  auto answer = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
+  iovec pieces[3] = {{answer.data(), answer.size()},
+                     {prefix.data(), prefix.size()},
+                     {const_cast<char*>(head.data()), head.size()}};
+  ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 3, "test").ok());
+  PartitionValuesView view;
+  absl::Status status;
+  ASSERT_EQ(lane->Read(received, view, &status), LaneRead::kLanded);
+  EXPECT_TRUE(direct.landed.ok()) << direct.landed;
+  EXPECT_TRUE(direct.landed_in_place);
+  EXPECT_EQ(std::vector<float>(params, params + 3), update);
 }
 
 TEST_F(TcpLaneTest, ARefusedRegionIsSaidSoAndTheConnectionStaysUsable) {

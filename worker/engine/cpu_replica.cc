@@ -1,6 +1,7 @@
 #include "worker/engine/cpu_replica.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,18 @@ namespace tributary::engine {
 CpuReplica::CpuReplica(ModelDef model, const float* shared_parameters)
     : executor_(std::move(model)),
       parameters_(shared_parameters),
-      gradients_(executor_.model().num_parameters, 0.0f) {}
+      own_gradients_(executor_.model().num_parameters, 0.0f),
+      gradients_(own_gradients_.data()) {}
+
+bool CpuReplica::UseGradientBuffer(float* buffer) {
+  if (buffer == nullptr) return false;
+  if (buffer != gradients_) {
+    std::memmove(buffer, gradients_, executor_.model().num_parameters * sizeof(float));
+  }
+  gradients_ = buffer;
+  std::vector<float>().swap(own_gradients_);
+  return true;
+}
 
 absl::Status CpuReplica::SetParameters(const float* host, int64_t offset, int64_t length) {
   if (absl::Status range =
@@ -29,7 +41,7 @@ absl::Status CpuReplica::SetParameters(const float* host, int64_t offset, int64_
 absl::StatusOr<LossStats> CpuReplica::ForwardBackward(const Batch& batch, const DropoutKey& key,
                                                       const GradientReadyFn& on_ready) {
   if (absl::Status status = CheckBatch(model(), batch); !status.ok()) return status;
-  return executor_.ForwardBackward(parameters_, batch, &key, gradients_.data(), on_ready,
+  return executor_.ForwardBackward(parameters_, batch, &key, gradients_, on_ready,
                                    parameters_needed_);
 }
 
@@ -44,7 +56,7 @@ absl::Status CpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
       !range.ok()) {
     return range;
   }
-  std::copy(gradients_.begin() + offset, gradients_.begin() + offset + length, dst);
+  std::copy(gradients_ + offset, gradients_ + offset + length, dst);
   return absl::OkStatus();
 }
 

@@ -29,12 +29,14 @@ class CpuReplica : public Replica {
                                             const GradientReadyFn& on_ready) override;
   absl::StatusOr<LossStats> Evaluate(const Batch& batch) override;
   absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) override;
-  const float* host_gradients() const override { return gradients_.data(); }
+  const float* host_gradients() const override { return gradients_; }
+  bool UseGradientBuffer(float* buffer) override;
 
  private:
   CpuExecutor<float> executor_;
   const float* parameters_;
-  std::vector<float> gradients_;
+  std::vector<float> own_gradients_;  // Unless UseGradientBuffer gave it another place.
+  float* gradients_;
 };
 
 }  // namespace tributary::engine

@@ -162,6 +162,34 @@ TEST(ReplicaSplitTest, ParametersNeededHookRunsBeforeEachLayerReadsItsRange) {
   }
 }
 
+// A gradient buffer given to the replica (the worker's, in memory shared with the PS
+// shards): backward writes the same gradients there, CopyGradients and host_gradients
+// read them from there, and the buffer's other memory is left alone.
+TEST(ReplicaSplitTest, AGivenGradientBufferHoldsTheSameGradients) {
+  const ModelDef model = Cnn(0.5f);
+  const OwnedBatch batch = RandomBatch(model, 5, 3);
+  std::vector<float> params(model.num_parameters);
+  InitParameters(model, 4, params.data());
+  CpuReplica reference(model, params.data());
+  ASSERT_TRUE(reference.ForwardBackward(batch.View(), {4, 2}, nullptr).ok());
+
+  const size_t n = static_cast<size_t>(model.num_parameters);
+  std::vector<float> given(n + 2, -7.0f);  // One guard element either side.
+  CpuReplica replica(model, params.data());
+  ASSERT_TRUE(replica.UseGradientBuffer(given.data() + 1));
+  EXPECT_EQ(replica.host_gradients(), given.data() + 1);
+  EXPECT_EQ(given[1], 0.0f) << "the replica's zeros moved there";
+  ASSERT_TRUE(replica.ForwardBackward(batch.View(), {4, 2}, nullptr).ok());
+  EXPECT_EQ(std::vector<float>(given.begin() + 1, given.end() - 1),
+            std::vector<float>(reference.host_gradients(), reference.host_gradients() + n));
+  EXPECT_EQ(given.front(), -7.0f);
+  EXPECT_EQ(given.back(), -7.0f);
+  std::vector<float> copied(n);
+  ASSERT_TRUE(replica.CopyGradients(0, model.num_parameters, copied.data()).ok());
+  EXPECT_EQ(copied, std::vector<float>(given.begin() + 1, given.end() - 1));
+  EXPECT_FALSE(replica.UseGradientBuffer(nullptr));
+}
+
 TEST(ReplicaSplitTest, BadBatchesAreRejected) {
   const ModelDef model = Mlp(0);
   std::vector<float> params(model.num_parameters);
