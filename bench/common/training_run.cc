@@ -80,6 +80,12 @@ std::string SideBySide(const std::vector<const TrainingRun*>& runs, double targe
                       return absl::StrFormat("%.1f%%", 100 * t.ParametersWaitShare());
                     }),
                     nullptr});
+    rows.push_back({"last push behind slowest", if_measured([](const StepTimes& t) {
+                      return t.SlowestWaitShare() < 0
+                                 ? std::string("-")
+                                 : absl::StrFormat("%.1f%%", 100 * t.SlowestWaitShare());
+                    }),
+                    nullptr});
   }
 
   static const char* const kOrdinals[] = {"1st", "2nd", "3rd", "4th", "5th", "6th"};
@@ -140,14 +146,18 @@ std::string TrainingRunJson(const TrainingRun& run, double target) {
                         "\"step_seconds_sum\": %.3f, \"push_wait_seconds_sum\": %.3f, "
                         "\"reduce_seconds_sum\": %.3f, \"parameters_wait_seconds_sum\": %.3f, "
                         "\"forward_share\": %.4f, \"backward_share\": %.4f, "
-                        "\"copy_share\": %.4f, \"push_share\": %.4f, \"ps_apply_share\": %s}",
+                        "\"copy_share\": %.4f, \"push_share\": %.4f, \"ps_apply_share\": %s, "
+                        "\"slowest_wait_share\": %s}",
                         t.workers, t.steps, t.MeanStepSeconds(), t.PushWaitShare(), t.ReduceShare(),
                         t.ParametersWaitShare(), t.step_seconds, t.push_wait_seconds,
                         t.reduce_seconds, t.parameters_wait_seconds, t.Share(t.forward_seconds),
                         t.Share(t.backward_seconds), t.Share(t.copy_seconds),
                         t.Share(t.push_seconds),
                         t.PsApplyShare() < 0 ? std::string("null")
-                                             : absl::StrFormat("%.4f", t.PsApplyShare())));
+                                             : absl::StrFormat("%.4f", t.PsApplyShare()),
+                        t.SlowestWaitShare() < 0
+                            ? std::string("null")
+                            : absl::StrFormat("%.4f", t.SlowestWaitShare())));
   }
   if (run.bytes_pushed > 0 || run.bytes_pulled > 0) {
     absl::StrAppend(&json, absl::StrFormat(", \"bytes_pushed\": %d, \"bytes_pulled\": %d",

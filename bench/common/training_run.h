@@ -40,6 +40,12 @@ struct StepTimes {
   // job ran.
   double ps_apply_seconds = -1;
   uint64_t job_steps = 0;
+  // The shards' tributary_ps_slowest_wait_seconds_total of partition 0 (the first
+  // layer's first rows: the last gradients a backward pass finishes and the first
+  // parameters the next forward needs): how long the nodes' last pushes of each step
+  // waited for the slowest node's, summed over the nodes and steps (with one node, 0);
+  // -1 when the shards' /metrics were not read.
+  double slowest_wait_seconds = -1;
 
   // `seconds` summed over the workers' steps as a share of their step time.
   double Share(double seconds) const { return step_seconds > 0 ? seconds / step_seconds : 0; }
@@ -49,6 +55,12 @@ struct StepTimes {
     return ps_apply_seconds / job_steps / MeanStepSeconds();
   }
   double PushWaitShare() const { return step_seconds > 0 ? push_wait_seconds / step_seconds : 0; }
+  // slowest_wait_seconds as a share of the workers' step time (-1 when unread): the part
+  // of a step a worker spent behind the slowest one's backward pass, not the PS's.
+  double SlowestWaitShare() const {
+    if (slowest_wait_seconds < 0 || step_seconds <= 0) return -1;
+    return slowest_wait_seconds / step_seconds;
+  }
   double ReduceShare() const { return step_seconds > 0 ? reduce_seconds / step_seconds : 0; }
   double ParametersWaitShare() const {
     return step_seconds > 0 ? parameters_wait_seconds / step_seconds : 0;

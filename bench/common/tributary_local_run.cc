@@ -165,6 +165,7 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   std::optional<v1::Job> job;
   std::map<std::string, StepTimes> worker_times;  // By worker id.
   std::map<uint32_t, double> shard_apply;          // By shard index.
+  std::map<uint32_t, double> shard_slowest;        // By shard index.
   absl::Time next_job_poll = launch, next_metrics_poll = launch;
   bool scraped_at_end = false;
   while (child.Running()) {
@@ -219,6 +220,8 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
                   ScrapeMetrics(*host, static_cast<int>(shard.shard().http_port()))) {
             shard_apply[shard.shard().shard_index()] =
                 metrics->Sum("tributary_ps_optimizer_apply_seconds_sum");
+            shard_slowest[shard.shard().shard_index()] =
+                metrics->Sum("tributary_ps_slowest_wait_seconds_total", "partition=\"0\"");
           }
         }
       }
@@ -257,6 +260,10 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   if (!shard_apply.empty() && static_cast<int>(shard_apply.size()) == options.ps_shards) {
     run.step_times.ps_apply_seconds = 0;
     for (const auto& [index, seconds] : shard_apply) run.step_times.ps_apply_seconds += seconds;
+    run.step_times.slowest_wait_seconds = 0;
+    for (const auto& [index, seconds] : shard_slowest) {
+      run.step_times.slowest_wait_seconds += seconds;
+    }
   }
   run.step_times.job_steps = job->step();
 

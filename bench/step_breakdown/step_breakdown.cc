@@ -122,13 +122,15 @@ void PrintStages(const TrainingRun& run) {
       "    intra-node reduction             %7s\n"
       "    waiting for the update           %7s   (PS aggregation, apply and pull, on the "
       "communication thread)\n"
-      "    PS optimizer apply               %7s   (summed over the shards, per job step)\n",
+      "    PS optimizer apply               %7s   (summed over the shards, per job step)\n"
+      "    last push behind the slowest's   %7s   (the shards' wait of each node's last push "
+      "for the step's slowest, per worker-step)\n",
       run.name.c_str(), static_cast<unsigned long long>(t.steps), 1000 * t.MeanStepSeconds(),
       Percent(t.Share(t.forward_seconds)).c_str(), Percent(t.Share(t.backward_seconds)).c_str(),
       Percent(t.ParametersWaitShare()).c_str(), Percent(other).c_str(),
       Percent(t.Share(t.copy_seconds)).c_str(), Percent(t.Share(t.push_seconds)).c_str(),
       Percent(t.ReduceShare()).c_str(), Percent(t.PushWaitShare()).c_str(),
-      Percent(t.PsApplyShare()).c_str());
+      Percent(t.PsApplyShare()).c_str(), Percent(t.SlowestWaitShare()).c_str());
 }
 
 std::string RunJson(const TrainingRun& run, const std::optional<Ceiling>& ceiling) {

@@ -77,6 +77,7 @@ int Run(const char* argv0) {
   ApplyClusterFlags(bench->tributary, job_json, *work_dir + "/tributary-local", cluster_options);
   cluster_options.workers = absl::GetFlag(FLAGS_workers);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
+  cluster_options.scrape_shards = true;  // The slowest worker's lag, from the shards.
   cluster_options.name =
       absl::StrFormat("cluster %dWx%dR", cluster_options.workers, spec->replicas_per_worker());
   std::printf("running tributary local: %d workers x %u replicas, %d PS shards ...\n",
@@ -125,10 +126,17 @@ int Run(const char* argv0) {
         "the PS (push, aggregation over the nodes incl. waiting for the slowest, update, "
         "pull), %.1f%% intra-node reduction (overlaps backward), the next forward stood "
         "%.1f%% of the step waiting for parameters; the rest is forward/backward and "
-        "bookkeeping.\n",
+        "bookkeeping. %s\n",
         run->name.c_str(), times.workers, static_cast<unsigned long long>(times.steps),
         times.MeanStepSeconds(), 100 * times.PushWaitShare(), 100 * times.ReduceShare(),
-        100 * times.ParametersWaitShare());
+        100 * times.ParametersWaitShare(),
+        times.SlowestWaitShare() < 0
+            ? "(The shards' /metrics were not read: the slowest worker's lag is unknown.)"
+            : absl::StrFormat("Behind the slowest worker: each step's last push waited %.1f%% "
+                              "of a step for the slowest worker's (the shards' figure): that "
+                              "much of the wait is the workers' skew, not the PS.",
+                              100 * times.SlowestWaitShare())
+                  .c_str());
   }
   std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   std::printf(

@@ -86,6 +86,12 @@ struct ShardPartition {
   prometheus::Histogram* aggregation_wait ABSL_GUARDED_BY(mu) = nullptr;
   uint64_t aggregation_waits ABSL_GUARDED_BY(mu) = 0;
   double aggregation_wait_seconds ABSL_GUARDED_BY(mu) = 0;
+  // SYNC and LOCAL_SGD: the step's pushes' arrivals so far, in seconds after its first
+  // (their sum), and the partition's series of tributary_ps_slowest_wait_seconds_total.
+  double arrivals_after_first ABSL_GUARDED_BY(mu) = 0;
+  double last_arrival_after_first ABSL_GUARDED_BY(mu) = 0;
+  prometheus::Counter* slowest_wait ABSL_GUARDED_BY(mu) = nullptr;
+  double slowest_wait_seconds ABSL_GUARDED_BY(mu) = 0;
 
   // SYNC aggregation of `step` (ASYNC uses `sum` as scratch for the gradient).
   std::vector<float> sum ABSL_GUARDED_BY(mu);

@@ -83,6 +83,13 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
               .Help("SYNC: seconds from a partition-step's first push to its last, per "
                     "partition.")
               .Register(registry)),
+      slowest_wait_seconds(
+          prometheus::BuildCounter()
+              .Name("tributary_ps_slowest_wait_seconds_total")
+              .Help("SYNC and LOCAL_SGD: seconds the nodes' pushes of a partition waited for "
+                    "each step's (round's) last push, summed over the nodes (a push that "
+                    "arrived d seconds before the last adds d), per partition.")
+              .Register(registry)),
       optimizer_apply_seconds(prometheus::BuildHistogram()
                                   .Name("tributary_ps_optimizer_apply_seconds")
                                   .Help("Seconds to apply the optimizer to one partition.")
@@ -149,6 +156,10 @@ ShardMetrics::ShardMetrics(prometheus::Registry& registry)
 prometheus::Histogram& ShardMetrics::AggregationWait(uint32_t partition) {
   // Family::Add returns the existing series for labels it already has.
   return aggregation_wait_seconds.Add({{"partition", std::to_string(partition)}}, SecondsBuckets());
+}
+
+prometheus::Counter& ShardMetrics::SlowestWait(uint32_t partition) {
+  return slowest_wait_seconds.Add({{"partition", std::to_string(partition)}});
 }
 
 uint64_t ShardMetrics::RejectedTotal() const {

@@ -5,6 +5,8 @@
 //   tributary_ps_updates_total{result="applied"|"skipped_non_finite"}
 //   tributary_ps_aggregation_wait_seconds{partition}   (histogram per partition, first to
 //                                                       last push of a partition-step, SYNC)
+//   tributary_ps_slowest_wait_seconds_total{partition} (counter per partition: each node's
+//                                                       push's wait for the step's last)
 //   tributary_ps_optimizer_apply_seconds               (histogram, one partition update)
 //   tributary_ps_step, tributary_ps_generation, tributary_ps_partitions (gauges)
 //   tributary_ps_checkpoints_total{result="ok"|"error"}
@@ -56,6 +58,7 @@ struct ShardMetrics {
   prometheus::Counter& updates_applied;
   prometheus::Counter& updates_skipped_non_finite;
   prometheus::Family<prometheus::Histogram>& aggregation_wait_seconds;
+  prometheus::Family<prometheus::Counter>& slowest_wait_seconds;
   prometheus::Histogram& optimizer_apply_seconds;
   prometheus::Gauge& step;
   prometheus::Gauge& generation;
@@ -70,6 +73,8 @@ struct ShardMetrics {
   // The aggregation-wait series of one partition (created on first use; a partition id
   // keeps its series across jobs).
   prometheus::Histogram& AggregationWait(uint32_t partition);
+  // The same for the wait of the nodes' pushes for each step's last push.
+  prometheus::Counter& SlowestWait(uint32_t partition);
 
   prometheus::Counter& Rejected(RejectReason reason) {
     return *rejected[static_cast<size_t>(reason)];

@@ -37,7 +37,12 @@ class SyncAggregator : public Aggregator {
       }
       if (p.pushed_count == 0) {
         p.first_push = context_.clock->Now();
+        p.arrivals_after_first = 0;
+        p.last_arrival_after_first = 0;
         p.round_steps = steps;
+      } else {
+        p.last_arrival_after_first = absl::ToDoubleSeconds(context_.clock->Now() - p.first_push);
+        p.arrivals_after_first += p.last_arrival_after_first;
       }
       // Summed straight from the received bytes; a sum that goes non-finite counts
       // against the node whose push made it so. The push that completes the step, when
@@ -181,6 +186,14 @@ class SyncAggregator : public Aggregator {
     p.aggregation_wait->Observe(wait);
     ++p.aggregation_waits;
     p.aggregation_wait_seconds += wait;
+    // Each node's push waited from its arrival to the last one's: the sum over the nodes
+    // is nodes x (last - first) minus every arrival after the first (the last's included).
+    const double waited_for_last = std::max(
+        0.0, static_cast<double>(p.pushed_count) * p.last_arrival_after_first -
+                 p.arrivals_after_first);
+    if (p.slowest_wait == nullptr) p.slowest_wait = &context_.metrics->SlowestWait(p.id);
+    p.slowest_wait->Increment(waited_for_last);
+    p.slowest_wait_seconds += waited_for_last;
 
     p.Retire(std::move(p.prev_values));
     p.prev_values = std::move(p.values);
