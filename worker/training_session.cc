@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -136,14 +138,18 @@ void TrainingSession::PlaceInNodeRegion() {
                              options_.ps_transport == PsTransport::kLocal;
   if (!options_.ps_shared_memory || !local_allowed || options_.ps_connection ||
       !assignment_.node_leader() || assignment_.local_world_size() != 1 ||
-      assignment_.devices_size() != 1 || assignment_.devices(0).kind() != v1::CPU ||
+      assignment_.devices_size() != 1 ||
+      (assignment_.devices(0).kind() != v1::CPU && assignment_.devices(0).kind() != v1::GPU) ||
       spec.mode() != v1::SYNC || PartitionDtype(false, spec.wire_dtype()) != v1::FLOAT32 ||
       model_.num_parameters == 0) {
     return;
   }
-  // [parameters | gradients], each on its own cache line.
+  // [parameters | gradients], each on pages of its own: a GPU replica page-locks each
+  // part by itself (cudaHostRegister works on whole pages, and refuses a page twice).
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const size_t kPage = page > 0 ? static_cast<size_t>(page) : 4096;
   const size_t bytes = static_cast<size_t>(model_.num_parameters) * sizeof(float);
-  const size_t gradients_at = (bytes + 63) / 64 * 64;
+  const size_t gradients_at = (bytes + kPage - 1) / kPage * kPage;
   absl::StatusOr<SharedRegion> region = SharedRegion::Create(gradients_at + bytes);
   if (!region.ok()) {
     LOG(WARNING) << "parameters stay in this process's memory (no region to share with local "

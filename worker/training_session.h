@@ -176,16 +176,18 @@ class TrainingSession {
   // parameters), and the node group's reducer (NCCL, Gloo or threads).
   absl::Status MakeReplicas();
   absl::Status MakeReducer();
-  // Before MakeReplicas: on a node leader of one process with one CPU replica, in SYNC
-  // with FLOAT32 pushes and shared memory allowed to local shards (--ps_shared_memory,
-  // --ps_transport auto or local), moves params_ into a region (node_region_) that
-  // also holds the replica's gradient buffer; the PS client hands it to every shard
-  // on the local socket, so pushes go out from where backward wrote them and the
-  // shards write updates straight into the parameters. Anywhere else, or when the
-  // region cannot be made, nothing changes.
+  // Before MakeReplicas: on a node leader of one process with one replica (CPU or
+  // GPU), in SYNC with FLOAT32 pushes and shared memory allowed to local shards
+  // (--ps_shared_memory, --ps_transport auto or local), moves params_ into a region
+  // (node_region_) that also holds the replica's gradient buffer (a GPU replica's
+  // download staging); the PS client hands it to every shard on the local socket, so
+  // pushes go out from where backward (or the download) wrote them and the shards
+  // write updates straight into the parameters (which a GPU replica uploads from,
+  // page-locked). Anywhere else, or when the region cannot be made, nothing changes.
   void PlaceInNodeRegion();
-  // After MakeReplicas: the replica keeps its gradients in the region; false (and the
-  // region is not handed to the PS client) when it cannot.
+  // After MakeReplicas: the replica keeps its gradients (a GPU replica: stages its
+  // downloads) in the region; false (and the region is not handed to the PS client)
+  // when it cannot.
   bool GradientsIntoNodeRegion();
 
   bool leader() const { return assignment_.node_leader(); }

@@ -584,11 +584,19 @@ class ApartReplica : public engine::Replica {
   absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override {
     if (!stages_) return engine::Replica::StageGradients(offset, length);
     staging_.resize(params_.size());
-    if (absl::Status s = inner_.CopyGradients(offset, length, staging_.data() + offset); !s.ok()) {
+    float* into = given_ != nullptr ? given_ : staging_.data();
+    if (absl::Status s = inner_.CopyGradients(offset, length, into + offset); !s.ok()) {
       return s;
     }
     staged += length;
-    return staging_.data() + offset;
+    if (given_ != nullptr) staged_into_given += length;
+    return into + offset;
+  }
+  // As a GPU replica: its downloads for pushes go to the given buffer.
+  bool UseGradientBuffer(float* buffer) override {
+    if (!stages_ || buffer == nullptr) return false;
+    given_ = buffer;
+    return true;
   }
   std::string device() const override { return "apart:0"; }
   absl::Status SetParameters(const float* host, int64_t offset, int64_t length) override {
@@ -631,9 +639,11 @@ class ApartReplica : public engine::Replica {
   int64_t uploaded = 0;
   int64_t downloaded = 0;
   int64_t staged = 0;
+  int64_t staged_into_given = 0;
   int inner_updates = 0;
 
  private:
+  float* given_ = nullptr;
   std::vector<float> params_;
   std::vector<float> state_;
   engine::CpuReplica inner_;
@@ -648,14 +658,15 @@ class ApartReplica : public engine::Replica {
 struct LocalSgdRun {
   std::vector<float> parameters;
   ApartReplica* apart = nullptr;  // Owned by the session, which is gone: counts only.
-  int64_t uploaded = 0, downloaded = 0, staged = 0;
+  int64_t uploaded = 0, downloaded = 0, staged = 0, staged_into_given = 0;
   int inner_updates = 0;
   bool in_node_region = false;
 };
 
 LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
                         v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false,
-                        ps::testing::InProcessShard* real = nullptr, bool shared_memory = true) {
+                        ps::testing::InProcessShard* real = nullptr, bool shared_memory = true,
+                        v1::DeviceKind kind = v1::CPU) {
   v1::JobSpec spec = Spec();
   spec.set_mode(mode);
   if (mode == v1::LOCAL_SGD) spec.set_sync_every(4);
@@ -667,10 +678,10 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
   a.set_world_size(1);
   a.set_num_nodes(1);
   a.clear_devices();
-  v1::Device* cpu = a.add_devices();
-  cpu->set_kind(v1::CPU);
-  cpu->set_index(-1);
-  cpu->set_name("cpu");
+  v1::Device* device = a.add_devices();
+  device->set_kind(kind);
+  device->set_index(kind == v1::GPU ? 0 : -1);
+  device->set_name(kind == v1::GPU ? "apart:0" : "cpu");
   a.set_replicas(1);
   a.set_total_replicas(1);
   a.set_node_replicas(1);
@@ -719,6 +730,7 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
     run.uploaded = run.apart->uploaded;
     run.downloaded = run.apart->downloaded;
     run.staged = run.apart->staged;
+    run.staged_into_given = run.apart->staged_into_given;
     run.inner_updates = run.apart->inner_updates;
   }
   return run;
@@ -799,6 +811,22 @@ TEST(NodeRegionTest, ParametersAndGradientsSharedWithTheShardGiveTheSameBits) {
     ASSERT_EQ(run.parameters.size(), reference.parameters.size());
     EXPECT_EQ(std::memcmp(run.parameters.data(), reference.parameters.data(),
                           reference.parameters.size() * sizeof(float)),
+              0);
+  }
+  // A replica that keeps parameters and gradients apart (a GPU's): it stages every
+  // download for a push in the region, pushed from there, and uploads the parameters
+  // the shard wrote there; the same bits.
+  {
+    ps::testing::InProcessShard shard;
+    ASSERT_TRUE(shard.Start().ok());
+    const LocalSgdRun apart = RunLocalSgd(*data, /*apart=*/true, v1::SYNC, /*stages=*/true,
+                                          &shard, /*shared_memory=*/true, v1::GPU);
+    EXPECT_TRUE(apart.in_node_region);
+    const int64_t n = static_cast<int64_t>(reference.parameters.size());
+    EXPECT_EQ(apart.staged_into_given, 10 * n);
+    EXPECT_EQ(apart.downloaded, 0) << "no gradient copied into the worker's buffer";
+    ASSERT_EQ(apart.parameters.size(), reference.parameters.size());
+    EXPECT_EQ(std::memcmp(apart.parameters.data(), reference.parameters.data(), n * sizeof(float)),
               0);
   }
   // Not for LOCAL_SGD (it pushes the round's change from a buffer of its own).

@@ -76,10 +76,10 @@ ABSL_FLAG(bool, ps_shared_memory, true,
           "On a shard's local socket, move the pushes' and updates' bytes through a memory "
           "region shared with the shard (a sealed memfd this worker makes and hands over), "
           "the socket carrying only the messages' heads: one memcpy each way instead of the "
-          "socket's copies and wake-ups. A SYNC node of one process and one native CPU "
-          "replica (FLOAT32 pushes) keeps its parameters and gradients in that region "
-          "itself: no copy at all on the worker's side. false: the bytes go through the "
-          "socket. Default: true.");
+          "socket's copies and wake-ups. A SYNC node of one process and one replica "
+          "(native CPU, or a GPU whose driver page-locks the region; FLOAT32 pushes) keeps "
+          "its parameters and gradients in that region itself: no copy at all on the "
+          "worker's side. false: the bytes go through the socket. Default: true.");
 ABSL_FLAG(std::string, data_root, "/",
           "Every data path a job names (dataset directory, CSV and NPY files; relative ones "
           "from the working directory) must lie in this directory, symbolic links "

@@ -282,9 +282,10 @@ void PsClient::Landed(const PartitionValuesView& head, uint64_t data_bytes,
   {
     absl::MutexLock lock(&mu_);
     if (!LandedLocked(head, data_bytes, read)) return;
+    // Counted before the lock wakes WaitUpdated, like direct_updates_.
+    if (in_place) ++in_place_updates_;
     pushed_step = partitions_[head.partition_id].pushed.step;
   }
-  if (in_place) ++in_place_updates_;
   if (landed_listener_) landed_listener_(head.partition_id, pushed_step);
 }
 

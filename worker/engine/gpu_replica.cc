@@ -137,6 +137,7 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&gradients_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_parameters_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_gradients_), bytes));
+  stage_into_ = pinned_gradients_;
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&pinned_readback_), bytes));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gradients_, 0, bytes, stream_));
   // Downloads before the first pass read the zeros.
@@ -166,6 +167,7 @@ GpuReplica::~GpuReplica() {
   if (gradients_ != nullptr) cudaFree(gradients_);
   if (pinned_parameters_ != nullptr) cudaFreeHost(pinned_parameters_);
   if (pinned_gradients_ != nullptr) cudaFreeHost(pinned_gradients_);
+  if (registered_gradients_ != nullptr) UnregisterHostMemory(registered_gradients_);
   if (pinned_readback_ != nullptr) cudaFreeHost(pinned_readback_);
   for (cudaEvent_t event : tensor_done_) {
     if (event != nullptr) cudaEventDestroy(event);
@@ -271,13 +273,29 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
 }
 
 absl::StatusOr<const float*> GpuReplica::StageGradients(int64_t offset, int64_t length) {
-  if (absl::Status s = Download("gpu replica gradients", gradients_, offset, length,
-                                pinned_gradients_, /*dst=*/nullptr,
+  if (absl::Status s = Download("gpu replica gradients", gradients_, offset, length, stage_into_,
+                                /*dst=*/nullptr,
                                 [&]() { return WaitForTensors(copy_stream_, offset, length); });
       !s.ok()) {
     return s;
   }
-  return pinned_gradients_ + offset;
+  return stage_into_ + offset;
+}
+
+bool GpuReplica::UseGradientBuffer(float* buffer) {
+  if (buffer == nullptr || registered_gradients_ != nullptr) return false;
+  if (cudaSetDevice(device_) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // The driver may refuse (the session then says the replica keeps its gradients).
+  if (!RegisterHostMemory(buffer, static_cast<size_t>(model_.num_parameters) * sizeof(float))
+           .ok()) {
+    return false;
+  }
+  registered_gradients_ = buffer;
+  stage_into_ = buffer;
+  return true;
 }
 
 absl::Status GpuReplica::Download(const char* what, const float* device, int64_t offset,

@@ -69,6 +69,11 @@ class GpuReplica : public Replica {
   // Into pinned_gradients_, which only gradient downloads write: the range stays there
   // until its next download, after the next pass's backward.
   absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override;
+  // StageGradients downloads into `buffer` (the worker's node region, shared with the
+  // local PS shards, so a push goes out from where the download put it) instead of its
+  // own staging, once the driver page-locked it (RegisterHostMemory; false, and the
+  // replica keeps its staging, where it refuses). CopyGradients keeps its staging.
+  bool UseGradientBuffer(float* buffer) override;
   double TakeCopySeconds() override;
   // LOCAL_SGD inside a round: gpu::ApplyMean on the compute stream, state on the device.
   bool AppliesInnerUpdate() const override { return true; }
@@ -122,7 +127,11 @@ class GpuReplica : public Replica {
   cudaStream_t stream_ = nullptr;        // Compute.
   cudaStream_t copy_stream_ = nullptr;   // Uploads and downloads, in order.
   float* pinned_parameters_ = nullptr;   // Staging of uploads (cudaMallocHost).
-  float* pinned_gradients_ = nullptr;    // Staging of gradient downloads (StageGradients).
+  float* pinned_gradients_ = nullptr;    // Staging of gradient downloads (CopyGradients).
+  // Where StageGradients downloads to: pinned_gradients_, or the buffer UseGradientBuffer
+  // registered (registered_gradients_, unregistered on destruction).
+  float* stage_into_ = nullptr;
+  float* registered_gradients_ = nullptr;
   float* pinned_readback_ = nullptr;     // Staging of parameter downloads.
   std::vector<cudaEvent_t> tensor_done_;  // Per tensor (no timing).
   // Everything enqueued on copy_stream_ (uploads, downloads) and its bookkeeping.

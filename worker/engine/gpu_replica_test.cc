@@ -10,6 +10,7 @@
 
 #include "common/batch_split.h"
 #include "common/optimizer.h"
+#include "common/shared_region.h"
 #include "gtest/gtest.h"
 #include "proto/job.pb.h"
 #include "worker/engine/cpu_replica.h"
@@ -175,6 +176,35 @@ TEST_F(GpuReplicaTest, StagedGradientsAreCopyGradientsBitsAndOutliveAParameterDo
   EXPECT_EQ(std::memcmp(downloaded.data(), params.data(), n * sizeof(float)), 0);
   EXPECT_FALSE((*gpu)->StageGradients(n, 1).ok());
   EXPECT_FALSE((*gpu)->StageGradients(-1, 2).ok());
+}
+
+// The worker's node region (a memfd it shares with the local PS shards): given as the
+// gradient buffer, the replica page-locks it and stages its downloads for pushes there
+// (CopyGradients keeps its own staging), the same bits; a second buffer is refused.
+TEST_F(GpuReplicaTest, StagesGradientsIntoAGivenSharedBuffer) {
+  const ModelDef model = Models()[1];
+  const OwnedBatch batch = RandomBatch(model, 16, 6);
+  const int64_t n = model.num_parameters;
+  std::vector<float> params(n);
+  InitParameters(model, 4, params.data());
+  absl::StatusOr<std::unique_ptr<Replica>> gpu =
+      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  absl::StatusOr<SharedRegion> region = SharedRegion::Create(n * sizeof(float));
+  ASSERT_TRUE(region.ok()) << region.status();
+  float* given = reinterpret_cast<float*>(region->data());
+  if (!(*gpu)->UseGradientBuffer(given)) GTEST_SKIP() << "the driver refused to page-lock it";
+  EXPECT_FALSE((*gpu)->UseGradientBuffer(given)) << "one buffer per replica";
+  ASSERT_TRUE((*gpu)->ForwardBackward(batch.View(), {1, 0}, nullptr).ok());
+  const int64_t half = n / 2;
+  absl::StatusOr<const float*> high = (*gpu)->StageGradients(half, n - half);
+  absl::StatusOr<const float*> low = (*gpu)->StageGradients(0, half);
+  ASSERT_TRUE(high.ok() && low.ok()) << high.status() << " " << low.status();
+  EXPECT_EQ(*low, given);
+  EXPECT_EQ(*high, given + half);
+  std::vector<float> copied(n);
+  ASSERT_TRUE((*gpu)->CopyGradients(0, n, copied.data()).ok());
+  EXPECT_EQ(std::memcmp(given, copied.data(), n * sizeof(float)), 0);
 }
 
 // Updates go up straight from page-locked host memory (the worker's parameter buffer),

@@ -159,11 +159,12 @@ class Replica {
 
   // The gradient buffer in host memory when the replica keeps it there (CPU), else null.
   virtual const float* host_gradients() const { return nullptr; }
-  // Makes the replica keep its gradient buffer at `buffer` (num_parameters floats that
-  // outlive it; host_gradients() then returns it) instead of memory of its own, before
-  // its first pass: the worker puts it in memory shared with the PS shards, so that a
-  // push goes out from where backward wrote it. False where the replica cannot (the
-  // default: it keeps its gradients elsewhere).
+  // Makes the replica keep its host gradients at `buffer` (num_parameters floats that
+  // outlive it) instead of memory of its own, before its first pass: the worker puts it
+  // in memory shared with the PS shards, so that a push goes out from where backward
+  // wrote it. A CPU replica computes into it (host_gradients() returns it); a GPU
+  // replica stages its downloads there (StageGradients returns into it). False where
+  // the replica cannot (the default: it keeps its gradients elsewhere).
   virtual bool UseGradientBuffer(float* buffer) { return false; }
 
   // Brings gradient elements [offset, offset + length) to host memory the replica owns
