@@ -80,12 +80,16 @@ std::string SideBySide(const std::vector<const TrainingRun*>& runs, double targe
                       return absl::StrFormat("%.1f%%", 100 * t.ParametersWaitShare());
                     }),
                     nullptr});
-    rows.push_back({"last push behind slowest", if_measured([](const StepTimes& t) {
-                      return t.SlowestWaitShare() < 0
-                                 ? std::string("-")
-                                 : absl::StrFormat("%.1f%%", 100 * t.SlowestWaitShare());
-                    }),
-                    nullptr});
+    bool any_slowest = false;  // Only benchmarks that read the shards' /metrics know it.
+    for (const TrainingRun* run : runs) any_slowest |= run->step_times.SlowestWaitShare() >= 0;
+    if (any_slowest) {
+      rows.push_back({"last push behind slowest", if_measured([](const StepTimes& t) {
+                        return t.SlowestWaitShare() < 0
+                                   ? std::string("-")
+                                   : absl::StrFormat("%.1f%%", 100 * t.SlowestWaitShare());
+                      }),
+                      nullptr});
+    }
   }
 
   static const char* const kOrdinals[] = {"1st", "2nd", "3rd", "4th", "5th", "6th"};

@@ -24,8 +24,9 @@ struct TributaryLocalOptions {
   int ps_shards = 2;
   int nodes = 0;                        // --nodes (0: one node per worker).
   std::vector<std::string> extra_args;  // Further flags for `tributary local`.
-  // Also read the PS shards' /metrics (their optimizer apply time), as often as the
-  // workers'; off by default: a benchmark of throughput adds no load it does not need.
+  // Also read the PS shards' /metrics (their optimizer apply time, how long the nodes'
+  // pushes waited for the slowest), as often as the workers'; off by default: a
+  // benchmark of throughput adds no load it does not need.
   bool scrape_shards = false;
   // How often the coordinator's job record is read, and the workers' /metrics.
   absl::Duration job_poll_interval = absl::Milliseconds(250);
