@@ -10,6 +10,8 @@
 
 #include <cstring>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/data_plane_wire.h"
@@ -51,9 +53,98 @@ class TcpLaneTest : public ::testing::Test {
     ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 2, "test update").ok());
   }
 
+  // Plays the shard's side of a region offer on another thread: maps what the lane
+  // hands over into *mapped and answers OK.
+  std::thread AcceptRegion(SharedRegion* mapped) {
+    return std::thread([this, mapped] {
+      char bytes[data_plane::kFrameHeaderBytes];
+      int passed = -1;
+      ASSERT_TRUE(ReadWithDescriptor(shard_fd_, bytes, sizeof(bytes), &passed, "offer").ok());
+      absl::StatusOr<data_plane::FrameHeader> frame = data_plane::ParseFrameHeader(bytes, 0, "t");
+      ASSERT_TRUE(frame.ok()) << frame.status();
+      ASSERT_EQ(frame->kind, data_plane::kRegion);
+      char size[data_plane::kRegionPayloadBytes];
+      ASSERT_TRUE(data_plane::ReadFull(shard_fd_, size, sizeof(size), "offer").ok());
+      absl::StatusOr<SharedRegion> region =
+          SharedRegion::Map(passed, data_plane::ParseRegionSize(size), 1 << 20);
+      ASSERT_TRUE(region.ok()) << region.status();
+      *mapped = *std::move(region);
+      ASSERT_TRUE(data_plane::WriteStatusFrame(shard_fd_, absl::OkStatus()).ok());
+    });
+  }
+
+  // The next frame the lane wrote, its kind and payload.
+  std::pair<uint32_t, std::string> ReadFrame() {
+    absl::StatusOr<data_plane::FrameHeader> frame =
+        data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
+    EXPECT_TRUE(frame.ok()) << frame.status();
+    if (!frame.ok()) return {0, ""};
+    std::string payload(frame->length, '\0');
+    EXPECT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
+    return {frame->kind, std::move(payload)};
+  }
+
+  // The shard announces partition `id`'s update for step 4, whose `data` it wrote into
+  // its region at `offset`, in a shared frame.
+  void SendShared(uint32_t id, uint64_t offset, const std::vector<float>& data) {
+    v1::PartitionValues values;
+    values.set_partition_id(id);
+    values.set_dtype(v1::FLOAT32);
+    values.set_step(4);
+    values.set_version(4);
+    values.set_data(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+    const std::string head = PartitionValuesHead(values);
+    data_plane::SharedPlace at;
+    at.offset = offset;
+    at.size = data.size() * sizeof(float);
+    auto prefix = data_plane::EncodeSharedPlace(at);
+    auto frame = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
+    iovec pieces[3] = {{frame.data(), frame.size()},
+                       {prefix.data(), prefix.size()},
+                       {const_cast<char*>(head.data()), head.size()}};
+    ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 3, "test").ok());
+  }
+
   int shard_fd_ = -1;
   int lane_fd_ = -1;
 };
+
+// A shared push frame's payload decoded, its data read where it places them in `region`.
+struct SharedPush {
+  data_plane::SharedPlace place;
+  uint64_t step = 0;
+  uint64_t samples = 0;
+  std::vector<float> data;
+};
+SharedPush DecodeSharedPush(const std::string& payload, const SharedRegion& region) {
+  SharedPush decoded;
+  decoded.place = data_plane::ParseSharedPlace(payload.data());
+  ReceivedMessage received;
+  GradientPushView push;
+  const absl::Status status = DecodeGradientPush(
+      absl::string_view(payload).substr(data_plane::kSharedPrefixBytes),
+      absl::string_view(region.data() + decoded.place.offset, decoded.place.size), &received,
+      &push);
+  EXPECT_TRUE(status.ok()) << status;
+  if (!status.ok()) return decoded;
+  decoded.step = push.step;
+  decoded.samples = push.sample_count;
+  decoded.data.resize(push.data.size / sizeof(float));
+  CopyFloatsInto(push.data, decoded.data.data());
+  return decoded;
+}
+
+// A push of partition `id` for step 3 of 8 samples.
+PushHeader HeaderFor(uint32_t id) {
+  PushHeader header;
+  header.job_id = "job-1";
+  header.step = 3;
+  header.partition_id = id;
+  header.dtype = v1::FLOAT32;
+  header.sample_count = 8;
+  header.steps = 1;
+  return header;
+}
 
 TEST_F(TcpLaneTest, WritesAPushAsOneFrameTheShardDecodes) {
   auto lane = MakeLane();
@@ -187,21 +278,7 @@ TEST_F(TcpLaneTest, ShutdownEndsABlockedReadAsUnavailable) {
 TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
   std::vector<std::pair<uint32_t, uint64_t>> partitions = {{0, 12}, {2, 40}};
   SharedRegion shard_side;
-  std::thread shard([&] {
-    char bytes[data_plane::kFrameHeaderBytes];
-    int passed = -1;
-    ASSERT_TRUE(ReadWithDescriptor(shard_fd_, bytes, sizeof(bytes), &passed, "offer").ok());
-    absl::StatusOr<data_plane::FrameHeader> frame = data_plane::ParseFrameHeader(bytes, 0, "t");
-    ASSERT_TRUE(frame.ok()) << frame.status();
-    ASSERT_EQ(frame->kind, data_plane::kRegion);
-    char size[data_plane::kRegionPayloadBytes];
-    ASSERT_TRUE(data_plane::ReadFull(shard_fd_, size, sizeof(size), "offer").ok());
-    absl::StatusOr<SharedRegion> mapped =
-        SharedRegion::Map(passed, data_plane::ParseRegionSize(size), 1 << 20);
-    ASSERT_TRUE(mapped.ok()) << mapped.status();
-    shard_side = *std::move(mapped);
-    ASSERT_TRUE(data_plane::WriteStatusFrame(shard_fd_, absl::OkStatus()).ok());
-  });
+  std::thread shard = AcceptRegion(&shard_side);
   absl::StatusOr<std::pair<SharedRegion, std::vector<TcpLane::SharedSlot>>> offered =
       TcpLane::OfferShared(lane_fd_, partitions, absl::Seconds(20));
   shard.join();
@@ -221,61 +298,28 @@ TEST_F(TcpLaneTest, ASharedRegionCarriesPushesAndUpdates) {
   // update slot.
   std::vector<float> grad(10);
   for (int i = 0; i < 10; ++i) grad[i] = 0.5f * static_cast<float>(i) - 1.0f;
-  PushHeader header;
-  header.job_id = "job-1";
-  header.step = 3;
-  header.partition_id = 2;
-  header.dtype = v1::FLOAT32;
-  header.sample_count = 8;
-  header.steps = 1;
-  ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grad.data()), 40, {}));
-  absl::StatusOr<data_plane::FrameHeader> frame =
-      data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
-  ASSERT_TRUE(frame.ok()) << frame.status();
-  ASSERT_EQ(frame->kind, data_plane::kShared);
-  std::string payload(frame->length, '\0');
-  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
-  const data_plane::SharedPlace place = data_plane::ParseSharedPlace(payload.data());
-  EXPECT_EQ(place.offset, slots[2].push_offset);
-  EXPECT_EQ(place.size, 40u);
-  EXPECT_EQ(place.answer_offset, slots[2].values_offset);
-  EXPECT_EQ(place.answer_capacity, 40u);
-  ReceivedMessage received;
-  GradientPushView push;
-  ASSERT_TRUE(DecodeGradientPush(absl::string_view(payload).substr(data_plane::kSharedPrefixBytes),
-                                 absl::string_view(shard_side.data() + place.offset, place.size),
-                                 &received, &push)
-                  .ok());
+  ASSERT_TRUE(lane->Write(HeaderFor(2), reinterpret_cast<const char*>(grad.data()), 40, {}));
+  const auto [kind, payload] = ReadFrame();
+  ASSERT_EQ(kind, data_plane::kShared);
+  const SharedPush push = DecodeSharedPush(payload, shard_side);
+  EXPECT_EQ(push.place.offset, slots[2].push_offset);
+  EXPECT_EQ(push.place.size, 40u);
+  EXPECT_EQ(push.place.answer_offset, slots[2].values_offset);
+  EXPECT_EQ(push.place.answer_capacity, 40u);
   EXPECT_EQ(push.step, 3u);
-  EXPECT_EQ(push.sample_count, 8u);
-  std::vector<float> pushed(10);
-  CopyFloatsInto(push.data, pushed.data());
-  EXPECT_EQ(pushed, grad);
+  EXPECT_EQ(push.samples, 8u);
+  EXPECT_EQ(push.data, grad);
 
   // Updates written into the slots: partition 0's is claimed and lands in params,
   // partition 2's is read as a message.
   auto send_shared = [&](uint32_t id, uint64_t offset, const std::vector<float>& data) {
     std::memcpy(shard_side.data() + offset, data.data(), data.size() * sizeof(float));
-    v1::PartitionValues values;
-    values.set_partition_id(id);
-    values.set_dtype(v1::FLOAT32);
-    values.set_step(4);
-    values.set_version(4);
-    values.set_data(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
-    const std::string head = PartitionValuesHead(values);
-    data_plane::SharedPlace at;
-    at.offset = offset;
-    at.size = data.size() * sizeof(float);
-    auto prefix = data_plane::EncodeSharedPlace(at);
-    auto frame = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
-    iovec pieces[3] = {{frame.data(), frame.size()},
-                       {prefix.data(), prefix.size()},
-                       {const_cast<char*>(head.data()), head.size()}};
-    ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 3, "test").ok());
+    SendShared(id, offset, data);
   };
   send_shared(0, slots[0].values_offset, {7.0f, 8.0f, 9.0f});
   std::vector<float> update(10, 0.25f);
   send_shared(2, slots[2].values_offset, update);
+  ReceivedMessage received;
   PartitionValuesView values;
   absl::Status status;
   ASSERT_EQ(lane->Read(received, values, &status), LaneRead::kLanded);
@@ -318,18 +362,7 @@ TEST_F(TcpLaneTest, ANodeRegionCarriesPushesFromWhereTheyLieAndUpdatesIntoPlace)
   float* params = reinterpret_cast<float*>(node->data());
   float* grads = reinterpret_cast<float*>(node->data() + kGradientsAt);
   SharedRegion shard_side;
-  std::thread shard([&] {
-    char bytes[data_plane::kFrameHeaderBytes + data_plane::kRegionPayloadBytes];
-    int passed = -1;
-    ASSERT_TRUE(ReadWithDescriptor(shard_fd_, bytes, sizeof(bytes), &passed, "offer").ok());
-    char size[data_plane::kRegionPayloadBytes];
-    std::memcpy(size, bytes + data_plane::kFrameHeaderBytes, sizeof(size));
-    absl::StatusOr<SharedRegion> mapped =
-        SharedRegion::Map(passed, data_plane::ParseRegionSize(size), 1 << 20);
-    ASSERT_TRUE(mapped.ok()) << mapped.status();
-    shard_side = *std::move(mapped);
-    ASSERT_TRUE(data_plane::WriteStatusFrame(shard_fd_, absl::OkStatus()).ok());
-  });
+  std::thread shard = AcceptRegion(&shard_side);
   ASSERT_TRUE(TcpLane::OfferRegion(lane_fd_, *node, absl::Seconds(20)).ok());
   shard.join();
   ASSERT_EQ(shard_side.size(), 128u);
@@ -339,76 +372,37 @@ TEST_F(TcpLaneTest, ANodeRegionCarriesPushesFromWhereTheyLieAndUpdatesIntoPlace)
   EXPECT_TRUE(lane->is_shared());
 
   for (int i = 0; i < 3; ++i) grads[i] = 1.5f + static_cast<float>(i);
-  PushHeader header;
-  header.job_id = "job-1";
-  header.step = 3;
-  header.partition_id = 0;
-  header.dtype = v1::FLOAT32;
-  header.sample_count = 8;
-  header.steps = 1;
+  const PushHeader header = HeaderFor(0);
   ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grads), 12, {params, 12}));
-  absl::StatusOr<data_plane::FrameHeader> frame =
-      data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
-  ASSERT_TRUE(frame.ok()) << frame.status();
-  ASSERT_EQ(frame->kind, data_plane::kShared);
-  std::string payload(frame->length, '\0');
-  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
-  data_plane::SharedPlace place = data_plane::ParseSharedPlace(payload.data());
-  EXPECT_EQ(place.offset, kGradientsAt) << "sent from where the gradients lie";
-  EXPECT_EQ(place.size, 12u);
-  EXPECT_EQ(place.answer_offset, 0u) << "the update is expected at the parameters";
-  EXPECT_EQ(place.answer_capacity, 12u);
-  ReceivedMessage received;
-  GradientPushView push;
-  ASSERT_TRUE(DecodeGradientPush(absl::string_view(payload).substr(data_plane::kSharedPrefixBytes),
-                                 absl::string_view(shard_side.data() + place.offset, place.size),
-                                 &received, &push)
-                  .ok());
-  std::vector<float> pushed(3);
-  CopyFloatsInto(push.data, pushed.data());
-  EXPECT_EQ(pushed, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+  auto [kind, payload] = ReadFrame();
+  ASSERT_EQ(kind, data_plane::kShared);
+  const SharedPush push = DecodeSharedPush(payload, shard_side);
+  EXPECT_EQ(push.place.offset, kGradientsAt) << "sent from where the gradients lie";
+  EXPECT_EQ(push.place.size, 12u);
+  EXPECT_EQ(push.place.answer_offset, 0u) << "the update is expected at the parameters";
+  EXPECT_EQ(push.place.answer_capacity, 12u);
+  EXPECT_EQ(push.data, (std::vector<float>{1.5f, 2.5f, 3.5f}));
 
   // Expected somewhere the region does not hold: the shard is asked for no place.
   std::vector<float> elsewhere(3);
   ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(grads), 12,
                           {elsewhere.data(), 12}));
-  frame = data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
-  ASSERT_TRUE(frame.ok()) << frame.status();
-  ASSERT_EQ(frame->kind, data_plane::kShared);
-  payload.assign(frame->length, '\0');
-  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
-  place = data_plane::ParseSharedPlace(payload.data());
+  std::tie(kind, payload) = ReadFrame();
+  ASSERT_EQ(kind, data_plane::kShared);
+  const data_plane::SharedPlace place = data_plane::ParseSharedPlace(payload.data());
   EXPECT_EQ(place.answer_offset, 0u);
   EXPECT_EQ(place.answer_capacity, 0u);
 
   // Data outside the region, and no slot to copy it into: inline.
   const std::vector<float> heap = {4.0f, 5.0f, 6.0f};
   ASSERT_TRUE(lane->Write(header, reinterpret_cast<const char*>(heap.data()), 12, {params, 12}));
-  frame = data_plane::ReadFrameHeader(shard_fd_, 1 << 20, "test");
-  ASSERT_TRUE(frame.ok()) << frame.status();
-  EXPECT_EQ(frame->kind, data_plane::kMessage);
-  payload.assign(frame->length, '\0');
-  ASSERT_TRUE(data_plane::ReadFull(shard_fd_, payload.data(), payload.size(), "test").ok());
+  EXPECT_EQ(ReadFrame().first, data_plane::kMessage);
 
   // The shard writes the update at the parameters' place and says so: it lands in place.
   const std::vector<float> update = {7.0f, 8.0f, 9.0f};
   std::memcpy(shard_side.data(), update.data(), 12);
-  v1::PartitionValues values;
-  values.set_partition_id(0);
-  values.set_dtype(v1::FLOAT32);
-  values.set_step(4);
-  values.set_version(4);
-  values.set_data(reinterpret_cast<const char*>(update.data()), 12);
-  const std::string head = PartitionValuesHead(values);
-  data_plane::SharedPlace at;
-  at.offset = 0;
-  at.size = 12;
-  auto prefix = data_plane::EncodeSharedPlace(at);
-  auto answer = data_plane::EncodeFrameHeader(data_plane::kShared, prefix.size() + head.size());
-  iovec pieces[3] = {{answer.data(), answer.size()},
-                     {prefix.data(), prefix.size()},
-                     {const_cast<char*>(head.data()), head.size()}};
-  ASSERT_TRUE(data_plane::WriteAll(shard_fd_, pieces, 3, "test").ok());
+  SendShared(0, 0, update);
+  ReceivedMessage received;
   PartitionValuesView view;
   absl::Status status;
   ASSERT_EQ(lane->Read(received, view, &status), LaneRead::kLanded);

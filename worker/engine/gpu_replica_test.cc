@@ -56,6 +56,14 @@ class GpuReplicaTest : public ::testing::Test {
   }
 };
 
+// `model` on GPU 0, from `params` (initialized here, seed 4).
+absl::StatusOr<std::unique_ptr<Replica>> ReplicaOnGpu(const ModelDef& model,
+                                                   std::vector<float>& params) {
+  params.assign(model.num_parameters, 0.0f);
+  InitParameters(model, 4, params.data());
+  return CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+}
+
 void ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   float max = 0;
   for (float g : cpu) max = std::max(max, std::abs(g));
@@ -155,10 +163,8 @@ TEST_F(GpuReplicaTest, TheInnerUpdateOnTheDeviceMatchesTheHostOptimizer) {
 TEST_F(GpuReplicaTest, StagedGradientsAreCopyGradientsBitsAndOutliveAParameterDownload) {
   const ModelDef model = Models()[1];
   const OwnedBatch batch = RandomBatch(model, 16, 6);
-  std::vector<float> params(model.num_parameters);
-  InitParameters(model, 4, params.data());
-  absl::StatusOr<std::unique_ptr<Replica>> gpu =
-      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  std::vector<float> params;
+  absl::StatusOr<std::unique_ptr<Replica>> gpu = ReplicaOnGpu(model, params);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_TRUE((*gpu)->DoneWithParametersWhenReady());
   ASSERT_TRUE((*gpu)->ForwardBackward(batch.View(), {1, 0}, nullptr).ok());
@@ -185,10 +191,8 @@ TEST_F(GpuReplicaTest, StagesGradientsIntoAGivenSharedBuffer) {
   const ModelDef model = Models()[1];
   const OwnedBatch batch = RandomBatch(model, 16, 6);
   const int64_t n = model.num_parameters;
-  std::vector<float> params(n);
-  InitParameters(model, 4, params.data());
-  absl::StatusOr<std::unique_ptr<Replica>> gpu =
-      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  std::vector<float> params;
+  absl::StatusOr<std::unique_ptr<Replica>> gpu = ReplicaOnGpu(model, params);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   absl::StatusOr<SharedRegion> region = SharedRegion::Create(n * sizeof(float));
   ASSERT_TRUE(region.ok()) << region.status();
@@ -213,10 +217,8 @@ TEST_F(GpuReplicaTest, StagesGradientsIntoAGivenSharedBuffer) {
 TEST_F(GpuReplicaTest, UploadsFromPageLockedMemoryWithoutStagingAndFinishBeforeReturning) {
   const ModelDef model = Models()[1];
   const int64_t n = model.num_parameters;
-  std::vector<float> params(n);
-  InitParameters(model, 4, params.data());
-  absl::StatusOr<std::unique_ptr<Replica>> gpu =
-      CreateReplica(model, {DeviceSpec::Kind::kGpu, 0}, params.data());
+  std::vector<float> params;
+  absl::StatusOr<std::unique_ptr<Replica>> gpu = ReplicaOnGpu(model, params);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   std::vector<float> host(n);
   for (int64_t i = 0; i < n; ++i) host[i] = 0.001f * static_cast<float>(i % 101);

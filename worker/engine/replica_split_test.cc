@@ -131,15 +131,30 @@ TEST(ReplicaSplitTest, GroupSumEqualsOneReplica) {
   ExpectClose(three, one);
 }
 
+// The CNN with dropout, a batch of 5, its parameters (seed 4) and a CPU replica that ran
+// the pass on them (key {4, 2}): what the variants below must give.
+struct CnnPass {
+  CnnPass() : model(Cnn(0.5f)), batch(RandomBatch(model, 5, 3)), params(model.num_parameters) {
+    InitParameters(model, 4, params.data());
+    reference = std::make_unique<CpuReplica>(model, params.data());
+    ran = reference->ForwardBackward(batch.View(), {4, 2}, nullptr).status();
+  }
+  const ModelDef model;
+  const OwnedBatch batch;
+  std::vector<float> params;
+  std::unique_ptr<CpuReplica> reference;
+  absl::Status ran;
+};
+
 // A worker can start the forward pass before every partition of the new parameters
 // has arrived: the hook runs before each layer first reads its range.
 TEST(ReplicaSplitTest, ParametersNeededHookRunsBeforeEachLayerReadsItsRange) {
-  const ModelDef model = Cnn(0.5f);
-  const OwnedBatch batch = RandomBatch(model, 5, 3);
-  std::vector<float> params(model.num_parameters);
-  InitParameters(model, 4, params.data());
-  CpuReplica reference(model, params.data());
-  ASSERT_TRUE(reference.ForwardBackward(batch.View(), {4, 2}, nullptr).ok());
+  const CnnPass pass;
+  ASSERT_TRUE(pass.ran.ok()) << pass.ran;
+  const ModelDef& model = pass.model;
+  const OwnedBatch& batch = pass.batch;
+  const std::vector<float>& params = pass.params;
+  const CpuReplica& reference = *pass.reference;
 
   std::vector<float> arriving(model.num_parameters, std::nanf(""));
   CpuReplica replica(model, arriving.data());
@@ -166,12 +181,12 @@ TEST(ReplicaSplitTest, ParametersNeededHookRunsBeforeEachLayerReadsItsRange) {
 // shards): backward writes the same gradients there, CopyGradients and host_gradients
 // read them from there, and the buffer's other memory is left alone.
 TEST(ReplicaSplitTest, AGivenGradientBufferHoldsTheSameGradients) {
-  const ModelDef model = Cnn(0.5f);
-  const OwnedBatch batch = RandomBatch(model, 5, 3);
-  std::vector<float> params(model.num_parameters);
-  InitParameters(model, 4, params.data());
-  CpuReplica reference(model, params.data());
-  ASSERT_TRUE(reference.ForwardBackward(batch.View(), {4, 2}, nullptr).ok());
+  CnnPass pass;
+  ASSERT_TRUE(pass.ran.ok()) << pass.ran;
+  const ModelDef& model = pass.model;
+  const OwnedBatch& batch = pass.batch;
+  std::vector<float>& params = pass.params;
+  const CpuReplica& reference = *pass.reference;
 
   const size_t n = static_cast<size_t>(model.num_parameters);
   std::vector<float> given(n + 2, -7.0f);  // One guard element either side.
