@@ -147,8 +147,9 @@ TEST(RunDirTest, AJobStartedFromAnothersParametersBeginsAtTheirLoss) {
   ASSERT_EQ(WaitForExit(trained, absl::Minutes(3)), 0) << Log(trained);
   const double trained_loss = Number(ReadJson(trained.summary), "final_loss");
 
-  // The loss of the first step a job reports, read while it runs (slowly: a small
-  // rate, so that its first points show where it began), then stopped.
+  // The loss of the first step a job reports, read while it runs (slowly: a rate so
+  // small that the hundreds of steps a loaded machine may run before the first report
+  // still show where it began), then stopped.
   auto first_loss = [](const std::string& name, std::vector<std::string> flags) {
     LocalRun run = StartLocal(name, flags);
     auto stub =
@@ -162,7 +163,7 @@ TEST(RunDirTest, AJobStartedFromAnothersParametersBeginsAtTheirLoss) {
   const std::vector<std::string> slow_job = {
       "--dataset=synthetic", "--synthetic_train=4000", "--synthetic_features=64",
       "--synthetic_classes=4", "--layers=64,32,4", "--batch=32", "--epochs=0",
-      "--max_steps=100000", "--lr=0.0005", "--coordinator_arg=--heartbeat_interval=50ms"};
+      "--max_steps=100000", "--lr=0.00005", "--coordinator_arg=--heartbeat_interval=50ms"};
   std::vector<std::string> fine_tune = slow_job;
   fine_tune.push_back("--init_from=" + params);
   const double tuned_start = first_loss("fine_tuned", fine_tune);
