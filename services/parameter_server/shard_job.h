@@ -91,7 +91,6 @@ struct ShardPartition {
   double arrivals_after_first ABSL_GUARDED_BY(mu) = 0;
   double last_arrival_after_first ABSL_GUARDED_BY(mu) = 0;
   prometheus::Counter* slowest_wait ABSL_GUARDED_BY(mu) = nullptr;
-  double slowest_wait_seconds ABSL_GUARDED_BY(mu) = 0;
 
   // SYNC aggregation of `step` (ASYNC uses `sum` as scratch for the gradient).
   std::vector<float> sum ABSL_GUARDED_BY(mu);

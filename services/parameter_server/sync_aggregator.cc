@@ -193,7 +193,6 @@ class SyncAggregator : public Aggregator {
                  p.arrivals_after_first);
     if (p.slowest_wait == nullptr) p.slowest_wait = &context_.metrics->SlowestWait(p.id);
     p.slowest_wait->Increment(waited_for_last);
-    p.slowest_wait_seconds += waited_for_last;
 
     p.Retire(std::move(p.prev_values));
     p.prev_values = std::move(p.values);
