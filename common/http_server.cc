@@ -5,6 +5,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 
 namespace tributary {
 
@@ -43,7 +44,10 @@ absl::Status HttpServer::Start(const std::string& host, int port) {
     return absl::UnavailableError(
         absl::StrCat("cannot bind the HTTP port ", host, ":", port, " (in use?)"));
   }
-  thread_ = std::thread([this] { server_.listen_after_bind(); });
+  thread_ = std::thread([this] {
+    NameThisThread("http");
+    server_.listen_after_bind();
+  });
   // stop() before the listen loop has started would be lost and leave the thread
   // blocked for good, so return only once it runs.
   while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

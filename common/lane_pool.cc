@@ -4,16 +4,21 @@
 #include <atomic>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "common/thread_name.h"
 
 namespace tributary {
 
-LanePool::LanePool(int lanes) {
+LanePool::LanePool(int lanes, absl::string_view name) {
   lanes_.reserve(std::max(0, lanes));
   for (int i = 0; i < lanes; ++i) {
     lanes_.push_back(std::make_unique<Lane>());
     Lane* lane = lanes_.back().get();
-    lane->thread = std::thread([lane] { Run(lane); });
+    lane->thread = std::thread([lane, thread_name = absl::StrCat(name, "-", i)] {
+      NameThisThread(thread_name);
+      Run(lane);
+    });
   }
 }
 

@@ -21,14 +21,16 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace tributary {
 
 class LanePool {
  public:
-  // `lanes` >= 0 threads (0: every method runs its work on the caller).
-  explicit LanePool(int lanes);
+  // `lanes` >= 0 threads (0: every method runs its work on the caller), named
+  // "<name>-<index>" (common/thread_name.h).
+  explicit LanePool(int lanes, absl::string_view name = "lane");
   // Runs every task already submitted, then joins the lanes.
   ~LanePool();
   LanePool(const LanePool&) = delete;

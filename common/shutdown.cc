@@ -8,6 +8,8 @@
 
 #include <atomic>
 
+#include "common/thread_name.h"
+
 namespace tributary {
 namespace {
 
@@ -38,7 +40,10 @@ ShutdownSignal::ShutdownSignal() {
   sigaction(SIGINT, &action, nullptr);
   // A peer that vanishes mid-write must give an error, not kill the process.
   signal(SIGPIPE, SIG_IGN);
-  watcher_ = std::thread([this] { WatchSignals(); });
+  watcher_ = std::thread([this] {
+    NameThisThread("signals");
+    WatchSignals();
+  });
 }
 
 ShutdownSignal::~ShutdownSignal() {

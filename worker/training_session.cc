@@ -12,6 +12,7 @@
 #include "common/batch_split.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
+#include "common/thread_name.h"
 #include "common/wire_dtype.h"
 #include "worker/engine/job_model.h"
 #include "worker/engine/replica_factory.h"
@@ -119,7 +120,10 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     session->anchor_.resize(n);
     session->local_.resize(n);
   }
-  session->comm_thread_ = std::thread([s = session.get()] { s->CommLoop(); });
+  session->comm_thread_ = std::thread([s = session.get()] {
+    NameThisThread("push");
+    s->CommLoop();
+  });
   LOG(INFO) << "generation " << assignment.generation() << ": " << assignment.replicas()
             << " replica(s) on " << assignment.devices(0).name() << ", node "
             << assignment.node_rank() << " of " << assignment.num_nodes() << ", local rank "

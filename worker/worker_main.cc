@@ -11,6 +11,7 @@
 #include "common/process.h"
 #include "common/service_host.h"
 #include "common/shutdown.h"
+#include "common/thread_name.h"
 #include "worker/devices.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
 
   absl::Status result;
   std::thread trainer([&] {
+    tributary::NameThisThread("train");
     result = runtime.Run(shutdown);
     if (!result.ok()) shutdown.Request("worker error");
   });

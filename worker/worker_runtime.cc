@@ -15,6 +15,7 @@
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "common/usable_cores.h"
+#include "common/thread_name.h"
 #include "worker/engine/cpu_executor.h"
 #include "worker/engine/torchscript.h"
 
@@ -503,7 +504,10 @@ absl::Status WorkerRuntime::Run(ShutdownSignal& shutdown) {
     link_ = *std::move(link);
   }
   if (absl::Status registered = Register(); !registered.ok()) return registered;
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  heartbeat_thread_ = std::thread([this] {
+    NameThisThread("heartbeat");
+    HeartbeatLoop();
+  });
   // Shutdown (SIGTERM, Drain) ends a wait for the PS at once.
   std::thread shutdown_watcher([this, &shutdown] {
     shutdown.Wait();

@@ -1,6 +1,7 @@
 #include "services/coordinator/coordinator_driver.h"
 
 #include "absl/time/clock.h"
+#include "common/thread_name.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -17,9 +18,18 @@ CoordinatorDriver::CoordinatorDriver(Coordinator* coordinator, std::function<voi
 CoordinatorDriver::~CoordinatorDriver() { Stop(); }
 
 void CoordinatorDriver::Start() {
-  control_ = std::thread([this] { ControlLoop(); });
-  shards_ = std::thread([this] { ShardLoop(); });
-  timer_ = std::thread([this] { TimerLoop(); });
+  control_ = std::thread([this] {
+    NameThisThread("coord-control");
+    ControlLoop();
+  });
+  shards_ = std::thread([this] {
+    NameThisThread("coord-shards");
+    ShardLoop();
+  });
+  timer_ = std::thread([this] {
+    NameThisThread("coord-timer");
+    TimerLoop();
+  });
 }
 
 void CoordinatorDriver::Stop() {

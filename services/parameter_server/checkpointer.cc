@@ -4,13 +4,17 @@
 
 #include <algorithm>
 
+#include "common/thread_name.h"
 #include "services/parameter_server/crc32c.h"
 
 namespace tributary::ps {
 
 Checkpointer::Checkpointer(int keep, ShardMetrics& metrics, const Clock* clock, TakeSnapshot take)
     : keep_(keep), metrics_(metrics), clock_(clock), take_(std::move(take)) {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("checkpoint");
+    Loop();
+  });
 }
 
 Checkpointer::~Checkpointer() {

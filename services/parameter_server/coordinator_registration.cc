@@ -7,6 +7,7 @@
 
 #include "common/backoff.h"
 #include "common/grpc_status.h"
+#include "common/thread_name.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace tributary::ps {
@@ -14,7 +15,10 @@ namespace tributary::ps {
 CoordinatorRegistration::CoordinatorRegistration(RegistrationOptions options,
                                                  Callback on_registered)
     : options_(std::move(options)), on_registered_(std::move(on_registered)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("ps-register");
+    Run();
+  });
 }
 
 CoordinatorRegistration::~CoordinatorRegistration() {

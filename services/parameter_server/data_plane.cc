@@ -26,6 +26,7 @@
 #include "common/partition_codec.h"
 #include "common/secure_random.h"
 #include "common/shared_region.h"
+#include "common/thread_name.h"
 #include "services/parameter_server/push_book.h"
 
 namespace tributary::ps {
@@ -61,7 +62,10 @@ class DataPlaneServer::Session final : public NodeSink {
   ~Session() override { ::close(fd_); }
 
   void Start() {
-    reader_ = std::thread([this] { ReadLoop(); });
+    reader_ = std::thread([this] {
+      NameThisThread("shard-read");
+      ReadLoop();
+    });
   }
 
   // Ends the stream with `status`: the writer sends it, the reader stops reading.
@@ -201,7 +205,10 @@ class DataPlaneServer::Session final : public NodeSink {
         taken = first.status();
       }
     }
-    writer_ = std::thread([this] { WriteLoop(); });
+    writer_ = std::thread([this] {
+      NameThisThread("shard-write");
+      WriteLoop();
+    });
     bool peer_closed = false;
     while (true) {
       Slot* slot;
@@ -769,7 +776,10 @@ absl::Status DataPlaneServer::Start() {
       LOG(WARNING) << local.status().message() << "; workers on this host use TCP";
     }
   }
-  acceptor_ = std::thread([this] { AcceptLoop(); });
+  acceptor_ = std::thread([this] {
+    NameThisThread("ps-accept");
+    AcceptLoop();
+  });
   return absl::OkStatus();
 }
 

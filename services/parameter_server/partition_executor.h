@@ -15,7 +15,7 @@ class PartitionExecutor : public LanePool {
  public:
   // At least one lane, whatever `threads` says: the service relies on Submit running
   // the task later, off the shard's locks (a stream's completion re-enters the shard).
-  explicit PartitionExecutor(int threads) : LanePool(std::max(1, threads)) {}
+  explicit PartitionExecutor(int threads) : LanePool(std::max(1, threads), "ps-apply") {}
 };
 
 }  // namespace tributary::ps

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
+#include "common/thread_name.h"
 #include "worker/comm/grpc_lane.h"
 
 namespace tributary::worker {
@@ -294,14 +295,20 @@ void LaneKeeper::Probe(Slot& slot) {
 
 absl::Status LaneKeeper::Open() {
   if (options_.transport == PsTransport::kAuto && !prober_.joinable()) {
-    prober_ = std::thread([this] { ProbeLoop(); });
+    prober_ = std::thread([this] {
+      NameThisThread("lane-probe");
+      ProbeLoop();
+    });
   }
   for (auto& slot : slots_) {
     // A shard not reachable yet is the reader's to reconnect to (with backoff, within
     // the retry budget); any other error is returned.
     if (absl::Status s = ConnectLane(*slot); !s.ok() && !Retryable(s)) return s;
     Slot* raw = slot.get();
-    slot->reader = std::thread([this, raw] { ReadLoop(raw); });
+    slot->reader = std::thread([this, raw] {
+      NameThisThread("lane-read");
+      ReadLoop(raw);
+    });
   }
   return absl::OkStatus();
 }

@@ -2,12 +2,17 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/batch_split.h"
+#include "common/thread_name.h"
 
 namespace tributary::worker {
 
 ParallelSum::ParallelSum(int threads) : parts_(std::max(1, threads)) {
-  for (int i = 1; i < parts_; ++i) threads_.emplace_back([this, i] { Loop(i); });
+  for (int i = 1; i < parts_; ++i) threads_.emplace_back([this, i] {
+      NameThisThread(absl::StrCat("reduce-", i));
+      Loop(i);
+    });
 }
 
 ParallelSum::~ParallelSum() {

@@ -14,7 +14,7 @@ namespace tributary::engine {
 class ParallelRunner {
  public:
   // threads >= 1 in all, the caller included: threads - 1 helper lanes.
-  explicit ParallelRunner(int threads) : pool_(threads > 1 ? threads - 1 : 0) {}
+  explicit ParallelRunner(int threads) : pool_(threads > 1 ? threads - 1 : 0, "matmul") {}
 
   int threads() const { return pool_.lanes() + 1; }
 

@@ -13,7 +13,7 @@ ReplicaGroup::ReplicaGroup(std::vector<std::unique_ptr<Replica>> replicas)
       scratch_(replicas_.size()),
       part_stats_(replicas_.size()),
       results_(replicas_.size()),
-      lanes_(std::max(0, static_cast<int>(replicas_.size()) - 1)) {}
+      lanes_(std::max(0, static_cast<int>(replicas_.size()) - 1), "replica") {}
 
 ReplicaGroup::~ReplicaGroup() = default;
 
