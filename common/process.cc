@@ -2,10 +2,20 @@
 
 #include <glog/logging.h>
 
+#include <cstdlib>
+
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/mutex.h"
 
 namespace tributary {
+
+void ConfigureMutexChecks() {
+  const char* under_test = std::getenv("TEST_TMPDIR");
+  absl::SetMutexDeadlockDetectionMode(under_test != nullptr && under_test[0] != '\0'
+                                          ? absl::OnDeadlockCycle::kAbort
+                                          : absl::OnDeadlockCycle::kIgnore);
+}
 
 std::vector<std::string> InitProcess(int argc, char** argv, const char* usage) {
   absl::SetProgramUsageMessage(usage);
@@ -14,6 +24,7 @@ std::vector<std::string> InitProcess(int argc, char** argv, const char* usage) {
   FLAGS_colorlogtostderr = false;
   google::InitGoogleLogging(argv[0]);
   google::InstallFailureSignalHandler();
+  ConfigureMutexChecks();
   return std::vector<std::string>(positional.begin(), positional.end());
 }
 
