@@ -114,7 +114,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   NodeCredentialBook node_credentials_;
   // Calls that write files or wait for a job to install run here, not on gRPC's
   // callback threads.
-  PartitionExecutor control_{1};
+  PartitionExecutor control_{1, "ps-control"};
 };
 
 }  // namespace tributary::ps

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/string_view.h"
 #include "common/lane_pool.h"
 
 namespace tributary::ps {
@@ -15,7 +16,9 @@ class PartitionExecutor : public LanePool {
  public:
   // At least one lane, whatever `threads` says: the service relies on Submit running
   // the task later, off the shard's locks (a stream's completion re-enters the shard).
-  explicit PartitionExecutor(int threads) : LanePool(std::max(1, threads), "ps-apply") {}
+  // The lanes are named "<name>-<index>" (`top -H`).
+  explicit PartitionExecutor(int threads, absl::string_view name = "ps-apply")
+      : LanePool(std::max(1, threads), name) {}
 };
 
 }  // namespace tributary::ps
