@@ -9,27 +9,27 @@
 namespace tributary {
 namespace {
 
-TEST(ThreadNameTest, NamesTheCallingThreadOnly) {
-  const std::string before = ThisThreadName();
-  std::string inside;
+// The name the kernel keeps for a new thread that names itself `name`.
+std::string NameKeptFor(const std::string& name) {
+  std::string kept;
   std::thread named([&] {
-    NameThisThread("push");
-    inside = ThisThreadName();
+    NameThisThread(name);
+    kept = ThisThreadName();
   });
   named.join();
-  EXPECT_EQ(inside, "push");
+  return kept;
+}
+
+TEST(ThreadNameTest, NamesTheCallingThreadOnly) {
+  const std::string before = ThisThreadName();
+  EXPECT_EQ(NameKeptFor("push"), "push");
   EXPECT_EQ(ThisThreadName(), before);
 }
 
 TEST(ThreadNameTest, CutsALongNameToWhatTheKernelKeeps) {
-  std::string inside;
-  std::thread named([&] {
-    NameThisThread("a-very-long-thread-name");
-    inside = ThisThreadName();
-  });
-  named.join();
-  EXPECT_EQ(inside, "a-very-long-thr");
-  EXPECT_EQ(inside.size(), kMaxThreadNameBytes);
+  const std::string kept = NameKeptFor("a-very-long-thread-name");
+  EXPECT_EQ(kept, "a-very-long-thr");
+  EXPECT_EQ(kept.size(), kMaxThreadNameBytes);
 }
 
 TEST(ThreadNameTest, ALanePoolNamesEachLaneByItsIndex) {
