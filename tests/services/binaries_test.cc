@@ -4,7 +4,8 @@
 // and for its service; GET /healthz is 200 and /metrics parses as Prometheus text;
 // one read-only RPC of its own service answers; and on SIGTERM health goes NOT_SERVING
 // while the server still answers (the drain, --drain_seconds), then the process
-// exits with status 0.
+// exits with status 0. Its long-lived threads carry the names docs/architecture.md
+// lists (what `top -H` and `perf` show).
 #include <gmock/gmock.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <grpcpp/client_context.h>
@@ -13,8 +14,10 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -242,6 +245,35 @@ void ExpectServes(Running& binary, const std::string& service, const std::string
   }
 }
 
+// The names of the process's threads (/proc/<pid>/task/*/comm) once every one of
+// `expected` is among them, or whatever they are after kStartBound (threads start
+// beside serving: the worker's heartbeat once it registered).
+std::set<std::string> ThreadNamesOnceThere(Running& binary,
+                                           const std::vector<std::string>& expected) {
+  const std::string tasks = absl::StrCat("/proc/", binary.process->pid(), "/task");
+  std::set<std::string> names;
+  for (const absl::Time give_up = absl::Now() + kStartBound;;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    names.clear();
+    std::error_code error;
+    for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+      std::string name = ReadFile(task.path().string() + "/comm");
+      if (!name.empty() && name.back() == '\n') name.pop_back();
+      names.insert(name);
+    }
+    bool all = true;
+    for (const std::string& name : expected) all &= names.count(name) == 1;
+    if (all || absl::Now() >= give_up) return names;
+  }
+}
+
+void ExpectThreadsNamed(Running& binary, const std::vector<std::string>& expected) {
+  const std::set<std::string> names = ThreadNamesOnceThere(binary, expected);
+  for (const std::string& name : expected) {
+    EXPECT_THAT(names, Contains(name)) << binary.process->name() << "'s threads";
+  }
+}
+
 // SIGTERM: health must answer NOT_SERVING while the server still runs (the drain),
 // then the process must exit 0.
 void ExpectDrainsOnSigterm(Running& binary, const std::string& service) {
@@ -288,6 +320,8 @@ TEST(BinariesTest, CoordinatorServesAndDrainsOnSigterm) {
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   ExpectServes(*coordinator, "tributary.v1.Coordinator", "proto/coordinator.proto",
                {"tributary_coordinator_generation", "tributary_coordinator_workers"});
+  ExpectThreadsNamed(*coordinator,
+                     {"coord-control", "coord-shards", "coord-timer", "http", "signals"});
 
   {
     // Scoped: a stub keeps the connection open, which would hold up the shutdown.
@@ -315,6 +349,8 @@ TEST(BinariesTest, ParameterServerServesAndDrainsOnSigterm) {
   ExpectServes(*shard, "tributary.v1.ParameterServer", "proto/parameter_server.proto",
                {"tributary_ps_pushes_total", "tributary_ps_generation",
                 "tributary_ps_data_plane_connections", "tributary_ps_data_plane_tickets"});
+  ExpectThreadsNamed(*shard, {"ps-apply-0", "ps-control-0", "ps-accept", "checkpoint", "http",
+                              "signals"});
 
   {
     auto stub = v1::ParameterServer::NewStub(shard->channel);
@@ -367,6 +403,7 @@ TEST(BinariesTest, WorkerServesRegistersAndDrainsOnSigterm) {
   EXPECT_EQ(listed.workers(0).node_name(), "binaries-test");
   EXPECT_EQ(listed.workers(0).grpc_port(), static_cast<uint32_t>(worker->grpc_port));
   EXPECT_EQ(listed.workers(0).pid(), static_cast<uint32_t>(worker->process->pid()));
+  ExpectThreadsNamed(*worker, {"train", "heartbeat", "http", "signals"});
 
   {
     auto worker_stub = v1::Worker::NewStub(worker->channel);
