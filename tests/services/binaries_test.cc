@@ -17,8 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <set>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
