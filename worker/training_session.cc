@@ -403,8 +403,7 @@ void TrainingSession::CommLoop() {
   }
 }
 
-absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
-  const v1::JobSpec& spec = assignment_.job();
+void TrainingSession::BeginStepUpdate(uint64_t step) {
   update_.step = step;
   // What the gradient sum is over: the node's samples times the loss's elements per
   // sample (tokens of a [N, T] loss), the count the PS divides the nodes' sum by.
@@ -413,9 +412,51 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
                  assignment_.node_first_replica(), assignment_.node_replicas())
           .count *
       static_cast<uint64_t>(model_.loss_elements_per_sample);
-  update_.sync = EndsSyncRound(spec, step, total_steps_);
+  update_.sync = EndsSyncRound(assignment_.job(), step, total_steps_);
   update_.push_step = local_sgd_ ? round_start_ : step;
   round_samples_ += update_.node_samples;
+}
+
+bool TrainingSession::InnerStepHere(uint64_t step) const {
+  return local_sgd_ && leader() && assignment_.local_world_size() == 1 &&
+         replicas_->size() == 1 && !EndsSyncRound(assignment_.job(), step, total_steps_);
+}
+
+absl::Status TrainingSession::InnerStep(uint64_t step, double* reduce_seconds) {
+  BeginStepUpdate(step);
+  for (const v1::Partition& partition : plan_.partitions()) {
+    if (inner_on_replica_ && !partition.buffers()) {
+      if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
+      continue;
+    }
+    // The replica's own gradient buffer where it has one (a native CPU replica), else
+    // a copy (a TorchScript replica); it stays put until the next backward.
+    const absl::Time start = absl::Now();
+    absl::StatusOr<const float*> grad =
+        reducer_->ReduceInPlace(partition.offset(), partition.length());
+    if (!grad.ok()) return grad.status();
+    if (*grad == nullptr) {
+      float* copy = node_grad_.data() + partition.offset();
+      if (absl::Status s = reducer_->ReduceGradients(partition.offset(), partition.length(), copy);
+          !s.ok()) {
+        return s;
+      }
+      grad = copy;
+    }
+    *reduce_seconds += SecondsSince(start);
+    float* params = params_.data() + partition.offset();
+    InnerUpdate(partition, *grad, params);
+    if (absl::Status s =
+            reducer_->BroadcastParameters(params_.data(), partition.offset(), partition.length());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
+  BeginStepUpdate(step);
   const uint32_t round_steps = static_cast<uint32_t>(step + 1 - round_start_);
   // Last partition first: the order backward finishes them, the same in every process
   // of the node group (collectives must match).
@@ -490,7 +531,7 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     uint64_t samples = round_samples_;
     if (!partition.buffers()) {
       float* local = local_.data() + partition.offset();
-      if (absl::Status s = RoundEndValues(partition, local); !s.ok()) return s;
+      if (absl::Status s = RoundEndValues(partition, grad, local); !s.ok()) return s;
       const float* anchor = anchor_.data() + partition.offset();
       const float scale = static_cast<float>(round_samples_);
       for (int64_t i = 0; i < partition.length(); ++i) grad[i] = (anchor[i] - local[i]) * scale;
@@ -515,9 +556,10 @@ void TrainingSession::CountPush(absl::Time start) {
   push_seconds_ += seconds;
 }
 
-absl::Status TrainingSession::RoundEndValues(const v1::Partition& partition, float* local) {
+absl::Status TrainingSession::RoundEndValues(const v1::Partition& partition, const float* grad,
+                                             float* local) {
   if (!inner_on_replica_) {
-    InnerUpdate(partition, local);
+    InnerUpdate(partition, grad, local);
     return absl::OkStatus();
   }
   if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
@@ -531,10 +573,9 @@ absl::Status TrainingSession::ReplicaInnerUpdate(const v1::Partition& partition)
       partition.length(), static_cast<float>(update_.node_samples));
 }
 
-void TrainingSession::InnerUpdate(const v1::Partition& partition, float* out) {
+void TrainingSession::InnerUpdate(const v1::Partition& partition, const float* grad, float* out) {
   const int64_t offset = partition.offset();
   const float* in = params_.data() + offset;
-  const float* grad = node_grad_.data() + offset;
   const size_t n = static_cast<size_t>(partition.length());
   if (partition.buffers()) {
     std::memcpy(out, grad, n * sizeof(float));  // The buffers' new values, not gradients.
@@ -580,7 +621,8 @@ absl::Status TrainingSession::ApplyPartition(const v1::Partition& partition, dou
     // LOCAL_SGD inside a round, on the replica: nothing to copy or broadcast.
     return ReplicaInnerUpdate(partition);
   } else if (leader()) {
-    InnerUpdate(partition, params);  // LOCAL_SGD inside a round: the node's own step.
+    // LOCAL_SGD inside a round: the node's own step.
+    InnerUpdate(partition, node_grad_.data() + partition.offset(), params);
   }
   return reducer_->BroadcastParameters(params_.data(), partition.offset(), partition.length());
 }
@@ -642,6 +684,9 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   const std::vector<uint64_t> global = sampler_.GlobalBatch(step);
   std::vector<engine::Batch> batches(replicas_->size());
   for (int i = 0; i < replicas_->size(); ++i) batches[i] = GatherReplica(i, global);
+  // LOCAL_SGD inside a round on a node of one process and one replica: nothing to reduce
+  // or push, so this thread takes the inner step itself (InnerStepHere).
+  const bool inner_here = InnerStepHere(step);
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status updated = gate_.status(); !updated.ok()) return updated;
@@ -650,7 +695,7 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     first_gradient_.assign(replicas_->size(), absl::InfiniteFuture());
     running_step_ = step;
     comm_step_ = step;
-    comm_pending_ = true;
+    comm_pending_ = !inner_here;
     comm_done_ = false;
     comm_abort_ = false;
     reduce_seconds_ = 0;
@@ -683,6 +728,8 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     if (!computed.ok()) comm_abort_ = true;
   }
   stats.compute_seconds = SecondsSince(start);
+  for (const engine::LossStats& loss : losses) stats.loss += loss;
+  if (inner_here) return FinishInnerStep(step, computed, start, start_of_replica, stats);
   absl::Status communicated;
   absl::Status updated;
   {
@@ -708,7 +755,6 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   if (!updated.ok()) return updated;
   if (!computed.ok()) return computed;
   if (!communicated.ok()) return communicated;
-  for (const engine::LossStats& loss : losses) stats.loss += loss;
 
   {
     absl::MutexLock lock(&mu_);
@@ -726,6 +772,36 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
   }
   if (!options_.overlap_updates) {
     if (absl::Status updated = FinishUpdate(); !updated.ok()) return updated;
+  }
+  stats.step_seconds = SecondsSince(start);
+  return stats;
+}
+
+absl::StatusOr<StepStats> TrainingSession::FinishInnerStep(
+    uint64_t step, const absl::Status& computed, absl::Time start,
+    const std::vector<absl::Time>& start_of_replica, StepStats& stats) {
+  // The previous step's update (a round's end: the communication thread's) is over:
+  // every partition passed the gate for this step's forward, and the thread is done
+  // with update_ once the gate says so.
+  absl::Status updated = gate_.WaitDone();
+  {
+    absl::MutexLock lock(&mu_);
+    stats.push_wait_seconds = update_wait_seconds_;
+    update_wait_seconds_ = 0;
+    for (double waited : parameters_wait_seconds_) {
+      stats.parameters_wait_seconds = std::max(stats.parameters_wait_seconds, waited);
+    }
+    SplitComputeLocked(start_of_replica, stats);
+  }
+  stats.copy_seconds = replicas_->replica(0).TakeCopySeconds();
+  if (!updated.ok()) return updated;
+  if (!computed.ok()) return computed;
+  if (absl::Status inner = InnerStep(step, &stats.reduce_seconds); !inner.ok()) {
+    // The parameters may be half stepped: the session cannot train on (the gate keeps
+    // the error for every later step and FinishUpdate).
+    gate_.Begin();
+    gate_.Finish(inner);
+    return inner;
   }
   stats.step_seconds = SecondsSince(start);
   return stats;

@@ -10,7 +10,9 @@
 // partitions it reads.
 // LOCAL_SGD: the leader applies the job's optimizer to the node's own parameters at
 // every step instead (the update is the node's mean gradient), and pushes only at the
-// end of each round: its parameter change since the round began.
+// end of each round: its parameter change since the round began. On a node of one
+// process and one replica, a step inside a round takes that inner step on RunStep's
+// own thread (nothing to reduce or push: InnerStepHere).
 #ifndef TRIBUTARY_WORKER_TRAINING_SESSION_H_
 #define TRIBUTARY_WORKER_TRAINING_SESSION_H_
 
@@ -199,19 +201,39 @@ class TrainingSession {
   // finishes them, then applies the step's update from first to last.
   void CommLoop();
   absl::Status ReduceAndPush(uint64_t step);
+  // What the step's update is over and whether it ends a round (update_), and the
+  // round's samples so far.
+  void BeginStepUpdate(uint64_t step);
+  // LOCAL_SGD inside a round (a step that does not end it) on the leader of a node of
+  // one process with one replica: nothing to reduce over other replicas or processes,
+  // nothing to push, so RunStep's own thread takes the inner step once the pass is
+  // done (InnerStep), instead of handing the gradients to the communication thread
+  // and waiting for it at the step's end and at the next forward's gate.
+  bool InnerStepHere(uint64_t step) const;
+  // The inner step of InnerStepHere: every partition, from the replica's own gradient
+  // where it keeps one on the host (else a copy into node_grad_, timed into
+  // `reduce_seconds`), or on the replica (inner_on_replica_).
+  absl::Status InnerStep(uint64_t step, double* reduce_seconds);
+  // RunStep's end for InnerStepHere: the previous update's wait and errors, the
+  // compute split, then InnerStep.
+  absl::StatusOr<StepStats> FinishInnerStep(uint64_t step, const absl::Status& computed,
+                                            absl::Time start,
+                                            const std::vector<absl::Time>& start_of_replica,
+                                            StepStats& stats);
   // Applies the update of the step ReduceAndPush did last, partition by partition,
   // opening the gate as it goes.
   absl::Status ApplyUpdate();
   // Waits for partition p's update (leader) and broadcasts it over the node group.
   absl::Status ApplyPartition(const v1::Partition& partition, double* waited);
-  // LOCAL_SGD, leader: the node's update of the partition by the inner optimizer, from
-  // the parameters into `out` (which may be the parameters themselves).
-  void InnerUpdate(const v1::Partition& partition, float* out);
+  // LOCAL_SGD, leader: the node's update of the partition by the inner optimizer with
+  // the node's gradient `grad` (the partition's, from its first element), from the
+  // parameters into `out` (which may be the parameters themselves).
+  void InnerUpdate(const v1::Partition& partition, const float* grad, float* out);
   // The same on the replica (inner_on_replica_): its parameters, its gradient.
   absl::Status ReplicaInnerUpdate(const v1::Partition& partition);
   // LOCAL_SGD, leader, a round's end: the node's values of a parameter partition after
   // this step's inner update, into `local` (from the replica when it keeps them).
-  absl::Status RoundEndValues(const v1::Partition& partition, float* local);
+  absl::Status RoundEndValues(const v1::Partition& partition, const float* grad, float* local);
   // Time spent in one Push, into push_seconds_.
   void CountPush(absl::Time start);
   // The step's forward and backward seconds, from the slowest replica's start

@@ -628,6 +628,7 @@ class ApartReplica : public engine::Replica {
           StepOf(c, params_[offset + i], gradients[offset + i] / divisor, state, i, length);
     }
     ++inner_updates;
+    inner_update_threads.push_back(std::this_thread::get_id());
     return absl::OkStatus();
   }
   absl::Status CopyParameters(int64_t offset, int64_t length, float* dst) override {
@@ -641,6 +642,7 @@ class ApartReplica : public engine::Replica {
   int64_t staged = 0;
   int64_t staged_into_given = 0;
   int inner_updates = 0;
+  std::vector<std::thread::id> inner_update_threads;  // Of each InnerUpdate call.
 
  private:
   float* given_ = nullptr;
@@ -649,6 +651,26 @@ class ApartReplica : public engine::Replica {
   engine::CpuReplica inner_;
   bool stages_;
   std::vector<float> staging_;
+};
+
+// A CPU replica that notes the thread of every read of its gradients (StageGradients,
+// CopyGradients).
+class GradientReadRecordingReplica : public engine::CpuReplica {
+ public:
+  GradientReadRecordingReplica(const engine::ModelDef& model, const float* params,
+                               std::vector<std::thread::id>* readers)
+      : CpuReplica(model, params), readers_(readers) {}
+  absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override {
+    readers_->push_back(std::this_thread::get_id());
+    return CpuReplica::StageGradients(offset, length);
+  }
+  absl::Status CopyGradients(int64_t offset, int64_t length, float* dst) override {
+    readers_->push_back(std::this_thread::get_id());
+    return CpuReplica::CopyGradients(offset, length, dst);
+  }
+
+ private:
+  std::vector<std::thread::id>* readers_;
 };
 
 // One node of one replica over 10 steps, the shard in memory: LOCAL_SGD with rounds of
@@ -661,12 +683,17 @@ struct LocalSgdRun {
   int64_t uploaded = 0, downloaded = 0, staged = 0, staged_into_given = 0;
   int inner_updates = 0;
   bool in_node_region = false;
+  // The thread that called RunStep; with `apart`, the thread of every inner step on
+  // the replica; with `record_reads` (and not `apart`), of every gradient read.
+  std::thread::id runner;
+  std::vector<std::thread::id> inner_update_threads;
+  std::vector<std::thread::id> gradient_readers;
 };
 
 LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
                         v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false,
                         ps::testing::InProcessShard* real = nullptr, bool shared_memory = true,
-                        v1::DeviceKind kind = v1::CPU) {
+                        v1::DeviceKind kind = v1::CPU, bool record_reads = false) {
   v1::JobSpec spec = Spec();
   spec.set_mode(mode);
   if (mode == v1::LOCAL_SGD) spec.set_sync_every(4);
@@ -711,7 +738,13 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
       run.apart = replica.get();
       return replica;
     };
+  } else if (record_reads) {
+    options.make_replica = [&run](const engine::ModelDef& model, const v1::Device&, float* host)
+        -> absl::StatusOr<std::unique_ptr<engine::Replica>> {
+      return std::make_unique<GradientReadRecordingReplica>(model, host, &run.gradient_readers);
+    };
   }
+  run.runner = std::this_thread::get_id();
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::Create(a, data, options);
   EXPECT_TRUE(session.ok()) << session.status();
@@ -732,8 +765,49 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
     run.staged = run.apart->staged;
     run.staged_into_given = run.apart->staged_into_given;
     run.inner_updates = run.apart->inner_updates;
+    run.inner_update_threads = run.apart->inner_update_threads;
   }
   return run;
+}
+
+// Inside a LOCAL_SGD round (rounds of 4: they end after steps 3, 7 and 9) a node of one
+// process and one replica has nothing to reduce or push: RunStep's own thread takes the
+// inner step before it returns, reading the replica's gradient where it lies, with no
+// hand-off to the communication thread. A round's end still goes through that thread
+// (the push, the PS's values). Both on the host and on a replica that keeps its
+// parameters (a GPU).
+TEST(LocalSgdOnTheReplicaTest, InsideARoundRunStepsOwnThreadTakesTheInnerStep) {
+  const v1::JobSpec spec = Spec();
+  absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec.dataset(), spec.seed());
+  ASSERT_TRUE(data.ok()) << data.status();
+  const int partitions =
+      MakePartitionPlan(engine::BuildModel(spec.model())->Layout(), spec.partition_bytes(), 1,
+                        spec.partition_cut())
+          ->partitions_size();
+  auto round_end = [](size_t step) { return step == 3 || step == 7 || step == 9; };
+  const LocalSgdRun host = RunLocalSgd(*data, /*apart=*/false, v1::LOCAL_SGD, false, nullptr,
+                                       true, v1::CPU, /*record_reads=*/true);
+  const LocalSgdRun apart = RunLocalSgd(*data, /*apart=*/true);
+  auto expect_threads = [&](const char* what, const LocalSgdRun& run,
+                            const std::vector<std::thread::id>& threads) {
+    ASSERT_EQ(threads.size(), static_cast<size_t>(10 * partitions)) << what;
+    for (size_t i = 0; i < threads.size(); ++i) {
+      const size_t step = i / partitions;
+      if (round_end(step)) {
+        EXPECT_NE(threads[i], run.runner) << what << ", step " << step << " (a round's end)";
+      } else {
+        EXPECT_EQ(threads[i], run.runner) << what << ", step " << step;
+      }
+    }
+  };
+  expect_threads("gradient reads on the host", host, host.gradient_readers);
+  expect_threads("inner steps on the replica", apart, apart.inner_update_threads);
+  // The host path reads each gradient in place inside a round (StageGradients) and
+  // copies it at a round's end: the same bits as the replica's own inner step (the
+  // test above).
+  const int64_t n = static_cast<int64_t>(host.parameters.size());
+  ASSERT_EQ(apart.parameters.size(), host.parameters.size());
+  EXPECT_EQ(std::memcmp(host.parameters.data(), apart.parameters.data(), n * sizeof(float)), 0);
 }
 
 TEST(LocalSgdOnTheReplicaTest, InnerStepsStayOnTheReplicaAndGiveTheHostPathsBits) {
