@@ -620,6 +620,7 @@ class ApartReplica : public engine::Replica {
   bool AppliesInnerUpdate() const override { return true; }
   absl::Status InnerUpdate(const UpdateCoefficients& c, int slots, int64_t offset, int64_t length,
                            float divisor) override {
+    if (inner_updates == fail_at_update) return absl::InternalError("the device fell off the bus");
     if (state_.empty()) state_.assign(static_cast<size_t>(slots) * params_.size(), 0.0f);
     const float* gradients = inner_.host_gradients();
     float* state = state_.data() + offset * slots;
@@ -643,6 +644,7 @@ class ApartReplica : public engine::Replica {
   int64_t staged_into_given = 0;
   int inner_updates = 0;
   std::vector<std::thread::id> inner_update_threads;  // Of each InnerUpdate call.
+  int fail_at_update = -1;  // The InnerUpdate call (from 0) that fails, if any.
 
  private:
   float* given_ = nullptr;
@@ -690,10 +692,9 @@ struct LocalSgdRun {
   std::vector<std::thread::id> gradient_readers;
 };
 
-LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
-                        v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false,
-                        ps::testing::InProcessShard* real = nullptr, bool shared_memory = true,
-                        v1::DeviceKind kind = v1::CPU, bool record_reads = false) {
+// The assignment of a job of 10 steps (LOCAL_SGD: rounds of 4) to one node of one
+// process with one replica on a device of `kind`.
+v1::Assignment OneNodeOfOneReplica(v1::TrainingMode mode, v1::DeviceKind kind) {
   v1::JobSpec spec = Spec();
   spec.set_mode(mode);
   if (mode == v1::LOCAL_SGD) spec.set_sync_every(4);
@@ -712,6 +713,14 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
   a.set_replicas(1);
   a.set_total_replicas(1);
   a.set_node_replicas(1);
+  return a;
+}
+
+LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
+                        v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false,
+                        ps::testing::InProcessShard* real = nullptr, bool shared_memory = true,
+                        v1::DeviceKind kind = v1::CPU, bool record_reads = false) {
+  v1::Assignment a = OneNodeOfOneReplica(mode, kind);
   ps::ParameterShard shard(ps::ShardOptions{}, nullptr);
   SessionOptions options;
   options.update_timeout = kHang;
@@ -768,6 +777,49 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
     run.inner_update_threads = run.apart->inner_update_threads;
   }
   return run;
+}
+
+// An inner step that fails inside a round (the replica's device gone) fails its step, and
+// sticks: the next step, FinishUpdate and Evaluate report it too, and nothing is pushed.
+TEST(LocalSgdOnTheReplicaTest, AFailedInnerStepInsideARoundFailsItsStepAndSticks) {
+  const v1::JobSpec spec = Spec();
+  absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec.dataset(), spec.seed());
+  ASSERT_TRUE(data.ok()) << data.status();
+  const v1::Assignment a = OneNodeOfOneReplica(v1::LOCAL_SGD, v1::GPU);
+  const int partitions =
+      MakePartitionPlan(engine::BuildModel(spec.model())->Layout(), spec.partition_bytes(), 1,
+                        spec.partition_cut())
+          ->partitions_size();
+  ps::ParameterShard shard(ps::ShardOptions{}, nullptr);
+  SessionOptions options;
+  options.update_timeout = kHang;
+  options.ps_connection = [&shard](const PsIdentity& identity, const v1::PartitionPlan& plan) {
+    return std::make_unique<InMemoryPsConnection>(std::vector<ps::ParameterShard*>{&shard},
+                                                  identity, plan, v1::LOCAL_SGD, v1::FLOAT32);
+  };
+  options.make_replica = [partitions](const engine::ModelDef& model, const v1::Device&,
+                                      float* host)
+      -> absl::StatusOr<std::unique_ptr<engine::Replica>> {
+    auto replica = std::make_unique<ApartReplica>(model, host);
+    replica->fail_at_update = partitions + 1;  // Step 1's second partition.
+    return replica;
+  };
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(a, *data, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Prepare().ok());
+  ASSERT_TRUE((*session)->RunStep(0).ok());
+  const uint64_t pushed = (*session)->bytes_pushed();
+  absl::StatusOr<StepStats> step1 = (*session)->RunStep(1);
+  ASSERT_FALSE(step1.ok());
+  EXPECT_EQ(step1.status().code(), absl::StatusCode::kInternal) << step1.status();
+  EXPECT_THAT(step1.status().message(), HasSubstr("fell off the bus"));
+  EXPECT_EQ((*session)->FinishUpdate().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ((*session)->Evaluate().status().code(), absl::StatusCode::kInternal);
+  // Steps 2 and 3 (the round's end, which would push) fail before they compute.
+  EXPECT_EQ((*session)->RunStep(2).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ((*session)->RunStep(3).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ((*session)->bytes_pushed(), pushed);
 }
 
 // Inside a LOCAL_SGD round (rounds of 4: they end after steps 3, 7 and 9) a node of one
