@@ -855,8 +855,8 @@ TEST(LocalSgdOnTheReplicaTest, InsideARoundRunStepsOwnThreadTakesTheInnerStep) {
   expect_threads("gradient reads on the host", host, host.gradient_readers);
   expect_threads("inner steps on the replica", apart, apart.inner_update_threads);
   // The host path reads each gradient in place inside a round (StageGradients) and
-  // copies it at a round's end: the same bits as the replica's own inner step (the
-  // test above).
+  // copies it at a round's end: the same bits as the replica's own inner step (as in
+  // InnerStepsStayOnTheReplicaAndGiveTheHostPathsBits).
   const int64_t n = static_cast<int64_t>(host.parameters.size());
   ASSERT_EQ(apart.parameters.size(), host.parameters.size());
   EXPECT_EQ(std::memcmp(host.parameters.data(), apart.parameters.data(), n * sizeof(float)), 0);
