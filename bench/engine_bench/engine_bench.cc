@@ -1,6 +1,7 @@
 // engine_bench: samples/s of forward+backward for each registered model at batch 64
 // and 256 on one replica, and the MLP's achieved GFLOP/s against an Eigen sgemm
-// (1024 x 1024 x 1024 on every thread at once) timed in the same run. The last line
+// (1024 x 1024 x 1024 on every thread at once) timed in the same run, after the
+// batch gather against a plain copy and a contiguous memcpy. The last line
 // is one JSON object with every number. With --torch_python (default /usr/bin/python3)
 // PyTorch runs the same models on the same device and thread count afterwards
 // (torch_engine.py), and each row gets its ratio to PyTorch; without torch the rows say so.
@@ -12,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -33,6 +36,7 @@
 #include "proto/job.pb.h"
 #include "worker/engine/counter_rng.h"
 #include "worker/engine/cpu_executor.h"
+#include "worker/engine/dataset.h"
 #include "worker/engine/model_registry.h"
 #include "worker/engine/replica_factory.h"
 
@@ -140,6 +144,62 @@ double FlopsPerSample(const ModelDef& model) {
   return 2 * forward + 2 * forward + 2 * (forward - first);
 }
 
+// The batch gather every training step runs (Dataset::Gather): 64 samples at random
+// places of a Fashion-MNIST-sized dataset (60,000 x 784 floats and their labels), against
+// the plain row-by-row copy of the same samples (what Gather did before it prefetched
+// the next row) and a memcpy of as many bytes from one contiguous place (the floor).
+// The three are timed in turns, twice, over the same random batches; best of each.
+struct GatherFigures {
+  double gather_us = 0;
+  double plain_us = 0;
+  double memcpy_us = 0;
+};
+
+GatherFigures MeasureGather(double min_seconds) {
+  const Dataset data = MakeSynthetic(1, 0, 60000, 784, 10);
+  const int64_t width = data.feature_size();
+  const int64_t samples = data.size();
+  constexpr int kBatch = 64;
+  constexpr int kBatches = 4096;
+  std::mt19937_64 random(7);
+  std::uniform_int_distribution<uint64_t> pick(0, static_cast<uint64_t>(samples) - 1);
+  std::vector<uint64_t> ids(static_cast<size_t>(kBatch) * kBatches);
+  for (uint64_t& id : ids) id = pick(random);
+  int next = 0;
+  auto batch = [&]() { return ids.data() + static_cast<size_t>(next++ % kBatches) * kBatch; };
+  BatchBuffer ours;
+  std::vector<float> features(static_cast<size_t>(kBatch * width));
+  std::vector<int32_t> labels(kBatch);
+  int64_t block = 0;
+  GatherFigures best{1e300, 1e300, 1e300};
+  for (int round = 0; round < 2; ++round) {
+    const double gather = TimePerCall([&] { data.Gather(batch(), kBatch, ours); }, min_seconds);
+    const double plain = TimePerCall(
+        [&] {
+          const uint64_t* chosen = batch();
+          for (int i = 0; i < kBatch; ++i) {
+            const float* row = data.features.data() + chosen[i] * width;
+            std::copy(row, row + width, features.data() + i * width);
+            labels[i] = data.labels[chosen[i]];
+          }
+        },
+        min_seconds);
+    // Consecutive blocks through the whole dataset, so that the bytes come from memory
+    // as the gathers' do, not from a cache that holds one block.
+    const double contiguous = TimePerCall(
+        [&] {
+          const int64_t first = (block++ * kBatch) % (samples - kBatch);
+          std::memcpy(features.data(), data.features.data() + first * width,
+                      features.size() * sizeof(float));
+        },
+        min_seconds);
+    best.gather_us = std::min(best.gather_us, gather * 1e6);
+    best.plain_us = std::min(best.plain_us, plain * 1e6);
+    best.memcpy_us = std::min(best.memcpy_us, contiguous * 1e6);
+  }
+  return best;
+}
+
 struct Result {
   std::string model;
   int batch;
@@ -226,6 +286,15 @@ int Run(const char* argv0) {
     std::printf("sgemm (OpenBLAS): libopenblas.so.0 not found\n");
   }
 
+  const GatherFigures gather = MeasureGather(min_seconds);
+  const double batch_mb = 64 * 784 * sizeof(float) / 1e6;
+  std::printf(
+      "batch gather (64 random samples of 60000 x 784 floats, one thread): %.1f us (%.1f GB/s); "
+      "plain row-by-row copy %.1f us (gather %.2f of its time); contiguous memcpy %.1f us "
+      "(gather %.2fx it)\n",
+      gather.gather_us, batch_mb / gather.gather_us * 1e3, gather.plain_us,
+      gather.gather_us / gather.plain_us, gather.memcpy_us, gather.gather_us / gather.memcpy_us);
+
   std::vector<Result> results;
   for (const std::string name : {"logreg", "mlp", "cnn"}) {
     absl::StatusOr<ModelDef> model = BuildModel(Spec(name));
@@ -253,7 +322,10 @@ int Run(const char* argv0) {
   std::vector<std::string> fields = {absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
                                      absl::StrFormat("\"threads\":%d", threads),
                                      absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm),
-                                     absl::StrFormat("\"openblas_sgemm_gflops\":%.2f", openblas)};
+                                     absl::StrFormat("\"openblas_sgemm_gflops\":%.2f", openblas),
+                                     absl::StrFormat("\"gather_us\":%.2f", gather.gather_us),
+                                     absl::StrFormat("\"plain_gather_us\":%.2f", gather.plain_us),
+                                     absl::StrFormat("\"contiguous_memcpy_us\":%.2f", gather.memcpy_us)};
   const std::string python = absl::GetFlag(FLAGS_torch_python);
   if (!python.empty()) {
     absl::StatusOr<TorchFigures> torch = MeasureTorch(argv0, python, gpu, threads, min_seconds);

@@ -146,37 +146,66 @@ std::string Dataset::KindText() const {
                       absl::StrJoin(SampleDims(), ", "), "] and ", targets);
 }
 
-void Dataset::Gather(const uint64_t* ids, int64_t count, float* features_out,
-                     int32_t* labels_out) const {
-  const int64_t width = feature_size();
-  for (int64_t i = 0; i < count; ++i) {
-    const float* src = features.data() + ids[i] * width;
-    std::copy(src, src + width, features_out + i * width);
-    labels_out[i] = labels[ids[i]];
+namespace {
+
+// Asks for the first bytes of the next row to be fetched while the current one is
+// copied: the rows of a batch lie at random places of a dataset far larger than the
+// caches, so each row's first access otherwise waits for memory (and its page's
+// translation) before the hardware prefetcher takes over. Measured by engine_bench
+// ("batch gather"): about a third less time per batch than the plain row-by-row copy.
+constexpr size_t kPrefetchRowBytes = 4096;
+
+template <typename T>
+void PrefetchRow(const T* row, int64_t width) {
+  const size_t bytes = std::min(kPrefetchRowBytes, static_cast<size_t>(width) * sizeof(T));
+  const char* p = reinterpret_cast<const char*>(row);
+  for (size_t line = 0; line < bytes; line += 64) {
+#if defined(__x86_64__)
+    // GCC 12 deletes a loop of nothing but __builtin_prefetch when its count is not a
+    // constant (no side effects): the instruction itself cannot be deleted.
+    asm volatile("prefetcht0 %0" : : "m"(p[line]));
+#else
+    __builtin_prefetch(p + line, 0, 3);
+#endif
   }
 }
 
-namespace {
+// Rows ids[0, count) of `from` (`width` elements each) into to[0, count * width).
+template <typename T>
+void GatherRowsInto(const T* from, int64_t width, const uint64_t* ids, int64_t count, T* to) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (i + 1 < count) PrefetchRow(from + ids[i + 1] * width, width);
+    const T* src = from + ids[i] * width;
+    std::copy(src, src + width, to + i * width);
+  }
+}
 
+// The same into `to`, sized to fit (kept, not cleared, when it already is: the batch
+// buffer's size stays the same from step to step, and every element is written).
 template <typename T>
 void GatherRows(const std::vector<T>& from, int64_t width, const uint64_t* ids, int64_t count,
                 std::vector<T>& to) {
   to.resize(static_cast<size_t>(count * width));
-  for (int64_t i = 0; i < count; ++i) {
-    const T* src = from.data() + ids[i] * width;
-    std::copy(src, src + width, to.data() + i * width);
-  }
+  GatherRowsInto(from.data(), width, ids, count, to.data());
 }
 
 }  // namespace
 
+void Dataset::Gather(const uint64_t* ids, int64_t count, float* features_out,
+                     int32_t* labels_out) const {
+  GatherRowsInto(features.data(), feature_size(), ids, count, features_out);
+  for (int64_t i = 0; i < count; ++i) labels_out[i] = labels[ids[i]];
+}
+
 void Dataset::Gather(const uint64_t* ids, int64_t count, BatchBuffer& out) const {
   out.ids.assign(ids, ids + count);
-  out.features.clear();
-  out.int_features.clear();
-  out.labels.clear();
-  out.int_targets.clear();
-  out.float_targets.clear();
+  // Only the kinds this dataset has are set; the others stay empty.
+  const bool has_tokens = tokens != nullptr;
+  if (has_tokens || feature_type != FeatureType::kFloat32) out.features.clear();
+  if (!has_tokens && feature_type != FeatureType::kInt64) out.int_features.clear();
+  if (has_tokens || target_kind != TargetKind::kClassId) out.labels.clear();
+  if (!has_tokens && target_kind != TargetKind::kInt64) out.int_targets.clear();
+  if (has_tokens || target_kind != TargetKind::kFloat32) out.float_targets.clear();
   if (tokens != nullptr) {
     // x = window[0, T), y = window[1, T + 1): one copy of T + 1 tokens per sample.
     out.int_features.resize(static_cast<size_t>(count * seq_len));

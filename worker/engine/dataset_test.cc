@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -241,6 +242,32 @@ TEST(DatasetTest, GatherCopiesSamplesInOrder) {
   EXPECT_EQ(features[5], data.features[8]);
   EXPECT_EQ(labels[0], data.labels[7]);
   EXPECT_EQ(labels[1], data.labels[2]);
+}
+
+// A batch buffer is reused from step to step: a gather into it leaves exactly the new
+// batch (its size, every row and label), whatever the buffer held.
+TEST(DatasetTest, GatherIntoAUsedBufferLeavesExactlyTheNewBatch) {
+  const Dataset data = MakeSynthetic(1, 0, 50, 300, 3);
+  const int64_t width = data.feature_size();
+  BatchBuffer buffer;
+  const std::vector<uint64_t> first = {7, 2, 41};
+  data.Gather(first.data(), 3, buffer);
+  for (const std::vector<uint64_t>& ids :
+       {std::vector<uint64_t>{49, 0}, std::vector<uint64_t>{3, 3, 17, 8}}) {
+    data.Gather(ids.data(), static_cast<int64_t>(ids.size()), buffer);
+    ASSERT_EQ(buffer.features.size(), ids.size() * width);
+    ASSERT_EQ(buffer.labels.size(), ids.size());
+    EXPECT_EQ(buffer.ids, ids);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_TRUE(std::equal(buffer.features.begin() + i * width,
+                             buffer.features.begin() + (i + 1) * width,
+                             data.features.begin() + ids[i] * width))
+          << "row " << i << " (sample " << ids[i] << ")";
+      EXPECT_EQ(buffer.labels[i], data.labels[ids[i]]);
+    }
+    EXPECT_TRUE(buffer.int_features.empty());
+    EXPECT_TRUE(buffer.float_targets.empty());
+  }
 }
 
 }  // namespace
