@@ -424,9 +424,26 @@ bool TrainingSession::InnerStepHere(uint64_t step) const {
 
 absl::Status TrainingSession::InnerStep(uint64_t step, double* reduce_seconds) {
   BeginStepUpdate(step);
-  for (const v1::Partition& partition : plan_.partitions()) {
+  int first = 0;  // The first partition the loop below steps.
+  if (inner_on_replica_ && optimizer_->state_slots() <= 1) {
+    // One call (a GPU: one kernel) over the leading run of contiguous parameter
+    // partitions: with at most one state slot per element, a range's state lies at its
+    // offset whatever the partitions, as in the per-partition calls (a round's end).
+    int64_t end = plan_.partitions_size() > 0 ? plan_.partitions(0).offset() : 0;
+    const int64_t start = end;
+    while (first < plan_.partitions_size() && !plan_.partitions(first).buffers() &&
+           plan_.partitions(first).offset() == end) {
+      end += plan_.partitions(first).length();
+      ++first;
+    }
+    if (absl::Status s = ReplicaInnerUpdate(start, end - start); !s.ok()) return s;
+  }
+  for (int id = first; id < plan_.partitions_size(); ++id) {
+    const v1::Partition& partition = plan_.partitions(id);
     if (inner_on_replica_ && !partition.buffers()) {
-      if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
+      if (absl::Status s = ReplicaInnerUpdate(partition.offset(), partition.length()); !s.ok()) {
+        return s;
+      }
       continue;
     }
     // The replica's own gradient buffer where it has one (a native CPU replica), else
@@ -562,15 +579,17 @@ absl::Status TrainingSession::RoundEndValues(const v1::Partition& partition, con
     InnerUpdate(partition, grad, local);
     return absl::OkStatus();
   }
-  if (absl::Status s = ReplicaInnerUpdate(partition); !s.ok()) return s;
+  if (absl::Status s = ReplicaInnerUpdate(partition.offset(), partition.length()); !s.ok()) {
+    return s;
+  }
   return replicas_->replica(0).CopyParameters(partition.offset(), partition.length(), local);
 }
 
-absl::Status TrainingSession::ReplicaInnerUpdate(const v1::Partition& partition) {
+absl::Status TrainingSession::ReplicaInnerUpdate(int64_t offset, int64_t length) {
   if (update_.node_samples == 0) return absl::OkStatus();  // No samples: nothing to apply.
-  return replicas_->replica(0).InnerUpdate(
-      optimizer_->Coefficients(update_.step), optimizer_->state_slots(), partition.offset(),
-      partition.length(), static_cast<float>(update_.node_samples));
+  return replicas_->replica(0).InnerUpdate(optimizer_->Coefficients(update_.step),
+                                           optimizer_->state_slots(), offset, length,
+                                           static_cast<float>(update_.node_samples));
 }
 
 void TrainingSession::InnerUpdate(const v1::Partition& partition, const float* grad, float* out) {
@@ -619,7 +638,7 @@ absl::Status TrainingSession::ApplyPartition(const v1::Partition& partition, dou
     }
   } else if (inner_on_replica_ && !partition.buffers()) {
     // LOCAL_SGD inside a round, on the replica: nothing to copy or broadcast.
-    return ReplicaInnerUpdate(partition);
+    return ReplicaInnerUpdate(partition.offset(), partition.length());
   } else if (leader()) {
     // LOCAL_SGD inside a round: the node's own step.
     InnerUpdate(partition, node_grad_.data() + partition.offset(), params);

@@ -212,7 +212,8 @@ class TrainingSession {
   bool InnerStepHere(uint64_t step) const;
   // The inner step of InnerStepHere: every partition, from the replica's own gradient
   // where it keeps one on the host (else a copy into node_grad_, timed into
-  // `reduce_seconds`), or on the replica (inner_on_replica_).
+  // `reduce_seconds`), or on the replica (inner_on_replica_: with at most one optimizer
+  // state slot per element, one call over all the parameter partitions).
   absl::Status InnerStep(uint64_t step, double* reduce_seconds);
   // RunStep's end for InnerStepHere: the previous update's wait and errors, the
   // compute split, then InnerStep.
@@ -229,8 +230,9 @@ class TrainingSession {
   // the node's gradient `grad` (the partition's, from its first element), from the
   // parameters into `out` (which may be the parameters themselves).
   void InnerUpdate(const v1::Partition& partition, const float* grad, float* out);
-  // The same on the replica (inner_on_replica_): its parameters, its gradient.
-  absl::Status ReplicaInnerUpdate(const v1::Partition& partition);
+  // The same on the replica (inner_on_replica_) for parameters [offset, offset +
+  // length): its parameters, its gradient.
+  absl::Status ReplicaInnerUpdate(int64_t offset, int64_t length);
   // LOCAL_SGD, leader, a round's end: the node's values of a parameter partition after
   // this step's inner update, into `local` (from the replica when it keeps them).
   absl::Status RoundEndValues(const v1::Partition& partition, const float* grad, float* local);
