@@ -319,13 +319,14 @@ int Run(const char* argv0) {
     }
   }
 
-  std::vector<std::string> fields = {absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
-                                     absl::StrFormat("\"threads\":%d", threads),
-                                     absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm),
-                                     absl::StrFormat("\"openblas_sgemm_gflops\":%.2f", openblas),
-                                     absl::StrFormat("\"gather_us\":%.2f", gather.gather_us),
-                                     absl::StrFormat("\"plain_gather_us\":%.2f", gather.plain_us),
-                                     absl::StrFormat("\"contiguous_memcpy_us\":%.2f", gather.memcpy_us)};
+  std::vector<std::string> fields = {
+      absl::StrFormat("\"device\":\"%s\"", gpu ? "gpu" : "cpu"),
+      absl::StrFormat("\"threads\":%d", threads),
+      absl::StrFormat("\"sgemm_gflops\":%.2f", sgemm),
+      absl::StrFormat("\"openblas_sgemm_gflops\":%.2f", openblas),
+      absl::StrFormat("\"gather_us\":%.2f", gather.gather_us),
+      absl::StrFormat("\"plain_gather_us\":%.2f", gather.plain_us),
+      absl::StrFormat("\"contiguous_memcpy_us\":%.2f", gather.memcpy_us)};
   const std::string python = absl::GetFlag(FLAGS_torch_python);
   if (!python.empty()) {
     absl::StatusOr<TorchFigures> torch = MeasureTorch(argv0, python, gpu, threads, min_seconds);
