@@ -446,8 +446,8 @@ absl::Status TrainingSession::InnerStep(uint64_t step, double* reduce_seconds) {
       }
       continue;
     }
-    // The replica's own gradient buffer where it has one (a native CPU replica), else
-    // a copy (a TorchScript replica); it stays put until the next backward.
+    // The replica's own gradient buffer where it has one on the host (a CPU replica,
+    // native or TorchScript), else a copy; it stays put until the next backward.
     const absl::Time start = absl::Now();
     absl::StatusOr<const float*> grad =
         reducer_->ReduceInPlace(partition.offset(), partition.length());
