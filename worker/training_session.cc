@@ -436,7 +436,9 @@ absl::Status TrainingSession::InnerStep(uint64_t step, double* reduce_seconds) {
       end += plan_.partitions(first).length();
       ++first;
     }
-    if (absl::Status s = ReplicaInnerUpdate(start, end - start); !s.ok()) return s;
+    if (first > 0) {
+      if (absl::Status s = ReplicaInnerUpdate(start, end - start); !s.ok()) return s;
+    }
   }
   for (int id = first; id < plan_.partitions_size(); ++id) {
     const v1::Partition& partition = plan_.partitions(id);
@@ -449,17 +451,8 @@ absl::Status TrainingSession::InnerStep(uint64_t step, double* reduce_seconds) {
     // The replica's own gradient buffer where it has one on the host (a CPU replica,
     // native or TorchScript), else a copy; it stays put until the next backward.
     const absl::Time start = absl::Now();
-    absl::StatusOr<const float*> grad =
-        reducer_->ReduceInPlace(partition.offset(), partition.length());
+    absl::StatusOr<const float*> grad = NodeGradient(partition, /*in_place=*/true);
     if (!grad.ok()) return grad.status();
-    if (*grad == nullptr) {
-      float* copy = node_grad_.data() + partition.offset();
-      if (absl::Status s = reducer_->ReduceGradients(partition.offset(), partition.length(), copy);
-          !s.ok()) {
-        return s;
-      }
-      grad = copy;
-    }
     *reduce_seconds += SecondsSince(start);
     float* params = params_.data() + partition.offset();
     InnerUpdate(partition, *grad, params);
@@ -472,6 +465,21 @@ absl::Status TrainingSession::InnerStep(uint64_t step, double* reduce_seconds) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<const float*> TrainingSession::NodeGradient(const v1::Partition& partition,
+                                                          bool in_place) {
+  if (in_place) {
+    absl::StatusOr<const float*> where =
+        reducer_->ReduceInPlace(partition.offset(), partition.length());
+    if (!where.ok() || *where != nullptr) return where;
+  }
+  float* sum = node_grad_.data() + partition.offset();
+  if (absl::Status s = reducer_->ReduceGradients(partition.offset(), partition.length(), sum);
+      !s.ok()) {
+    return s;
+  }
+  return sum;
+}
+
 absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   BeginStepUpdate(step);
   const uint32_t round_steps = static_cast<uint32_t>(step + 1 - round_start_);
@@ -479,7 +487,6 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   // of the node group (collectives must match).
   for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
     const v1::Partition& partition = plan_.partitions(id);
-    const float* in_place = nullptr;
     {
       absl::MutexLock lock(&mu_);
       auto final_here = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -494,6 +501,7 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
     }
     float* grad = node_grad_.data() + partition.offset();
+    const float* sum = grad;  // What a push sends: the node's sum, wherever it lies.
     // LOCAL_SGD with the inner step on the replica: the gradient stays there, and only
     // a round's end brings the node's values to the host (below).
     const bool on_replica = inner_on_replica_ && !partition.buffers();
@@ -506,24 +514,14 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       // replica writes it again only for the next backward (a GPU replica: the next
       // step's download, after this step's update), which starts after the next forward
       // read every parameter, so after every partition's update passed the gate.
-      absl::Status reduced;
-      if (!local_sgd_ && updates_into_parameters_) {
-        absl::StatusOr<const float*> staged =
-            reducer_->ReduceInPlace(partition.offset(), partition.length());
-        if (staged.ok()) {
-          in_place = *staged;
-        } else {
-          reduced = staged.status();
-        }
-      }
-      if (reduced.ok() && in_place == nullptr) {
-        reduced = reducer_->ReduceGradients(partition.offset(), partition.length(), grad);
-      }
+      absl::StatusOr<const float*> reduced =
+          NodeGradient(partition, /*in_place=*/!local_sgd_ && updates_into_parameters_);
       {
         absl::MutexLock lock(&mu_);
         reduce_seconds_ += SecondsSince(start);
       }
-      if (!reduced.ok()) return reduced;
+      if (!reduced.ok()) return reduced.status();
+      sum = *reduced;
     }
     if (!leader() || !update_.sync) continue;
     if (!local_sgd_) {
@@ -535,7 +533,7 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
         ps_->ExpectUpdateInto(partition.id(), step, params_.data() + partition.offset());
       }
       const absl::Time push_start = absl::Now();
-      absl::Status pushed = ps_->Push(step, partition.id(), in_place != nullptr ? in_place : grad,
+      absl::Status pushed = ps_->Push(step, partition.id(), sum,
                                       update_.node_samples, /*steps=*/1);
       CountPush(push_start);
       if (!pushed.ok()) return pushed;
@@ -757,18 +755,9 @@ absl::StatusOr<StepStats> TrainingSession::RunStep(uint64_t step) {
     mu_.Await(absl::Condition(&comm_done_));
     communicated = comm_status_;
     updated = gate_.status();
-    stats.reduce_seconds = reduce_seconds_;
-    stats.push_seconds = push_seconds_;
-    stats.push_wait_seconds = update_wait_seconds_;
-    for (double waited : parameters_wait_seconds_) {
-      stats.parameters_wait_seconds = std::max(stats.parameters_wait_seconds, waited);
-    }
-    SplitComputeLocked(start_of_replica, stats);
+    TakeStepTimesLocked(start_of_replica, stats);
   }
-  // Summed: the communication thread copies replica after replica.
-  for (int i = 0; i < replicas_->size(); ++i) {
-    stats.copy_seconds += replicas_->replica(i).TakeCopySeconds();
-  }
+  TakeCopySeconds(stats);
   // The previous step's update is the root cause when it failed: this step ran on
   // parameters that never arrived, and pushed nothing.
   if (!updated.ok()) return updated;
@@ -805,14 +794,10 @@ absl::StatusOr<StepStats> TrainingSession::FinishInnerStep(
   absl::Status updated = gate_.WaitDone();
   {
     absl::MutexLock lock(&mu_);
-    stats.push_wait_seconds = update_wait_seconds_;
-    update_wait_seconds_ = 0;
-    for (double waited : parameters_wait_seconds_) {
-      stats.parameters_wait_seconds = std::max(stats.parameters_wait_seconds, waited);
-    }
-    SplitComputeLocked(start_of_replica, stats);
+    TakeStepTimesLocked(start_of_replica, stats);
+    update_wait_seconds_ = 0;  // Counted: no update of this step will add to it.
   }
-  stats.copy_seconds = replicas_->replica(0).TakeCopySeconds();
+  TakeCopySeconds(stats);
   if (!updated.ok()) return updated;
   if (!computed.ok()) return computed;
   if (absl::Status inner = InnerStep(step, &stats.reduce_seconds); !inner.ok()) {
@@ -824,6 +809,24 @@ absl::StatusOr<StepStats> TrainingSession::FinishInnerStep(
   }
   stats.step_seconds = SecondsSince(start);
   return stats;
+}
+
+void TrainingSession::TakeStepTimesLocked(const std::vector<absl::Time>& started,
+                                          StepStats& stats) {
+  stats.reduce_seconds += reduce_seconds_;
+  stats.push_seconds = push_seconds_;
+  stats.push_wait_seconds = update_wait_seconds_;
+  for (double waited : parameters_wait_seconds_) {
+    stats.parameters_wait_seconds = std::max(stats.parameters_wait_seconds, waited);
+  }
+  SplitComputeLocked(started, stats);
+}
+
+void TrainingSession::TakeCopySeconds(StepStats& stats) {
+  // Summed: the communication thread copies replica after replica.
+  for (int i = 0; i < replicas_->size(); ++i) {
+    stats.copy_seconds += replicas_->replica(i).TakeCopySeconds();
+  }
 }
 
 void TrainingSession::SplitComputeLocked(const std::vector<absl::Time>& started,

@@ -201,6 +201,10 @@ class TrainingSession {
   // finishes them, then applies the step's update from first to last.
   void CommLoop();
   absl::Status ReduceAndPush(uint64_t step);
+  // The node's gradient sum of the partition: where it already lies when `in_place`
+  // and the reducer can say where (IntraNodeReducer::ReduceInPlace), else summed into
+  // node_grad_ (ReduceGradients).
+  absl::StatusOr<const float*> NodeGradient(const v1::Partition& partition, bool in_place);
   // What the step's update is over and whether it ends a round (update_), and the
   // round's samples so far.
   void BeginStepUpdate(uint64_t step);
@@ -238,6 +242,12 @@ class TrainingSession {
   absl::Status RoundEndValues(const v1::Partition& partition, const float* grad, float* local);
   // Time spent in one Push, into push_seconds_.
   void CountPush(absl::Time start);
+  // A step's times that the communication thread and the replicas kept (reduction
+  // added to what `stats` holds, pushes, the update's wait, the forward's wait for
+  // parameters, the forward/backward split), and the replicas' copy seconds.
+  void TakeStepTimesLocked(const std::vector<absl::Time>& started, StepStats& stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeCopySeconds(StepStats& stats);
   // The step's forward and backward seconds, from the slowest replica's start
   // (`started`), first gradient and parameter waits.
   void SplitComputeLocked(const std::vector<absl::Time>& started, StepStats& stats)
