@@ -33,11 +33,13 @@ ABSL_FLAG(uint32_t, replicas, 0,
 ABSL_FLAG(std::string, job_devices, "auto", "Where replicas run: auto, cpu or gpu. Default: auto.");
 ABSL_FLAG(int64_t, partition_bytes, tributary::kDefaultPartitionBytes,
           "Largest partition in bytes. Default: 4194304 (4 MiB).");
-ABSL_FLAG(std::string, partition_cut, "even",
+ABSL_FLAG(std::string, partition_cut, "auto",
           "How the parameters are cut into partitions: even (nearly equal partitions, the "
-          "fewest messages) or layers (following the layers and the engine's row pieces, "
+          "fewest messages), layers (following the layers and the engine's row pieces, "
           "so pushes start during backward and the next forward on the first updates "
-          "back). Default: even.");
+          "back) or auto (the coordinator chooses when the job starts: layers for SYNC "
+          "with every replica on a GPU, else even; a resumed job keeps its earlier "
+          "job's cut). Default: auto.");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "Gradient dtype on the wire: float32, float16 or bfloat16. Default: float32.");
 
@@ -117,7 +119,7 @@ absl::Status ApplyModeFlags(const FlagUse& use, v1::JobSpec& spec) {
   if (use("partition_cut")) {
     absl::StatusOr<v1::PartitionCut> cut = ParseChoice<v1::PartitionCut>(
         "partition_cut", absl::GetFlag(FLAGS_partition_cut),
-        {{"even", v1::CUT_EVEN}, {"layers", v1::CUT_LAYERS}});
+        {{"auto", v1::CUT_AUTO}, {"even", v1::CUT_EVEN}, {"layers", v1::CUT_LAYERS}});
     if (!cut.ok()) return cut.status();
     spec.set_partition_cut(*cut);
   }

@@ -84,8 +84,13 @@ TEST_F(JobFlagsTest, DefaultsAreTheMainJob) {
   EXPECT_EQ(spec->optimizer().schedule().kind(), v1::COSINE);
 }
 
-TEST_F(JobFlagsTest, ThePartitionCutIsEvenUnlessLayersAreAskedFor) {
+TEST_F(JobFlagsTest, ThePartitionCutIsAutomaticUnlessACutIsAskedFor) {
   absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->partition_cut(), v1::CUT_AUTO);
+  absl::SetFlag(&FLAGS_partition_cut, "even");
+  Given({"partition_cut"});
+  spec = JobSpecFromFlags();
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->partition_cut(), v1::CUT_EVEN);
   absl::SetFlag(&FLAGS_partition_cut, "layers");

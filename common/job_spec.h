@@ -117,6 +117,17 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, uint32_t replicas_sharing
 // (the job's own then runs on every node).
 const v1::OptimizerSpec& PsOptimizerSpec(const v1::JobSpec& spec);
 
+// The cut the coordinator gives a CUT_AUTO job when its first generation forms and no
+// shard holds its state yet: CUT_LAYERS for SYNC when every replica runs on a GPU
+// (`all_replicas_on_gpus`), CUT_EVEN otherwise. A job with CUT_EVEN or CUT_LAYERS keeps
+// it.
+v1::PartitionCut ResolvedPartitionCut(const v1::JobSpec& spec, bool all_replicas_on_gpus);
+
+// The cut a stored spec's plan was made with (a shard's job, a checkpoint's): CUT_LAYERS
+// when it says so, else CUT_EVEN (a spec stored before cuts existed has none, which
+// WithDefaults reads as CUT_AUTO; a resolved job never stores CUT_AUTO).
+v1::PartitionCut StoredPartitionCut(const v1::JobSpec& stored);
+
 // LOCAL_SGD synchronizations: whether the nodes synchronize after `step` (its
 // successor is a multiple of sync_every, or it is the job's last step). Every step
 // is a round of its own in the other modes.

@@ -31,9 +31,38 @@ TEST(JobSpecTest, AnEmptySpecGetsTheDocumentedDefaults) {
   EXPECT_EQ(spec.devices(), v1::AUTO);
   EXPECT_EQ(spec.partition_bytes(), kDefaultPartitionBytes);
   EXPECT_EQ(spec.wire_dtype(), v1::FLOAT32);
-  EXPECT_EQ(spec.partition_cut(), v1::CUT_EVEN);
+  EXPECT_EQ(spec.partition_cut(), v1::CUT_AUTO);
   EXPECT_EQ(spec.seed(), 1u);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(JobSpecTest, AnAutomaticCutIsTheLayerCutOnlyForSyncWithEveryReplicaOnAGpu) {
+  v1::JobSpec spec = WithDefaults(v1::JobSpec());
+  ASSERT_EQ(spec.partition_cut(), v1::CUT_AUTO);
+  EXPECT_EQ(ResolvedPartitionCut(spec, true), v1::CUT_LAYERS);
+  EXPECT_EQ(ResolvedPartitionCut(spec, false), v1::CUT_EVEN);
+  for (v1::TrainingMode mode : {v1::ASYNC, v1::BOUNDED_STALENESS, v1::LOCAL_SGD}) {
+    spec.set_mode(mode);
+    EXPECT_EQ(ResolvedPartitionCut(spec, true), v1::CUT_EVEN) << v1::TrainingMode_Name(mode);
+  }
+  // A cut that was asked for is kept, wherever the replicas run.
+  spec.set_mode(v1::SYNC);
+  spec.set_partition_cut(v1::CUT_EVEN);
+  EXPECT_EQ(ResolvedPartitionCut(spec, true), v1::CUT_EVEN);
+  spec.set_partition_cut(v1::CUT_LAYERS);
+  EXPECT_EQ(ResolvedPartitionCut(spec, false), v1::CUT_LAYERS);
+  spec.set_mode(v1::LOCAL_SGD);
+  EXPECT_EQ(ResolvedPartitionCut(spec, false), v1::CUT_LAYERS);
+}
+
+TEST(JobSpecTest, AStoredSpecWithoutACutWasPlannedWithTheEvenCut) {
+  v1::JobSpec stored;
+  EXPECT_EQ(StoredPartitionCut(stored), v1::CUT_EVEN);
+  EXPECT_EQ(StoredPartitionCut(WithDefaults(stored)), v1::CUT_EVEN);  // Read as CUT_AUTO.
+  stored.set_partition_cut(v1::CUT_LAYERS);
+  EXPECT_EQ(StoredPartitionCut(stored), v1::CUT_LAYERS);
+  stored.set_partition_cut(v1::CUT_EVEN);
+  EXPECT_EQ(StoredPartitionCut(stored), v1::CUT_EVEN);
 }
 
 TEST(JobSpecTest, ModelAndOptimizerDefaultsDependOnTheirKind) {
@@ -66,7 +95,7 @@ TEST(JobSpecTest, InvalidFieldsAreNamedOneByOne) {
       {[](v1::JobSpec& s) { s.set_partition_bytes(1001); }, "partition_bytes"},
       {[](v1::JobSpec& s) { s.set_partition_bytes(16); }, "partition_bytes"},
       {[](v1::JobSpec& s) { s.set_partition_cut(static_cast<v1::PartitionCut>(7)); },
-       "partition_cut: must be CUT_EVEN or CUT_LAYERS, got 7"},
+       "partition_cut: must be CUT_AUTO, CUT_EVEN or CUT_LAYERS, got 7"},
       {[](v1::JobSpec& s) { s.set_mode(static_cast<v1::TrainingMode>(9)); }, "mode"},
       {[](v1::JobSpec& s) { s.set_mode(v1::BOUNDED_STALENESS); s.set_staleness(0); },
        "staleness"},

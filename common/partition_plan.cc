@@ -180,6 +180,11 @@ absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& l
   if (num_shards == 0) return absl::InvalidArgumentError("num_shards must be > 0, got 0");
   // Specs stored before the cut existed name none: theirs was the even one.
   if (cut == v1::PARTITION_CUT_UNSPECIFIED) cut = v1::CUT_EVEN;
+  if (cut == v1::CUT_AUTO) {
+    return absl::InvalidArgumentError(
+        "partition cut CUT_AUTO is not a cut yet: the coordinator chooses CUT_EVEN or "
+        "CUT_LAYERS when the job's first generation forms (GetJob shows it then)");
+  }
   if (cut != v1::CUT_EVEN && cut != v1::CUT_LAYERS) {
     return absl::InvalidArgumentError(
         absl::StrCat("partition cut must be CUT_EVEN or CUT_LAYERS, got ", static_cast<int>(cut)));

@@ -43,8 +43,8 @@ inline constexpr int64_t kGroupElements = 32768;
 // partitions that fit, after the parameter partitions. The fingerprint covers the plan
 // and the layout's names, shapes, offsets and buffer flags (not the cut's name: two
 // cuts that give the same partitions give the same plan). INVALID_ARGUMENT for a bad
-// layout, partition_bytes not a positive multiple of 4, num_shards == 0, or an
-// unknown cut.
+// layout, partition_bytes not a positive multiple of 4, num_shards == 0, an unknown
+// cut, or CUT_AUTO (the coordinator resolves it before anyone plans).
 absl::StatusOr<v1::PartitionPlan> MakePartitionPlan(const v1::ParameterLayout& layout,
                                                     int64_t partition_bytes, uint32_t num_shards,
                                                     v1::PartitionCut cut = v1::CUT_EVEN);

@@ -176,7 +176,13 @@ TEST(PartitionPlanTest, TheCutsDifferInTheirPlansAndAnUnknownCutIsRefused) {
   const absl::StatusOr<v1::PartitionPlan> bad =
       MakePartitionPlan(MlpLayout(), 4 << 20, 2, static_cast<v1::PartitionCut>(7));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(), HasSubstr("partition cut must be CUT_EVEN or CUT_LAYERS, got 7"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("partition cut must be CUT_EVEN or CUT_LAYERS, got 7"));
+  // CUT_AUTO names no plan: the coordinator resolves it first.
+  const absl::StatusOr<v1::PartitionPlan> unresolved =
+      MakePartitionPlan(MlpLayout(), 4 << 20, 2, v1::CUT_AUTO);
+  EXPECT_EQ(unresolved.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unresolved.status().message(), HasSubstr("CUT_AUTO is not a cut yet"));
   // The layer cut's digest is pinned like the even one's (checkpoints are checked
   // against it).
   EXPECT_EQ(MustPlan(Layout({300, 10, 690}), 256, 1, v1::CUT_LAYERS).fingerprint(),

@@ -64,6 +64,7 @@ v1::Assignment SmallJob() {
   spec.set_max_steps(4);
   spec.set_epochs(0);
   spec.set_devices(v1::CPU);
+  spec.set_partition_cut(v1::CUT_EVEN);  // The coordinator's choice for a CPU job.
   spec = WithDefaults(spec);
   v1::Assignment assignment;
   assignment.set_job_id("job-end");

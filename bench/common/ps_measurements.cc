@@ -356,6 +356,7 @@ absl::StatusOr<PsResult> MeasurePs(const PsConfig& config) {
   spec.set_nodes_min(static_cast<uint32_t>(config.nodes));
   spec.set_max_steps(static_cast<uint64_t>(total_steps));
   spec.set_partition_bytes(config.partition_bytes);
+  spec.set_partition_cut(v1::CUT_EVEN);  // The plan below: MakePartitionPlan's even cut.
   spec.set_wire_dtype(config.wire_dtype);
   spec.mutable_optimizer()->set_type(v1::SGD);
   spec.mutable_optimizer()->set_learning_rate(0.01f);

@@ -107,12 +107,19 @@ struct Continuation {
 };
 
 // The same job, as far as continuing it goes: the spec but for where it starts.
+// A job's stored spec holds the cut the coordinator chose for CUT_AUTO; the same flags
+// ask for CUT_AUTO again, which a job resuming it resolves to that same cut.
 bool SameJob(v1::JobSpec a, v1::JobSpec b) {
   for (v1::JobSpec* spec : {&a, &b}) {
     spec->clear_resume_from();
     spec->clear_init_from();
+    *spec = WithDefaults(std::move(*spec));
   }
-  return google::protobuf::util::MessageDifferencer::Equals(WithDefaults(a), WithDefaults(b));
+  if (a.partition_cut() == v1::CUT_AUTO || b.partition_cut() == v1::CUT_AUTO) {
+    a.set_partition_cut(v1::CUT_AUTO);
+    b.set_partition_cut(v1::CUT_AUTO);
+  }
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
 }
 
 // Whether `job`, or a job it resumed from (following resume_from among `jobs`), was

@@ -384,6 +384,24 @@ void Coordinator::CommitGenerationLocked(const FormedGeneration& formed,
     rendezvous_.Open(id);
     generation_.rendezvous_ids.push_back(id);
   }
+  // CUT_AUTO is chosen once per job, here: the cut the shards' state was planned with
+  // when they hold it, else by where this generation's replicas run.
+  std::string cut_chosen;
+  if (job->spec().partition_cut() == v1::CUT_AUTO) {
+    bool all_gpus = !plan.assignments.empty();
+    for (const auto& [id, assignment] : plan.assignments) {
+      for (const v1::Device& device : assignment.devices()) all_gpus &= device.kind() == v1::GPU;
+    }
+    const v1::PartitionCut cut = formed.held_cut.has_value()
+                                     ? *formed.held_cut
+                                     : ResolvedPartitionCut(job->spec(), all_gpus);
+    job->mutable_spec()->set_partition_cut(cut);
+    cut_chosen =
+        absl::StrCat("; partition_cut CUT_AUTO chose ", v1::PartitionCut_Name(cut),
+                     formed.held_cut.has_value() ? " (the cut of the state the PS shards hold)"
+                     : cut == v1::CUT_LAYERS     ? " (SYNC with every replica on a GPU)"
+                                                 : " (not SYNC with every replica on a GPU)");
+  }
   uint32_t total_replicas = 0;
   for (auto& [id, assignment] : plan.assignments) {
     assignment.set_job_id(job_id);
@@ -415,6 +433,7 @@ void Coordinator::CommitGenerationLocked(const FormedGeneration& formed,
   if (restart_from_zero) {
     absl::StrAppend(&reason, " (the PS shards hold no state of this job: training restarts)");
   }
+  absl::StrAppend(&reason, cut_chosen);
   if (!formed.installing.empty()) {
     absl::StrAppend(&reason, "; shard(s) ", absl::StrJoin(formed.installing, ", "),
                     " get the job at this generation from the workers' InitPartitions");

@@ -23,6 +23,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::Device Gpu(int index, const std::string& node) {
   v1::Device device;
@@ -262,6 +263,66 @@ TEST_F(CoordinatorTest, TwoNodesTwoGpusEachGetDistinctGpusAndConsistentRanks) {
   BeatAll({a1, a2, b1, b2}, 1);
   EXPECT_EQ(GetJob().state(), v1::RUNNING);
   EXPECT_EQ(Beat(a1, 1).action(), v1::ACTION_CONTINUE);
+}
+
+// CUT_AUTO (the default) is chosen when the first generation forms, from where its
+// replicas run, and written into the job: every later generation and GetJob see it.
+TEST_F(CoordinatorTest, AnAutomaticCutIsTheLayerCutForSyncOnGpusChosenOnce) {
+  RegisterShards();
+  const v1::Job job = Submit(Spec(1, 1));  // devices AUTO: GPUs where a worker has them.
+  EXPECT_EQ(job.spec().partition_cut(), v1::CUT_AUTO);
+  const std::string a = MustRegister("a", {Gpu(0, "a")});
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS) << reply.message();
+  ASSERT_EQ(reply.assignment().devices(0).kind(), v1::GPU);
+  EXPECT_EQ(reply.assignment().job().partition_cut(), v1::CUT_LAYERS);
+  EXPECT_EQ(GetJob().spec().partition_cut(), v1::CUT_LAYERS);
+  EXPECT_THAT(Events(), HasSubstr("partition_cut CUT_AUTO chose CUT_LAYERS (SYNC with every "
+                                  "replica on a GPU)"));
+  // The GPU worker goes silent and a CPU worker takes over: the job keeps its cut.
+  clock_.Advance(absl::Seconds(11));
+  coordinator_->Tick();
+  const std::string b = MustRegister("b");
+  clock_.Advance(absl::Seconds(2));
+  coordinator_->Tick();
+  const v1::HeartbeatResponse again = Beat(b, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(again.action(), v1::ACTION_RENDEZVOUS)
+      << coordinator_->GetClusterStatus().waiting_reason();
+  EXPECT_EQ(again.assignment().generation(), 2u);
+  EXPECT_EQ(again.assignment().devices(0).kind(), v1::CPU);
+  EXPECT_EQ(again.assignment().job().partition_cut(), v1::CUT_LAYERS);
+  EXPECT_EQ(GetJob().job_id(), job.job_id());
+}
+
+TEST_F(CoordinatorTest, AnAutomaticCutIsTheEvenCutOnCpusAndOutsideSync) {
+  RegisterShards();
+  Submit(Spec(1, 1));
+  absl::StatusOr<v1::RegisterWorkerResponse> cpu = Register("a", {Cpu()});
+  ASSERT_TRUE(cpu.ok() && cpu->has_assignment()) << cpu.status();
+  EXPECT_EQ(cpu->assignment().job().partition_cut(), v1::CUT_EVEN);
+  EXPECT_THAT(Events(), HasSubstr("partition_cut CUT_AUTO chose CUT_EVEN (not SYNC with every "
+                                  "replica on a GPU)"));
+
+  Make();
+  RegisterShards();
+  v1::JobSpec local_sgd = Spec(1, 1, v1::GPU);
+  local_sgd.set_mode(v1::LOCAL_SGD);
+  Submit(local_sgd);
+  absl::StatusOr<v1::RegisterWorkerResponse> gpu = Register("a", {Gpu(0, "a")});
+  ASSERT_TRUE(gpu.ok() && gpu->has_assignment()) << gpu.status();
+  EXPECT_EQ(gpu->assignment().job().partition_cut(), v1::CUT_EVEN);
+
+  // A cut asked for is given as it is, and no choice is noted.
+  Make();
+  RegisterShards();
+  v1::JobSpec layers = Spec(1, 1);
+  layers.set_partition_cut(v1::CUT_LAYERS);
+  Submit(layers);
+  absl::StatusOr<v1::RegisterWorkerResponse> asked = Register("a", {Cpu()});
+  ASSERT_TRUE(asked.ok() && asked->has_assignment()) << asked.status();
+  EXPECT_EQ(asked->assignment().job().partition_cut(), v1::CUT_LAYERS);
+  EXPECT_THAT(Events(), Not(HasSubstr("partition_cut")));
 }
 
 TEST_F(CoordinatorTest, RegistrationAnswerCarriesTheAssignmentWhenItFormsTheGeneration) {
@@ -923,6 +984,53 @@ TEST_F(CoordinatorTest, AResumingJobStartsFromTheNewestStepEveryShardHolds) {
     EXPECT_EQ(shards_[shard].restored[0].step(), 200u);
   }
   EXPECT_THAT(Events(), HasSubstr("resumes job job-1-old from its checkpoint of step 200"));
+}
+
+// A resumed CUT_AUTO job takes the cut its state was planned with, wherever it runs now;
+// a job asking for another cut than its shards hold does not form.
+TEST_F(CoordinatorTest, AResumedJobKeepsTheCutOfTheStateItResumes) {
+  RegisterShards();
+  for (const char* shard : {"ps0:1", "ps1:1"}) {
+    shards_[shard].checkpoints["job-1-old"] = {100};
+    shards_[shard].cut = v1::CUT_EVEN;  // Planned on CPU workers.
+  }
+  v1::JobSpec spec = Spec(1, 1, v1::GPU);
+  spec.set_resume_from("job-1-old");
+  Submit(spec);
+  const std::string a = MustRegister("a", {Gpu(0, "a")});
+  coordinator_->Tick();
+  const v1::HeartbeatResponse reply = Beat(a, 0, v1::WORKER_IDLE);
+  ASSERT_EQ(reply.action(), v1::ACTION_RENDEZVOUS)
+      << coordinator_->GetClusterStatus().waiting_reason();
+  EXPECT_EQ(reply.assignment().resume_step(), 100u);
+  EXPECT_EQ(reply.assignment().job().partition_cut(), v1::CUT_EVEN);
+  EXPECT_THAT(Events(), HasSubstr("partition_cut CUT_AUTO chose CUT_EVEN (the cut of the state "
+                                  "the PS shards hold)"));
+}
+
+TEST_F(CoordinatorTest, ShardsHoldingTheJobUnderAnotherCutStopTheFormation) {
+  RegisterShards();
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_partition_cut(v1::CUT_LAYERS);
+  const v1::Job job = Submit(spec);
+  for (const char* shard : {"ps0:1", "ps1:1"}) {
+    shards_.Install(shard, job.job_id(), 3);
+    shards_[shard].step = 30;
+    shards_[shard].cut = v1::CUT_EVEN;
+  }
+  const std::string a = MustRegister("a");
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              HasSubstr("the PS shards hold job " + job.job_id() +
+                        " planned with partition_cut CUT_EVEN, its spec says CUT_LAYERS"));
+  // Shards that disagree among themselves are no better.
+  shards_["ps1:1"].cut = v1::CUT_LAYERS;
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->Tick();
+  EXPECT_EQ(Beat(a, 0, v1::WORKER_IDLE).action(), v1::ACTION_WAIT);
+  EXPECT_THAT(coordinator_->GetClusterStatus().waiting_reason(),
+              HasSubstr("under different partition cuts (CUT_EVEN and, on shard 1, CUT_LAYERS)"));
 }
 
 // A restore that failed on one shard after another installed its checkpoint is

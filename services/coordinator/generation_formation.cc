@@ -184,6 +184,14 @@ absl::StatusOr<FormedGeneration> GenerationFormation::Form(const FormationInput&
   }
   formed.resume_step = resume->step;
   formed.from_scratch = resume->holding.empty();
+  formed.held_cut = resume->cut;
+  const v1::PartitionCut asked = input.spec.partition_cut();
+  if (formed.held_cut.has_value() && asked != v1::CUT_AUTO && asked != *formed.held_cut) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the PS shards hold job ", input.job_id, " planned with partition_cut ",
+                     v1::PartitionCut_Name(*formed.held_cut), ", its spec says ",
+                     v1::PartitionCut_Name(asked), ": the workers' plan would not match theirs"));
+  }
 
   // 3. Every shard learns the generation before any worker does.
   absl::StatusOr<std::vector<uint32_t>> installing = Begin(input, formed.number, *resume);

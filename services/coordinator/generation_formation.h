@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct FormedGeneration {
   bool from_scratch = false;
   // Shards that get the job at this generation from the workers' InitPartitions.
   std::vector<uint32_t> installing;
+  // The cut of the plan the holding shards have (CUT_EVEN or CUT_LAYERS); unset when no
+  // shard holds the job. A CUT_AUTO job takes it.
+  std::optional<v1::PartitionCut> held_cut;
 };
 
 class GenerationFormation {

@@ -139,6 +139,15 @@ absl::StatusOr<ResumePoint> ResumePointOf(const std::string& job_id,
     if (status.job_id() == job_id) {
       point.holding.push_back(status.shard_index());
       resume_step = std::min(resume_step, status.step());
+      if (status.partition_cut() == v1::PARTITION_CUT_UNSPECIFIED) continue;
+      if (point.cut.has_value() && *point.cut != status.partition_cut()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the PS shards hold job ", job_id, " under different partition cuts (",
+                         v1::PartitionCut_Name(*point.cut), " and, on shard ", status.shard_index(),
+                         ", ", v1::PartitionCut_Name(status.partition_cut()),
+                         "): restart the shards from checkpoints of one run, or stop the job"));
+      }
+      point.cut = status.partition_cut();
     } else {
       point.empty.push_back(status.shard_index());
     }

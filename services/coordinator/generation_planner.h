@@ -113,10 +113,14 @@ struct ResumePoint {
   uint64_t newest_generation = 0;  // The highest generation any shard has seen.
   std::vector<uint32_t> holding;   // Shards holding the job.
   std::vector<uint32_t> empty;     // Shards holding no job.
+  // The cut of the plan the holding shards have; unset when none holds the job (or
+  // none says: a shard older than the field).
+  std::optional<v1::PartitionCut> cut;
 };
 // `statuses`: every shard of the map, after a shard holding another job was told to
 // end it (its job_id then empty). FAILED_PRECONDITION when some shards hold the job at
-// a step > 0 and others hold nothing: training cannot resume consistently.
+// a step > 0 and others hold nothing, or when holding shards name different partition
+// cuts: training cannot resume consistently.
 absl::StatusOr<ResumePoint> ResumePointOf(const std::string& job_id,
                                           const std::vector<v1::ShardStatus>& statuses);
 

@@ -165,6 +165,22 @@ TEST(ResumePointOfTest, AFreshJobStartsAtZero) {
   EXPECT_TRUE(ResumePointOf("job-1", {Status(0, "job-1", 0, 1), Status(1, "", 0, 0)}).ok());
 }
 
+TEST(ResumePointOfTest, TheHoldingShardsCutAndNoneWhenTheyDisagree) {
+  v1::ShardStatus even = Status(0, "job-1", 40, 3);
+  even.set_partition_cut(v1::CUT_EVEN);
+  v1::ShardStatus layers = Status(1, "job-1", 40, 3);
+  layers.set_partition_cut(v1::CUT_LAYERS);
+  v1::ShardStatus silent = Status(1, "job-1", 40, 3);  // A shard older than the field.
+  absl::StatusOr<ResumePoint> point = ResumePointOf("job-1", {even, silent});
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_EQ(point->cut, v1::CUT_EVEN);
+  EXPECT_FALSE(ResumePointOf("job-1", {Status(0, "", 0, 2)})->cut.has_value());
+  point = ResumePointOf("job-1", {even, layers});
+  EXPECT_EQ(point.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(point.status().message(),
+              HasSubstr("under different partition cuts (CUT_EVEN and, on shard 1, CUT_LAYERS)"));
+}
+
 TEST(ResumePointOfTest, AnEmptyShardBesideProgressIsRefused) {
   absl::StatusOr<ResumePoint> point =
       ResumePointOf("job-1", {Status(0, "job-1", 40, 3), Status(1, "", 0, 0)});

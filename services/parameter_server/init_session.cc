@@ -74,6 +74,13 @@ absl::Status ParameterShard::InitSession::Header(const v1::InitHeader& header) {
   if (absl::Status valid = ValidateJobSpec(spec_); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("InitPartitions: job: ", valid.message()));
   }
+  if (spec_.partition_cut() == v1::CUT_AUTO) {
+    // The shard stores and reports the cut its plan was made with (ShardStatus,
+    // checkpoints); a worker's assignment always names one.
+    return absl::InvalidArgumentError(
+        "InitPartitions: job.partition_cut: CUT_AUTO names no plan; the coordinator "
+        "resolves it to CUT_EVEN or CUT_LAYERS before any worker plans");
+  }
   if (absl::StatusOr<std::string> dir = shard_->JobCheckpointDir(spec_); !dir.ok()) {
     return absl::Status(dir.status().code(),
                         absl::StrCat("InitPartitions: job: ", dir.status().message()));

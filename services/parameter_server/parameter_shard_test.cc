@@ -301,6 +301,27 @@ TEST(ParameterShardSyncTest, NarrowWireDtypesAreWidenedBeforeSumming) {
   }
 }
 
+// The shard says which cut its plan was made with (the coordinator gives a CUT_AUTO
+// job that cut); a plan named by no cut is refused.
+TEST(ParameterShardTest, TheStatusNamesThePlansCutAndAnUnresolvedCutIsRefused) {
+  v1::JobSpec spec = MakeSpec(v1::SYNC, Sgd(0.1f), 1);
+  spec.set_partition_cut(v1::CUT_AUTO);
+  ParameterShard shard(ShardOptions{}, nullptr);
+  const v1::InitHeader automatic = MakeHeader(spec, kElements, 1, 0);
+  absl::StatusOr<v1::InitPartitionsResponse> init =
+      shard.Init(automatic, InitialValues(automatic, Filled(kElements, 1.0f)));
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(init.status().message(), HasSubstr("job.partition_cut: CUT_AUTO names no plan"));
+  EXPECT_EQ(shard.Status().job_id(), "");
+  EXPECT_EQ(shard.Status().partition_cut(), v1::PARTITION_CUT_UNSPECIFIED);
+
+  spec.set_partition_cut(v1::CUT_LAYERS);
+  const v1::InitHeader layers = MakeHeader(spec, kElements, 1, 0);
+  init = shard.Init(layers, InitialValues(layers, Filled(kElements, 1.0f)));
+  ASSERT_TRUE(init.ok()) << init.status();
+  EXPECT_EQ(shard.Status().partition_cut(), v1::CUT_LAYERS);
+}
+
 TEST(ParameterShardSyncTest, EveryRejectionHasItsStatusAndCounterAndChangesNothing) {
   ParameterShard empty(ShardOptions{}, nullptr);
   const v1::JobSpec spec = MakeSpec(v1::SYNC, Sgd(1.0f), 2);

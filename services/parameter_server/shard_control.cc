@@ -142,6 +142,7 @@ v1::ShardStatus ParameterShard::Status() const {
   status.set_job_ended(job_ == nullptr);
   status.set_generation(job.generation);
   status.set_mode(job.mode);
+  status.set_partition_cut(StoredPartitionCut(job.spec));
   status.set_num_nodes(job.num_nodes);
   uint64_t lowest = UINT64_MAX;
   uint64_t waits = 0;

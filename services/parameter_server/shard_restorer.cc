@@ -34,6 +34,12 @@ std::string Differs(const CheckpointMeta& meta, const v1::RestoreJobRequest& req
   if (request.num_shards() != 0 && meta.plan().num_shards() != request.num_shards()) {
     return absl::StrCat(meta.plan().num_shards(), " PS shards, this job's ", request.num_shards());
   }
+  // CUT_AUTO takes the earlier job's cut (ForResume); a cut asked for must be it.
+  const v1::PartitionCut cut = StoredPartitionCut(meta.job());
+  if (spec.partition_cut() != v1::CUT_AUTO && spec.partition_cut() != cut) {
+    return absl::StrCat("partition_cut ", v1::PartitionCut_Name(cut), ", this job's ",
+                        v1::PartitionCut_Name(spec.partition_cut()));
+  }
   return std::string();
 }
 
@@ -103,8 +109,8 @@ absl::StatusOr<RestoredJob> ShardRestorer::ForResume(const v1::RestoreJobRequest
   if (const std::string differs = Differs(meta, request, spec); !differs.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": the checkpoint ", chosen->path, " is of a job with ", differs,
-                     ": resume with the earlier job's model, partition_bytes and shards, or "
-                     "start from its parameters alone (init_from)"));
+                     ": resume with the earlier job's model, partition_bytes, partition_cut "
+                     "and shards, or start from its parameters alone (init_from)"));
   }
   absl::StatusOr<Optimizer> optimizer = Optimizer::Create(PsOptimizerSpec(spec), 1);
   if (!optimizer.ok()) return optimizer.status();
@@ -120,7 +126,9 @@ absl::StatusOr<RestoredJob> ShardRestorer::ForResume(const v1::RestoreJobRequest
     }
   }
   meta.set_job_id(request.job_id());
+  const v1::PartitionCut cut = StoredPartitionCut(meta.job());
   *meta.mutable_job() = spec;
+  meta.mutable_job()->set_partition_cut(cut);  // CUT_AUTO: the plan restored is this one's.
   meta.set_generation(0);
   meta.set_num_nodes(request.num_nodes() > 0 ? request.num_nodes() : spec.nodes_min());
   meta.set_job_ended(false);

@@ -166,6 +166,40 @@ TEST_F(ShardRestorerTest, AResumeSaysWhatDiffersFromTheEarlierJob) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound);
 }
 
+// A resumed job's plan is the earlier job's: CUT_AUTO takes its cut, another cut is
+// refused before anything is installed, and a checkpoint stored without a cut was
+// planned with the even one.
+TEST_F(ShardRestorerTest, AResumeTakesTheEarlierJobsCutOrRefusesAnother) {
+  v1::JobSpec layers = spec_;
+  layers.set_partition_cut(v1::CUT_LAYERS);
+  Write("job-1", 70, layers);
+  v1::JobSpec automatic = spec_;
+  automatic.set_partition_cut(v1::CUT_AUTO);
+  absl::StatusOr<RestoredJob> restored =
+      restorer_.ForResume(Resume(70), automatic, ShardDir(), 1, "RestoreJob");
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->meta.job().partition_cut(), v1::CUT_LAYERS);
+  EXPECT_EQ(restored->job->spec.partition_cut(), v1::CUT_LAYERS);
+
+  v1::JobSpec even = spec_;
+  even.set_partition_cut(v1::CUT_EVEN);
+  absl::StatusOr<RestoredJob> refused =
+      restorer_.ForResume(Resume(70), even, ShardDir(), 1, "RestoreJob");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("partition_cut CUT_LAYERS, this job's CUT_EVEN"));
+
+  v1::JobSpec stored_without = spec_;
+  stored_without.clear_partition_cut();
+  Write("job-1", 80, stored_without);
+  refused = restorer_.ForResume(Resume(80), layers, ShardDir(), 1, "RestoreJob");
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("partition_cut CUT_EVEN, this job's CUT_LAYERS"));
+  restored = restorer_.ForResume(Resume(80), automatic, ShardDir(), 1, "RestoreJob");
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->job->spec.partition_cut(), v1::CUT_EVEN);
+}
+
 TEST_F(ShardRestorerTest, StartUpRestoresTheNewestUnlessItIsAFinalOne) {
   Write("job-1", 70, spec_);
   absl::StatusOr<std::optional<RestoredJob>> restored = restorer_.AtStartup(dir_, 1);

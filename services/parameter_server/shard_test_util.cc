@@ -23,6 +23,7 @@ v1::JobSpec MakeSpec(v1::TrainingMode mode, v1::OptimizerSpec optimizer, uint32_
   *spec.mutable_optimizer() = std::move(optimizer);
   spec.set_nodes_min(nodes);
   spec.set_partition_bytes(256);
+  spec.set_partition_cut(v1::CUT_EVEN);  // As a worker's assignment names it.
   spec.set_max_steps(100);
   if (mode == v1::BOUNDED_STALENESS) spec.set_staleness(1);
   return spec;

@@ -194,6 +194,7 @@ TEST(InsiderTest, AnInsiderAndAFloodChangeNothingOfARunningJob) {
     header.set_job_id(job_id);
     *header.mutable_job() = spec;
     header.mutable_job()->set_partition_bytes(4 << 20);
+    header.mutable_job()->set_partition_cut(v1::CUT_EVEN);
     header.set_generation(running->generation());
     header.set_num_nodes(2);
     v1::PartitionPlan& plan = *header.mutable_plan();

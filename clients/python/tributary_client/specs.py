@@ -62,7 +62,7 @@ _MODES = {"sync": "SYNC", "async": "ASYNC", "bounded": "BOUNDED_STALENESS",
           "local_sgd": "LOCAL_SGD"}
 _DEVICES = {"auto": "AUTO", "cpu": "CPU", "gpu": "GPU"}
 _DTYPES = {"float32": "FLOAT32", "float16": "FLOAT16", "bfloat16": "BFLOAT16"}
-_CUTS = {"even": "CUT_EVEN", "layers": "CUT_LAYERS"}
+_CUTS = {"auto": "CUT_AUTO", "even": "CUT_EVEN", "layers": "CUT_LAYERS"}
 
 # The job flags of `tributary local` and `tributary submit` (docs/cli.md), each with the
 # JobSpec field it sets (its path in the proto3 JSON mapping) and how its value becomes

@@ -39,6 +39,9 @@ class FakeShards : public ShardClient {
     std::map<std::string, std::vector<uint64_t>> checkpoints;
     std::vector<v1::RestoreJobRequest> restored;
     int failing_restores = 0;  // The next this many installs fail (UNAVAILABLE).
+    // The cut of the plan of the job it holds and of its checkpoints (ShardStatus shows
+    // it while a job is held; unset: a shard that does not say).
+    v1::PartitionCut cut = v1::PARTITION_CUT_UNSPECIFIED;
   };
 
   Shard& operator[](const std::string& address) {
@@ -68,6 +71,7 @@ class FakeShards : public ShardClient {
     status.set_job_id(shard.job_id);
     status.set_generation(shard.generation);
     status.set_step(shard.step);
+    if (!shard.job_id.empty()) status.set_partition_cut(shard.cut);
     status.set_bytes_in(shard.bytes_in);
     status.set_bytes_out(2 * shard.bytes_in);
     status.set_aggregation_wait_seconds(0.25);
