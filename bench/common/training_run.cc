@@ -140,6 +140,9 @@ std::string TrainingRunJson(const TrainingRun& run, double target) {
     absl::StrAppend(&json, ", \"seconds_to_target\": ",
                     seconds < 0 ? std::string("null") : absl::StrFormat("%.2f", seconds));
   }
+  if (!run.partition_cut.empty()) {
+    absl::StrAppend(&json, ", \"partition_cut\": ", JsonQuote(run.partition_cut));
+  }
   if (run.step_times.workers > 0) {
     const StepTimes& t = run.step_times;
     absl::StrAppend(

@@ -82,6 +82,9 @@ struct TrainingRun {
   StepTimes step_times;       // The local cluster only.
   uint64_t bytes_pushed = 0;  // The local cluster only.
   uint64_t bytes_pulled = 0;
+  // The local cluster only: the job's partition cut as the coordinator resolved it
+  // (GetJob), e.g. "CUT_LAYERS"; empty when unknown.
+  std::string partition_cut;
   std::string log_path;  // Where its output is.
 
   // Samples over training_seconds: the figure that includes evaluations, waits and

@@ -291,6 +291,9 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   run.reported_samples_per_second = reported;
   run.bytes_pushed = static_cast<uint64_t>(pushed);
   run.bytes_pulled = static_cast<uint64_t>(pulled);
+  if (job->spec().partition_cut() != v1::CUT_AUTO) {
+    run.partition_cut = v1::PartitionCut_Name(job->spec().partition_cut());
+  }
   return run;
 }
 

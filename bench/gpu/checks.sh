@@ -3,10 +3,11 @@
 #   run: cd .gpu && bash checks.sh      (carry .gpu; bench/gpu/bundle.sh made it)
 # Unpacks the bundle, points the binaries at the machine's own CUDA, cuBLAS and NCCL,
 # puts Fashion-MNIST where the job looks, then runs gpu_replica_test, the one-rank NCCL
-# reduction, step_breakdown --device=gpu (SYNC and LOCAL_SGD, both partition cuts, the
-# CNN) and compute-sanitizer's memcheck over gpu_replica_test. Each step has its own
-# time limit and all stay inside $CHECKS_SECONDS (540); the logs go to $OUT (or ./out),
-# the verdicts to summary.txt.
+# reduction, step_breakdown --device=gpu (SYNC and LOCAL_SGD with the even cut and with
+# the default automatic one, which gives SYNC on a GPU the layer cut; the CNN) and
+# compute-sanitizer's memcheck over gpu_replica_test. Each step has its own time limit
+# and all stay inside $CHECKS_SECONDS (540); the logs go to $OUT (or ./out), the
+# verdicts to summary.txt.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out}
@@ -51,7 +52,7 @@ step gpu_replica_test 120 "$bin/gpu_replica_test"
 grep -E '^\[ +(OK|FAILED|SKIPPED) ' "$out/gpu_replica_test.log" | tee -a "$summary"
 step nccl_one_rank 60 "$bin/intra_node_reducer_test"
 grep -E '^\[ +(FAILED|SKIPPED) |PASSED' "$out/nccl_one_rank.log" | tee -a "$summary"
-sb sb_mlp_even 150 --local_sgd_sync_every=64
+sb sb_mlp_even 150 --partition_cut=even --local_sgd_sync_every=64
 sb sb_cnn 150 --model=cnn --local_sgd=false
 sanitizer=$(command -v compute-sanitizer ||
             ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -61,5 +62,5 @@ if [ -n "$sanitizer" ]; then
 else
   say "memcheck: no compute-sanitizer on this machine"
 fi
-sb sb_mlp_layers 120 --partition_cut=layers --local_sgd_sync_every=64
+sb sb_mlp_auto 120 --local_sgd_sync_every=64
 say "done at $(date -u +%FT%TZ)"

@@ -109,7 +109,7 @@ void PrintStages(const TrainingRun& run) {
       0.0,
       t.Share(t.step_seconds - t.forward_seconds - t.backward_seconds - t.parameters_wait_seconds));
   std::printf(
-      "\n%s: %llu worker-steps, mean step %.3f ms; share of a step:\n"
+      "\n%s: %llu worker-steps, mean step %.3f ms%s; share of a step:\n"
       "  on the training thread (these add up to the step):\n"
       "    forward                          %7s\n"
       "    backward                         %7s\n"
@@ -127,6 +127,7 @@ void PrintStages(const TrainingRun& run) {
       "    last push behind the slowest's   %7s   (the shards' wait of each node's last push "
       "for the step's slowest, per worker-step)\n",
       run.name.c_str(), static_cast<unsigned long long>(t.steps), 1000 * t.MeanStepSeconds(),
+      run.partition_cut.empty() ? "" : absl::StrCat(", partition cut ", run.partition_cut).c_str(),
       Percent(t.Share(t.forward_seconds)).c_str(), Percent(t.Share(t.backward_seconds)).c_str(),
       Percent(t.ParametersWaitShare()).c_str(), Percent(other).c_str(),
       Percent(t.Share(t.copy_seconds)).c_str(), Percent(t.Share(t.push_seconds)).c_str(),
