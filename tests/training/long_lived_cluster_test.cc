@@ -61,6 +61,8 @@ TEST(LongLivedClusterTest, GoodBadGoodJobsAreEachJudgedOnTheirOwn) {
   const v1::Job first = RunToTheEnd(*cluster, Good(300));
   ASSERT_EQ(first.state(), v1::COMPLETED) << first.state_reason();
   ExpectOnlyItsOwnProgress(*cluster, first, 300);
+  // The default cut, chosen for this job on CPU workers.
+  EXPECT_EQ(first.spec().partition_cut(), v1::CUT_EVEN);
 
   // A model with 4 outputs for data of 10 classes: the workers' model check refuses it.
   v1::JobSpec bad_spec = Good(300);
@@ -69,11 +71,15 @@ TEST(LongLivedClusterTest, GoodBadGoodJobsAreEachJudgedOnTheirOwn) {
   ASSERT_EQ(bad.state(), v1::FAILED) << bad.DebugString();
   const std::string bad_reason = bad.state_reason();
 
-  // Twice: the cluster keeps judging each job on its own.
+  // Twice: the cluster keeps judging each job on its own; the first asks for the layer
+  // cut, which the next, with the default, does not inherit.
   for (uint64_t steps : {200, 150}) {
-    const v1::Job next = RunToTheEnd(*cluster, Good(steps));
+    v1::JobSpec spec = Good(steps);
+    if (steps == 200) spec.set_partition_cut(v1::CUT_LAYERS);
+    const v1::Job next = RunToTheEnd(*cluster, spec);
     EXPECT_EQ(next.state(), v1::COMPLETED)
         << next.state_reason() << "\n(the bad job failed with: " << bad_reason << ")";
+    EXPECT_EQ(next.spec().partition_cut(), steps == 200 ? v1::CUT_LAYERS : v1::CUT_EVEN);
     EXPECT_EQ(next.step(), steps);
     EXPECT_GE(next.result().test_accuracy(), 0.0f);
     ExpectOnlyItsOwnProgress(*cluster, next, steps);
