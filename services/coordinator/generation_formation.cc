@@ -185,7 +185,10 @@ absl::StatusOr<FormedGeneration> GenerationFormation::Form(const FormationInput&
   formed.resume_step = resume->step;
   formed.from_scratch = resume->holding.empty();
   formed.held_cut = resume->cut;
-  const v1::PartitionCut asked = input.spec.partition_cut();
+  // A job stored before cuts existed names none: it was planned with the even cut.
+  const v1::PartitionCut asked = input.spec.partition_cut() == v1::PARTITION_CUT_UNSPECIFIED
+                                     ? v1::CUT_EVEN
+                                     : input.spec.partition_cut();
   if (formed.held_cut.has_value() && asked != v1::CUT_AUTO && asked != *formed.held_cut) {
     return absl::FailedPreconditionError(
         absl::StrCat("the PS shards hold job ", input.job_id, " planned with partition_cut ",

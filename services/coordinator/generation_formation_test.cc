@@ -77,6 +77,36 @@ TEST_F(GenerationFormationTest, ShardsHoldingTheJobAreFencedThenBegunAtTheLowest
   EXPECT_EQ(shards_["ps-0:7000"].step, 11u);  // Rolled back to the resume step.
 }
 
+// The cut of the state the shards hold comes back with the generation; a job that
+// asked for another one forms nothing, and a job stored before cuts existed (none
+// named: the even cut) forms on shards holding it under the even cut.
+TEST_F(GenerationFormationTest, TheShardsCutComesBackAndAnotherAskedForIsRefused) {
+  for (const char* address : {"ps-0:7000", "ps-1:7000"}) {
+    shards_.Install(address, "job-1", 7);
+    shards_[address].step = 11;
+    shards_[address].cut = v1::CUT_EVEN;
+  }
+  FormationInput stored_without_a_cut = Input();
+  ASSERT_EQ(stored_without_a_cut.spec.partition_cut(), v1::PARTITION_CUT_UNSPECIFIED);
+  absl::StatusOr<FormedGeneration> formed = formation_.Form(stored_without_a_cut);
+  ASSERT_TRUE(formed.ok()) << formed.status();
+  EXPECT_EQ(formed->held_cut, v1::CUT_EVEN);
+
+  FormationInput layers = Input();
+  layers.spec.set_partition_cut(v1::CUT_LAYERS);
+  formed = formation_.Form(layers);
+  EXPECT_EQ(formed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(formed.status().message(),
+              HasSubstr("the PS shards hold job job-1 planned with partition_cut CUT_EVEN, its "
+                        "spec says CUT_LAYERS"));
+
+  FormationInput automatic = Input();
+  automatic.spec.set_partition_cut(v1::CUT_AUTO);
+  formed = formation_.Form(automatic);
+  ASSERT_TRUE(formed.ok()) << formed.status();
+  EXPECT_EQ(formed->held_cut, v1::CUT_EVEN);
+}
+
 TEST_F(GenerationFormationTest, TheResumeStepIsReadAfterTheFenceStopsLatePushes) {
   for (const char* address : {"ps-0:7000", "ps-1:7000"}) shards_.Install(address, "job-1", 3);
   shards_["ps-0:7000"].step = 20;
