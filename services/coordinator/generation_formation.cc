@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/issued_credentials.h"
+#include "common/job_spec.h"
 
 namespace tributary::coordinator {
 namespace {
@@ -185,11 +186,10 @@ absl::StatusOr<FormedGeneration> GenerationFormation::Form(const FormationInput&
   formed.resume_step = resume->step;
   formed.from_scratch = resume->holding.empty();
   formed.held_cut = resume->cut;
-  // A job stored before cuts existed names none: it was planned with the even cut.
-  const v1::PartitionCut asked = input.spec.partition_cut() == v1::PARTITION_CUT_UNSPECIFIED
-                                     ? v1::CUT_EVEN
-                                     : input.spec.partition_cut();
-  if (formed.held_cut.has_value() && asked != v1::CUT_AUTO && asked != *formed.held_cut) {
+  // A cut the job names (a job stored before cuts existed names none: the even cut).
+  const v1::PartitionCut asked = StoredPartitionCut(input.spec);
+  if (formed.held_cut.has_value() && input.spec.partition_cut() != v1::CUT_AUTO &&
+      asked != *formed.held_cut) {
     return absl::FailedPreconditionError(
         absl::StrCat("the PS shards hold job ", input.job_id, " planned with partition_cut ",
                      v1::PartitionCut_Name(*formed.held_cut), ", its spec says ",
