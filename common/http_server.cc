@@ -9,8 +9,15 @@
 
 namespace tributary {
 
-std::string RenderMetrics(const prometheus::Registry& registry) {
-  return prometheus::TextSerializer().Serialize(registry.Collect());
+std::string RenderMetrics(const prometheus::Registry& registry,
+                          const std::vector<std::shared_ptr<prometheus::Collectable>>& extra) {
+  std::vector<prometheus::MetricFamily> families = registry.Collect();
+  for (const std::shared_ptr<prometheus::Collectable>& collectable : extra) {
+    std::vector<prometheus::MetricFamily> more = collectable->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()),
+                    std::make_move_iterator(more.end()));
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
@@ -19,7 +26,7 @@ HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
   // Every answer is exactly the type it says: browsers must not guess another.
   server_.set_default_headers({{"X-Content-Type-Options", "nosniff"}});
   server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(*registry_), "text/plain; version=0.0.4");
+    response.set_content(RenderMetrics(*registry_, collectables_), "text/plain; version=0.0.4");
   });
   server_.Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
     const bool serving = serving_();
@@ -29,6 +36,10 @@ HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
 }
 
 HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::AddCollectable(std::shared_ptr<prometheus::Collectable> collectable) {
+  collectables_.push_back(std::move(collectable));
+}
 
 void HttpServer::Get(const std::string& path, Handler handler) {
   server_.Get(path, std::move(handler));

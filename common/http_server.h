@@ -9,8 +9,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <httplib.h>
+#include <prometheus/collectable.h>
 #include <prometheus/registry.h>
 
 #include "absl/status/status.h"
@@ -30,6 +32,9 @@ class HttpServer {
 
   // Adds a GET handler; call before Start().
   void Get(const std::string& path, Handler handler);
+  // Adds what /metrics also renders after the registry (ProcessCollector); call before
+  // Start().
+  void AddCollectable(std::shared_ptr<prometheus::Collectable> collectable);
 
   // Binds host:port (port 0 picks a free one) and serves on a background thread.
   absl::Status Start(const std::string& host, int port);
@@ -38,14 +43,16 @@ class HttpServer {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   std::function<bool()> serving_;
   httplib::Server server_;
   std::thread thread_;
   int port_ = -1;
 };
 
-// Prometheus text exposition of everything in the registry.
-std::string RenderMetrics(const prometheus::Registry& registry);
+// Prometheus text exposition of everything in the registry, then in `extra`.
+std::string RenderMetrics(const prometheus::Registry& registry,
+                          const std::vector<std::shared_ptr<prometheus::Collectable>>& extra = {});
 
 }  // namespace tributary
 

@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process_metrics.h"
 #include "common/rpc_answers.h"
 #include "common/rpc_metrics.h"
 #include "common/server_flags.h"
@@ -58,6 +59,7 @@ ServiceHost::ServiceHost(ServerOptions options)
     : options_(std::move(options)), registry_(std::make_shared<prometheus::Registry>()) {
   if (options_.http_port >= 0) {
     http_ = std::make_unique<HttpServer>(registry_, [this] { return serving_.load(); });
+    http_->AddCollectable(std::make_shared<ProcessCollector>());
   }
 }
 

@@ -13,6 +13,7 @@ against what each process serves itself:
 - every panel query of the chart's Grafana dashboard and every query of
   docs/operations.md "Monitoring with Prometheus and Grafana" (each must answer with
   series whose values are numbers, carrying the labels their legends name);
+- every process's CPU, and its threads' by name adding up to it;
 - the rules load and evaluate without errors on real series;
 - `promtool check metrics` on every process's /metrics: no complaints.
 
@@ -439,6 +440,38 @@ class PrometheusScrapeTest(unittest.TestCase):
               % (into, job, into / job))
         self.assertAlmostEqual(into / job, 1.0, delta=0.3,
                                msg="shards take in %.3g B/s, workers push %.3g" % (into, job))
+
+    def test_threads_say_where_each_process_cpu_went(self):
+        """process_cpu_seconds_total of every process, and its threads by name adding up
+        to it (less threads too short-lived to be read); a worker's busiest thread while
+        the job trains is its training thread."""
+        c = self.cluster
+        window = RATE_WINDOW
+        process = {labels["instance"]: value for labels, value in c.query(
+            "rate(process_cpu_seconds_total[%s])" % window, self.after_time)}
+        threads = {labels["instance"]: value for labels, value in c.query(
+            "sum by (instance) (rate(tributary_thread_cpu_seconds_total[%s]))" % window,
+            self.after_time)}
+        self.assertEqual(set(process), set(c.targets.values()))
+        self.assertEqual(set(threads), set(c.targets.values()))
+        for instance, used in process.items():
+            print("%s: CPU %.3f s/s, its named threads %.3f" % (instance, used, threads[instance]))
+            self.assertGreaterEqual(threads[instance], 0.5 * used - 0.02, instance)
+            self.assertLessEqual(threads[instance], 1.05 * used + 0.02, instance)
+        busiest = c.query('topk by (instance) (1, rate(tributary_thread_cpu_seconds_total'
+                          '{app_kubernetes_io_component="worker"}[%s]))' % window,
+                          self.after_time)
+        self.assertEqual(len(busiest), WORKERS, busiest)
+        for labels, value in busiest:
+            self.assertEqual(labels["thread"], "train", (labels, value))
+            self.assertGreater(value, 0.1, labels)
+        switches = c.query('sum by (instance, kind) (rate(tributary_thread_context_switches_total'
+                           '{app_kubernetes_io_component="worker"}[%s]))' % window,
+                           self.after_time)
+        self.assertEqual(len(switches), 2 * WORKERS, switches)
+        for labels, value in switches:
+            if labels["kind"] == "voluntary":
+                self.assertGreater(value, 0, labels)  # Every step hands work over.
 
     # --- Every query of the dashboard and of the guide --------------------------------
 
