@@ -166,6 +166,7 @@ std::string TrainingRunJson(const TrainingRun& run, double target) {
                             ? std::string("null")
                             : absl::StrFormat("%.4f", t.SlowestWaitShare())));
   }
+  if (run.cpu.measured()) absl::StrAppend(&json, ", \"cpu\": ", CpuUseJson(run.cpu));
   if (run.bytes_pushed > 0 || run.bytes_pulled > 0) {
     absl::StrAppend(&json, absl::StrFormat(", \"bytes_pushed\": %d, \"bytes_pulled\": %d",
                                            run.bytes_pushed, run.bytes_pulled));

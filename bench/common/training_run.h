@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/cpu_window.h"
+
 namespace tributary::bench {
 
 // One test-set evaluation.
@@ -85,6 +87,9 @@ struct TrainingRun {
   // The local cluster only: the job's partition cut as the coordinator resolved it
   // (GetJob), e.g. "CUT_LAYERS"; empty when unknown.
   std::string partition_cut;
+  // The local cluster only, when asked (TributaryLocalOptions::account_cpu): the CPU its
+  // processes and the machine spent per job step while the job ran.
+  CpuUse cpu;
   std::string log_path;  // Where its output is.
 
   // Samples over training_seconds: the figure that includes evaluations, waits and

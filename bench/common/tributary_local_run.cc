@@ -9,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
+#include "bench/common/cpu_window.h"
 #include "common/channel.h"
 #include "common/job_spec.h"
 #include "common/child_process.h"
@@ -44,6 +46,17 @@ std::optional<int> CoordinatorPort(const std::string& run_dir) {
   absl::StatusOr<google::protobuf::Struct> ports = ParseJsonObject(*text, "coordinator port file");
   if (!ports.ok()) return std::nullopt;  // Being written.
   absl::StatusOr<double> port = JsonNumber(*ports, "grpc_port", "coordinator port file");
+  if (!port.ok() || *port <= 0) return std::nullopt;
+  return static_cast<int>(*port);
+}
+
+// The coordinator's HTTP port (its /metrics) from the same file.
+std::optional<int> CoordinatorHttpPort(const std::string& run_dir) {
+  absl::StatusOr<std::string> text = ReadFileToString(run_dir + "/coordinator.ports.json");
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<google::protobuf::Struct> ports = ParseJsonObject(*text, "coordinator port file");
+  if (!ports.ok()) return std::nullopt;
+  absl::StatusOr<double> port = JsonNumber(*ports, "http_port", "coordinator port file");
   if (!port.ok() || *port <= 0) return std::nullopt;
   return static_cast<int>(*port);
 }
@@ -168,6 +181,8 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
   std::map<uint32_t, double> shard_slowest;        // By shard index.
   absl::Time next_job_poll = launch, next_metrics_poll = launch;
   bool scraped_at_end = false;
+  // account_cpu: the first complete reading once every worker stepped, and the latest.
+  std::optional<CpuSnapshot> first_cpu, last_cpu;
   while (child.Running()) {
     const absl::Time now = absl::Now();
     if (stub == nullptr) {
@@ -196,6 +211,10 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     if (stub != nullptr && scrape && (now >= next_metrics_poll || Terminal(job->state()))) {
       next_metrics_poll = now + options.metrics_poll_interval;
       scraped_at_end = Terminal(job->state());
+      CpuSnapshot cpu;
+      cpu.machine = ReadMachineTicks();
+      cpu.at = absl::Now();
+      bool every_worker_stepped = true;
       v1::ListWorkersResponse workers;
       if (stub->ListWorkers(Deadline(absl::Seconds(2)).get(), v1::ListWorkersRequest(), &workers)
               .ok()) {
@@ -205,6 +224,8 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
                   ScrapeMetrics(worker.host().empty() ? "127.0.0.1" : worker.host(),
                                 static_cast<int>(worker.http_port()))) {
             worker_times[worker.worker_id()] = WorkerTimes(*metrics);
+            AddProcess("worker", metrics->samples, cpu);
+            every_worker_stepped &= metrics->Sum("tributary_worker_step_seconds_count") > 0;
           }
         }
       }
@@ -222,7 +243,24 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
                 metrics->Sum("tributary_ps_optimizer_apply_seconds_sum");
             shard_slowest[shard.shard().shard_index()] =
                 metrics->Sum("tributary_ps_slowest_wait_seconds_total", "partition=\"0\"");
+            AddProcess("shard", metrics->samples, cpu);
           }
+        }
+      }
+      if (options.account_cpu && job->state() == v1::RUNNING) {
+        if (std::optional<int> port = CoordinatorHttpPort(options.run_dir)) {
+          if (std::optional<testing::ParsedMetrics> metrics = ScrapeMetrics("127.0.0.1", *port)) {
+            AddProcess("coordinator", metrics->samples, cpu);
+          }
+        }
+        // Complete: every worker and shard of the run, and the coordinator, answered.
+        const auto count = [&](const char* kind) {
+          const auto found = cpu.processes.find(kind);
+          return found == cpu.processes.end() ? 0 : found->second;
+        };
+        if (every_worker_stepped && count("worker") == options.workers &&
+            count("shard") == options.ps_shards && count("coordinator") == 1) {
+          (first_cpu.has_value() ? last_cpu : first_cpu) = std::move(cpu);
         }
       }
     }
@@ -266,6 +304,11 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     }
   }
   run.step_times.job_steps = job->step();
+  if (first_cpu.has_value() && last_cpu.has_value()) {
+    absl::StatusOr<CpuUse> cpu =
+        CpuBetween(*first_cpu, *last_cpu, std::max(1u, std::thread::hardware_concurrency()));
+    if (cpu.ok()) run.cpu = *std::move(cpu);
+  }
 
   absl::StatusOr<std::string> text = ReadFileToString(summary_path);
   if (!text.ok()) return failed(std::string(text.status().message()));

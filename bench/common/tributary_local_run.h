@@ -28,6 +28,10 @@ struct TributaryLocalOptions {
   // pushes waited for the slowest), as often as the workers'; off by default: a
   // benchmark of throughput adds no load it does not need.
   bool scrape_shards = false;
+  // Also read the coordinator's /metrics, and account the CPU of every process of the
+  // cluster and of the machine between the first reading after the workers' first
+  // step and the last one while the job ran (TrainingRun::cpu); needs scrape_shards.
+  bool account_cpu = false;
   // How often the coordinator's job record is read, and the workers' /metrics.
   absl::Duration job_poll_interval = absl::Milliseconds(250);
   absl::Duration metrics_poll_interval = absl::Milliseconds(500);

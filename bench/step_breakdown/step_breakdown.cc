@@ -9,7 +9,10 @@
 // worker step spent in each stage (forward, backward, host<->device copies, push,
 // intra-node reduction, waiting for the update, the shards' optimizer apply, the
 // forward standing still for parameters), from the workers' and the shards' /metrics
-// histograms. Ends with one JSON line.
+// histograms, and where the cores went meanwhile (the CPU per job step of the workers,
+// the shards and the coordinator and of their threads by name, their context switches,
+// the machine's busy and idle shares: bench/common/cpu_window.h). Ends with one JSON
+// line.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -133,6 +136,7 @@ void PrintStages(const TrainingRun& run) {
       Percent(t.Share(t.copy_seconds)).c_str(), Percent(t.Share(t.push_seconds)).c_str(),
       Percent(t.ReduceShare()).c_str(), Percent(t.PushWaitShare()).c_str(),
       Percent(t.PsApplyShare()).c_str(), Percent(t.SlowestWaitShare()).c_str());
+  std::printf("%s", CpuUseLines(run.cpu).c_str());
 }
 
 std::string RunJson(const TrainingRun& run, const std::optional<Ceiling>& ceiling) {
@@ -174,6 +178,7 @@ int Run(const char* argv0) {
   ApplyClusterFlags(bench->tributary, bench->job_json, bench->work_dir + "/tributary-local",
                     options);
   options.scrape_shards = true;  // For the PS apply share.
+  options.account_cpu = true;    // Where the cores went.
   options.workers = workers;
   if (device == "gpu") {
     options.extra_args.insert(options.extra_args.begin(),
