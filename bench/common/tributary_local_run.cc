@@ -39,24 +39,14 @@ std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration timeout) {
   return context;
 }
 
-// The coordinator's gRPC port from its port file, once the coordinator has written it.
-std::optional<int> CoordinatorPort(const std::string& run_dir) {
+// A port ("grpc_port", "http_port") from the coordinator's port file, once the
+// coordinator has written it.
+std::optional<int> CoordinatorPort(const std::string& run_dir, const char* which = "grpc_port") {
   absl::StatusOr<std::string> text = ReadFileToString(run_dir + "/coordinator.ports.json");
   if (!text.ok()) return std::nullopt;
   absl::StatusOr<google::protobuf::Struct> ports = ParseJsonObject(*text, "coordinator port file");
   if (!ports.ok()) return std::nullopt;  // Being written.
-  absl::StatusOr<double> port = JsonNumber(*ports, "grpc_port", "coordinator port file");
-  if (!port.ok() || *port <= 0) return std::nullopt;
-  return static_cast<int>(*port);
-}
-
-// The coordinator's HTTP port (its /metrics) from the same file.
-std::optional<int> CoordinatorHttpPort(const std::string& run_dir) {
-  absl::StatusOr<std::string> text = ReadFileToString(run_dir + "/coordinator.ports.json");
-  if (!text.ok()) return std::nullopt;
-  absl::StatusOr<google::protobuf::Struct> ports = ParseJsonObject(*text, "coordinator port file");
-  if (!ports.ok()) return std::nullopt;
-  absl::StatusOr<double> port = JsonNumber(*ports, "http_port", "coordinator port file");
+  absl::StatusOr<double> port = JsonNumber(*ports, which, "coordinator port file");
   if (!port.ok() || *port <= 0) return std::nullopt;
   return static_cast<int>(*port);
 }
@@ -248,7 +238,7 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
         }
       }
       if (options.account_cpu && job->state() == v1::RUNNING) {
-        if (std::optional<int> port = CoordinatorHttpPort(options.run_dir)) {
+        if (std::optional<int> port = CoordinatorPort(options.run_dir, "http_port")) {
           if (std::optional<testing::ParsedMetrics> metrics = ScrapeMetrics("127.0.0.1", *port)) {
             AddProcess("coordinator", metrics->samples, cpu);
           }
