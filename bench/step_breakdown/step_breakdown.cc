@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/common/bench_json.h"
 #include "bench/common/cluster_bench.h"
+#include "bench/common/cpu_window.h"
 #include "bench/common/local_sgd_run.h"
 #include "bench/common/compute_only.h"
 #include "bench/common/machine.h"

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/common/bench_json.h"
 #include "bench/common/cluster_bench.h"
+#include "bench/common/cpu_window.h"
 #include "bench/common/local_sgd_run.h"
 #include "bench/common/machine.h"
 #include "bench/common/train_local_run.h"
@@ -78,6 +79,7 @@ int Run(const char* argv0) {
   cluster_options.workers = absl::GetFlag(FLAGS_workers);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
   cluster_options.scrape_shards = true;  // The slowest worker's lag, from the shards.
+  cluster_options.account_cpu = true;    // And where the cores went.
   cluster_options.name =
       absl::StrFormat("cluster %dWx%dR", cluster_options.workers, spec->replicas_per_worker());
   std::printf("running tributary local: %d workers x %u replicas, %d PS shards ...\n",
@@ -137,6 +139,7 @@ int Run(const char* argv0) {
                               "much of the wait is the workers' skew, not the PS.",
                               100 * times.SlowestWaitShare())
                   .c_str());
+    std::printf("%s", CpuUseLines(run->cpu).c_str());
   }
   std::printf("%s\n", LoadAverageAfterLine(after).c_str());
   std::printf(
