@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -14,35 +13,6 @@
 
 namespace tributary::bench {
 namespace {
-
-constexpr absl::string_view kThreadPrefix = "tributary_thread_cpu_seconds_total{thread=\"";
-
-// A label value as the text format writes it, unescaped (\\, \" and \n).
-std::string Unescape(absl::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\\' && i + 1 < text.size()) {
-      ++i;
-      out.push_back(text[i] == 'n' ? '\n' : text[i]);
-    } else {
-      out.push_back(text[i]);
-    }
-  }
-  return out;
-}
-
-// The samples of metric `name` whose labels contain `filter`, summed.
-double Sum(const std::map<std::string, double>& samples, absl::string_view name,
-           absl::string_view filter = "") {
-  double sum = 0;
-  for (auto it = samples.lower_bound(std::string(name)); it != samples.end(); ++it) {
-    absl::string_view key = it->first;
-    if (!absl::ConsumePrefix(&key, name)) break;
-    if (!key.empty() && key.front() != '{') continue;  // Another metric, name a prefix.
-    if (key.find(filter) != absl::string_view::npos) sum += it->second;
-  }
-  return sum;
-}
 
 std::string Ms(double ms) { return absl::StrFormat("%.3f ms", ms); }
 std::string Share(double share) { return absl::StrFormat("%.0f%%", 100 * share); }
@@ -81,27 +51,6 @@ std::optional<MachineTicks> ReadMachineTicks() {
   absl::StatusOr<MachineTicks> ticks = ParseMachineTicks(line);
   if (!ticks.ok()) return std::nullopt;
   return *ticks;
-}
-
-void AddProcess(const std::string& kind, const std::map<std::string, double>& samples,
-                CpuSnapshot& snapshot) {
-  ++snapshot.processes[kind];
-  snapshot.process_seconds[kind] += Sum(samples, "process_cpu_seconds_total");
-  if (kind == "worker") {
-    snapshot.worker_steps +=
-        static_cast<uint64_t>(Sum(samples, "tributary_worker_step_seconds_count"));
-  }
-  for (const auto& [sample, value] : samples) {
-    absl::string_view name = sample;
-    if (!absl::ConsumePrefix(&name, kThreadPrefix) || !absl::ConsumeSuffix(&name, "\"}")) {
-      continue;
-    }
-    snapshot.thread_seconds[{kind, Unescape(name)}] += value;
-  }
-  snapshot.voluntary +=
-      Sum(samples, "tributary_thread_context_switches_total", "kind=\"voluntary\"");
-  snapshot.involuntary +=
-      Sum(samples, "tributary_thread_context_switches_total", "kind=\"involuntary\"");
 }
 
 double CpuUse::ProcessesSeconds() const {

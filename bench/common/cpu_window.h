@@ -31,7 +31,8 @@ absl::StatusOr<MachineTicks> ParseMachineTicks(absl::string_view proc_stat);
 // This machine's, now; nullopt when /proc/stat cannot be read.
 std::optional<MachineTicks> ReadMachineTicks();
 
-// One reading of the cluster: every process's /metrics at about the same time.
+// One reading of the cluster: every process's /metrics at about the same time
+// (AddProcess, bench/common/cpu_reading.h, adds each).
 struct CpuSnapshot {
   absl::Time at;
   // tributary_worker_step_seconds_count summed over the workers read.
@@ -44,11 +45,6 @@ struct CpuSnapshot {
   double voluntary = 0, involuntary = 0;  // Context switches, every thread read.
   std::optional<MachineTicks> machine;
 };
-
-// Adds one process's /metrics to the reading: its samples, "name{labels}" -> value
-// (testing::ParsedMetrics::samples).
-void AddProcess(const std::string& kind, const std::map<std::string, double>& samples,
-                CpuSnapshot& snapshot);
 
 // What was spent between two readings.
 struct CpuUse {

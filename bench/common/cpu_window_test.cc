@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/cpu_reading.h"
+#include "common/testing/prometheus_text.h"
 
 namespace tributary::bench {
 namespace {
 
-std::map<std::string, double> Worker(double cpu, double train, double push, double steps,
-                                     double voluntary, double involuntary) {
-  return {
+testing::ParsedMetrics Worker(double cpu, double train, double push, double steps,
+                              double voluntary, double involuntary) {
+  testing::ParsedMetrics metrics;
+  metrics.samples = {
       {"process_cpu_seconds_total", cpu},
       {"process_cpu_seconds_total_other", 1000},  // Another metric: not read.
       {"tributary_thread_cpu_seconds_total{thread=\"train\"}", train},
@@ -20,11 +23,14 @@ std::map<std::string, double> Worker(double cpu, double train, double push, doub
        involuntary},
       {"tributary_worker_step_seconds_count{job_id=\"j\"}", steps},
   };
+  return metrics;
 }
 
-std::map<std::string, double> Shard(double cpu, double read) {
-  return {{"process_cpu_seconds_total", cpu},
-          {"tributary_thread_cpu_seconds_total{thread=\"shard-read\"}", read}};
+testing::ParsedMetrics Shard(double cpu, double read) {
+  testing::ParsedMetrics metrics;
+  metrics.samples = {{"process_cpu_seconds_total", cpu},
+                     {"tributary_thread_cpu_seconds_total{thread=\"shard-read\"}", read}};
+  return metrics;
 }
 
 TEST(MachineTicksTest, ParsesTheCpuLineOrSaysWhy) {

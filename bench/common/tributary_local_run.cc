@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/common/bench_json.h"
+#include "bench/common/cpu_reading.h"
 #include "bench/common/cpu_window.h"
 #include "common/channel.h"
 #include "common/job_spec.h"
@@ -201,9 +202,13 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
     if (stub != nullptr && scrape && (now >= next_metrics_poll || Terminal(job->state()))) {
       next_metrics_poll = now + options.metrics_poll_interval;
       scraped_at_end = Terminal(job->state());
-      CpuSnapshot cpu;
-      cpu.machine = ReadMachineTicks();
-      cpu.at = absl::Now();
+      // account_cpu: this reading of every process (complete or not, judged below).
+      std::optional<CpuSnapshot> cpu;
+      if (options.account_cpu) {
+        cpu.emplace();
+        cpu->machine = ReadMachineTicks();
+        cpu->at = absl::Now();
+      }
       bool every_worker_stepped = true;
       v1::ListWorkersResponse workers;
       if (stub->ListWorkers(Deadline(absl::Seconds(2)).get(), v1::ListWorkersRequest(), &workers)
@@ -214,7 +219,7 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
                   ScrapeMetrics(worker.host().empty() ? "127.0.0.1" : worker.host(),
                                 static_cast<int>(worker.http_port()))) {
             worker_times[worker.worker_id()] = WorkerTimes(*metrics);
-            AddProcess("worker", metrics->samples, cpu);
+            if (cpu.has_value()) AddProcess("worker", *metrics, *cpu);
             every_worker_stepped &= metrics->Sum("tributary_worker_step_seconds_count") > 0;
           }
         }
@@ -233,24 +238,24 @@ absl::StatusOr<TrainingRun> RunTributaryLocal(const TributaryLocalOptions& optio
                 metrics->Sum("tributary_ps_optimizer_apply_seconds_sum");
             shard_slowest[shard.shard().shard_index()] =
                 metrics->Sum("tributary_ps_slowest_wait_seconds_total", "partition=\"0\"");
-            AddProcess("shard", metrics->samples, cpu);
+            if (cpu.has_value()) AddProcess("shard", *metrics, *cpu);
           }
         }
       }
-      if (options.account_cpu && job->state() == v1::RUNNING) {
+      if (cpu.has_value() && job->state() == v1::RUNNING) {
         if (std::optional<int> port = CoordinatorPort(options.run_dir, "http_port")) {
           if (std::optional<testing::ParsedMetrics> metrics = ScrapeMetrics("127.0.0.1", *port)) {
-            AddProcess("coordinator", metrics->samples, cpu);
+            AddProcess("coordinator", *metrics, *cpu);
           }
         }
         // Complete: every worker and shard of the run, and the coordinator, answered.
         const auto count = [&](const char* kind) {
-          const auto found = cpu.processes.find(kind);
-          return found == cpu.processes.end() ? 0 : found->second;
+          const auto found = cpu->processes.find(kind);
+          return found == cpu->processes.end() ? 0 : found->second;
         };
         if (every_worker_stepped && count("worker") == options.workers &&
             count("shard") == options.ps_shards && count("coordinator") == 1) {
-          (first_cpu.has_value() ? last_cpu : first_cpu) = std::move(cpu);
+          (first_cpu.has_value() ? last_cpu : first_cpu) = std::move(*cpu);
         }
       }
     }
