@@ -483,10 +483,19 @@ absl::StatusOr<const float*> TrainingSession::NodeGradient(const v1::Partition& 
 absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   BeginStepUpdate(step);
   const uint32_t round_steps = static_cast<uint32_t>(step + 1 - round_start_);
+  // One replica in a node of one process, not LOCAL_SGD (which writes what it pushes
+  // into node_grad_): the node's sum is pushed from where it lies (NodeGradient).
+  const bool in_place = !local_sgd_ && updates_into_parameters_;
+  // The next partition whose gradients to start bringing to where they are pushed from
+  // (IntraNodeReducer::PrefetchInPlace: a GPU replica's downloads, started for every
+  // partition final so far before the first of them is waited for, so that they run
+  // back to back while the earlier ones are pushed).
+  int prefetch_next = in_place ? plan_.partitions_size() - 1 : -1;
   // Last partition first: the order backward finishes them, the same in every process
   // of the node group (collectives must match).
   for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
     const v1::Partition& partition = plan_.partitions(id);
+    int64_t final_from = 0;  // Gradients [final_from, end) are final on every replica.
     {
       absl::MutexLock lock(&mu_);
       auto final_here = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -499,6 +508,14 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       mu_.Await(absl::Condition(&final_here));
       if (stopping_) return absl::CancelledError("session closing");
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
+      for (int64_t from : final_from_) final_from = std::max(final_from, from);
+    }
+    for (; prefetch_next >= 0 && plan_.partitions(prefetch_next).offset() >= final_from;
+         --prefetch_next) {
+      const v1::Partition& ahead = plan_.partitions(prefetch_next);
+      if (absl::Status s = reducer_->PrefetchInPlace(ahead.offset(), ahead.length()); !s.ok()) {
+        return s;
+      }
     }
     float* grad = node_grad_.data() + partition.offset();
     const float* sum = grad;  // What a push sends: the node's sum, wherever it lies.
@@ -514,8 +531,7 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
       // replica writes it again only for the next backward (a GPU replica: the next
       // step's download, after this step's update), which starts after the next forward
       // read every parameter, so after every partition's update passed the gate.
-      absl::StatusOr<const float*> reduced =
-          NodeGradient(partition, /*in_place=*/!local_sgd_ && updates_into_parameters_);
+      absl::StatusOr<const float*> reduced = NodeGradient(partition, in_place);
       {
         absl::MutexLock lock(&mu_);
         reduce_seconds_ += SecondsSince(start);

@@ -10,16 +10,16 @@
 // inner steps there, and only round ends cross between the two.
 #include "worker/training_session.h"
 
-#include <algorithm>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -27,12 +27,12 @@
 #include "common/batch_split.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
-#include "worker/engine/cpu_replica.h"
-#include "worker/engine/model_registry.h"
-#include "worker/engine/trainer.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/testing/in_memory_ps.h"
 #include "services/parameter_server/testing/in_process_shard.h"
+#include "worker/engine/cpu_replica.h"
+#include "worker/engine/model_registry.h"
+#include "worker/engine/trainer.h"
 
 namespace tributary::worker {
 namespace {
@@ -583,6 +583,10 @@ class ApartReplica : public engine::Replica {
   bool DoneWithParametersWhenReady() const override { return stages_; }
   absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override {
     if (!stages_) return engine::Replica::StageGradients(offset, length);
+    {
+      absl::MutexLock lock(&mu_);
+      if (prefetched_.erase({offset, length}) == 0) ++staged_unprefetched;
+    }
     staging_.resize(params_.size());
     float* into = given_ != nullptr ? given_ : staging_.data();
     if (absl::Status s = inner_.CopyGradients(offset, length, into + offset); !s.ok()) {
@@ -591,6 +595,15 @@ class ApartReplica : public engine::Replica {
     staged += length;
     if (given_ != nullptr) staged_into_given += length;
     return into + offset;
+  }
+  // As a GPU replica starts a download: noted, with a check that the pass reported the
+  // range ready before (the prefetch must not read gradients still being computed).
+  absl::Status PrefetchGradients(int64_t offset, int64_t length) override {
+    absl::MutexLock lock(&mu_);
+    if (offset < ready_from_) ++prefetched_before_ready;
+    prefetched_.insert({offset, length});
+    prefetched += length;
+    return absl::OkStatus();
   }
   // As a GPU replica: its downloads for pushes go to the given buffer.
   bool UseGradientBuffer(float* buffer) override {
@@ -608,7 +621,19 @@ class ApartReplica : public engine::Replica {
                                                     const engine::DropoutKey& key,
                                                     const engine::GradientReadyFn& on_ready) override {
     inner_.set_parameters_needed(parameters_needed_);
-    return inner_.ForwardBackward(batch, key, on_ready);
+    {
+      absl::MutexLock lock(&mu_);
+      ready_from_ = params_.size();
+      prefetched_.clear();  // A download of the previous pass is never staged in this one.
+    }
+    return inner_.ForwardBackward(batch, key,
+                                  [this, &on_ready](int tensor, int64_t offset, int64_t length) {
+                                    {
+                                      absl::MutexLock lock(&mu_);
+                                      ready_from_ = std::min(ready_from_, offset);
+                                    }
+                                    if (on_ready) on_ready(tensor, offset, length);
+                                  });
   }
   absl::StatusOr<engine::LossStats> Evaluate(const engine::Batch& batch) override {
     return inner_.Evaluate(batch);
@@ -642,12 +667,18 @@ class ApartReplica : public engine::Replica {
   int64_t downloaded = 0;
   int64_t staged = 0;
   int64_t staged_into_given = 0;
+  int64_t prefetched = 0;           // Elements PrefetchGradients was asked for.
+  int staged_unprefetched = 0;      // StageGradients of a range this pass did not prefetch.
+  int prefetched_before_ready = 0;  // PrefetchGradients of a range not yet reported ready.
   int inner_updates = 0;
   std::vector<std::thread::id> inner_update_threads;  // Of each InnerUpdate call.
   int fail_at_update = -1;  // The InnerUpdate call (from 0) that fails, if any.
 
  private:
   float* given_ = nullptr;
+  absl::Mutex mu_;  // The replica's thread reports ready; the communication thread prefetches.
+  int64_t ready_from_ ABSL_GUARDED_BY(mu_) = 0;  // This pass: gradients [x, end) reported.
+  std::set<std::pair<int64_t, int64_t>> prefetched_ ABSL_GUARDED_BY(mu_);  // This pass's.
   std::vector<float> params_;
   std::vector<float> state_;
   engine::CpuReplica inner_;
@@ -682,7 +713,8 @@ class GradientReadRecordingReplica : public engine::CpuReplica {
 struct LocalSgdRun {
   std::vector<float> parameters;
   ApartReplica* apart = nullptr;  // Owned by the session, which is gone: counts only.
-  int64_t uploaded = 0, downloaded = 0, staged = 0, staged_into_given = 0;
+  int64_t uploaded = 0, downloaded = 0, staged = 0, staged_into_given = 0, prefetched = 0;
+  int staged_unprefetched = 0, prefetched_before_ready = 0;
   int inner_updates = 0;
   bool in_node_region = false;
   // The thread that called RunStep; with `apart`, the thread of every inner step on
@@ -773,6 +805,9 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
     run.downloaded = run.apart->downloaded;
     run.staged = run.apart->staged;
     run.staged_into_given = run.apart->staged_into_given;
+    run.prefetched = run.apart->prefetched;
+    run.staged_unprefetched = run.apart->staged_unprefetched;
+    run.prefetched_before_ready = run.apart->prefetched_before_ready;
     run.inner_updates = run.apart->inner_updates;
     run.inner_update_threads = run.apart->inner_update_threads;
   }
@@ -917,6 +952,12 @@ TEST(SyncOnAReplicaApartTest, PushesFromTheReplicasStagingAndGivesTheHostPathsBi
   EXPECT_EQ(staged.downloaded, 0);
   EXPECT_EQ(copied.staged, 0);
   EXPECT_EQ(copied.downloaded, 10 * n);
+  // Every staged range's download was started ahead in its pass, once the pass had
+  // reported it ready (a GPU replica's downloads then run back to back); copies are not.
+  EXPECT_EQ(staged.prefetched, 10 * n);
+  EXPECT_EQ(staged.staged_unprefetched, 0);
+  EXPECT_EQ(staged.prefetched_before_ready, 0);
+  EXPECT_EQ(copied.prefetched, 0);
 }
 
 // The session's own PS client to a shard in this process, over its local socket: on
@@ -954,6 +995,8 @@ TEST(NodeRegionTest, ParametersAndGradientsSharedWithTheShardGiveTheSameBits) {
     EXPECT_TRUE(apart.in_node_region);
     const int64_t n = static_cast<int64_t>(reference.parameters.size());
     EXPECT_EQ(apart.staged_into_given, 10 * n);
+    EXPECT_EQ(apart.prefetched, 10 * n);
+    EXPECT_EQ(apart.staged_unprefetched, 0);
     EXPECT_EQ(apart.downloaded, 0) << "no gradient copied into the worker's buffer";
     ASSERT_EQ(apart.parameters.size(), reference.parameters.size());
     EXPECT_EQ(std::memcmp(apart.parameters.data(), reference.parameters.data(), n * sizeof(float)),

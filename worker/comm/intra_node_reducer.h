@@ -41,6 +41,11 @@ class IntraNodeReducer {
   virtual absl::StatusOr<const float*> ReduceInPlace(int64_t offset, int64_t length) {
     return nullptr;
   }
+  // Optional, before ReduceInPlace of the same range in the same pass, once the range
+  // is final on every replica: starts bringing it to where ReduceInPlace will find it
+  // (Replica::PrefetchGradients: a GPU replica's download), without waiting. A hint;
+  // nothing by default.
+  virtual absl::Status PrefetchInPlace(int64_t offset, int64_t length) { return absl::OkStatus(); }
 
   // Makes params[offset, offset + length) of the leader's host buffer current on every
   // replica of the group (`params` is this process's host parameter buffer; on the

@@ -37,6 +37,11 @@ class ThreadReducer : public IntraNodeReducer {
     return staged;
   }
 
+  absl::Status PrefetchInPlace(int64_t offset, int64_t length) override {
+    if (replicas_.size() != 1) return absl::OkStatus();
+    return replicas_.replica(0).PrefetchGradients(offset, length);
+  }
+
   // On the calling thread, not through ReplicaGroup::RunOnAll: the worker applies an
   // update while the replicas' threads already run the next forward pass.
   absl::Status BroadcastParameters(float* params, int64_t offset, int64_t length) override {

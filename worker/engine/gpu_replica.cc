@@ -127,6 +127,10 @@ absl::Status GpuReplica::Init(const float* host_parameters) {
   }
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&download_begin_));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&download_end_));
+  for (int slot = 0; slot < kPrefetchSlots; ++slot) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&prefetch_begin_[slot]));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&prefetch_end_[slot]));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&inner_done_, cudaEventDisableTiming));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
@@ -180,6 +184,10 @@ GpuReplica::~GpuReplica() {
   if (inner_done_ != nullptr) cudaEventDestroy(inner_done_);
   if (download_begin_ != nullptr) cudaEventDestroy(download_begin_);
   if (download_end_ != nullptr) cudaEventDestroy(download_end_);
+  for (int slot = 0; slot < kPrefetchSlots; ++slot) {
+    if (prefetch_begin_[slot] != nullptr) cudaEventDestroy(prefetch_begin_[slot]);
+    if (prefetch_end_[slot] != nullptr) cudaEventDestroy(prefetch_end_[slot]);
+  }
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -219,9 +227,10 @@ absl::Status GpuReplica::SetParameters(const float* host, int64_t offset, int64_
   CUDA_RETURN_IF_ERROR(cudaEventRecord(upload_end_[slot], copy_stream_));
   upload_untimed_[slot] = true;
   uploads_.Recorded(offset, length, seq);
-  // The caller may change its buffer once this returns. The wait is for the copy
-  // alone: when an update comes in, the pass that last read the range is done.
-  if (direct) CUDA_RETURN_IF_ERROR(cudaEventSynchronize(upload_end_[slot]));
+  // Not waited for (issue 25: a wait per partition on the update's way to the next
+  // forward). The staging's next write waits for it above; page-locked memory is the
+  // caller's, left unchanged until a later download returned (Replica::SetParameters),
+  // which the in-order copy stream runs after this upload.
   return absl::OkStatus();
 }
 
@@ -272,7 +281,41 @@ absl::Status GpuReplica::CopyGradients(int64_t offset, int64_t length, float* ds
                   [&]() { return WaitForTensors(copy_stream_, offset, length); });
 }
 
+absl::Status GpuReplica::PrefetchGradients(int64_t offset, int64_t length) {
+  if (absl::Status range =
+          CheckRange("gpu replica gradients", offset, length, model_.num_parameters);
+      !range.ok()) {
+    return range;
+  }
+  if (length == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  absl::MutexLock lock(&copy_mu_);
+  const std::optional<int> slot = prefetches_.Start(offset, length, pass_);
+  if (!slot.has_value()) return absl::OkStatus();  // Started already, or no slot free.
+  // After the pass computed the range (its tensors' events), not before.
+  if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_begin_[*slot], copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_into_ + offset, gradients_ + offset,
+                                       static_cast<size_t>(length) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_end_[*slot], copy_stream_));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<const float*> GpuReplica::StageGradients(int64_t offset, int64_t length) {
+  {
+    absl::MutexLock lock(&copy_mu_);
+    if (const std::optional<int> slot = prefetches_.Take(offset, length, pass_)) {
+      // This pass's download of exactly this range, started by PrefetchGradients.
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(prefetch_end_[*slot]));
+      float milliseconds = 0;
+      CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&milliseconds, prefetch_begin_[*slot], prefetch_end_[*slot]));
+      copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
+      return stage_into_ + offset;
+    }
+  }
   if (absl::Status s = Download("gpu replica gradients", gradients_, offset, length, stage_into_,
                                 /*dst=*/nullptr,
                                 [&]() { return WaitForTensors(copy_stream_, offset, length); });
@@ -629,6 +672,11 @@ absl::StatusOr<LossStats> GpuReplica::CollectLoss(int64_t n) {
 absl::StatusOr<LossStats> GpuReplica::ForwardBackward(const Batch& batch, const DropoutKey& key,
                                                       const GradientReadyFn& on_ready) {
   if (absl::Status status = CheckBatch(model_, batch); !status.ok()) return status;
+  {
+    // Downloads started for the previous pass are never taken for this one.
+    absl::MutexLock lock(&copy_mu_);
+    ++pass_;
+  }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   if (batch.count == 0) {
     CUDA_RETURN_IF_ERROR(

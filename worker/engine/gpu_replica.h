@@ -11,10 +11,15 @@
 //    only, so layer k's gradient goes down while the layers before it compute;
 //    StageGradients does the same and leaves the range in the pinned staging, where
 //    the worker pushes it from (no copy into the worker's buffer);
+//    PrefetchGradients starts a range's download as soon as the pass reported it ready,
+//    without waiting, so that the downloads of every partition a pass finished run back
+//    to back while the worker pushes the ones already down; the range's StageGradients
+//    in the same pass then waits for that download only (DownloadBook);
 //  - SetParameters stages the range in pinned memory and enqueues its upload after
 //    the same events (the pass's last reads of those parameters), without waiting; from
 //    page-locked host memory (RegisterHostMemory: the worker's parameter buffer) it
-//    uploads directly, without the staging copy, and waits for that upload;
+//    uploads directly, without the staging copy, and without waiting either (the
+//    caller leaves the range alone until a later download returned);
 //    the forward makes the compute stream wait, layer by layer, for the latest upload
 //    over the layer's range (CopyLedger), so layer k's parameters go up while the
 //    layers before it compute.
@@ -35,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/engine/copy_ledger.h"
+#include "worker/engine/download_book.h"
 #include "worker/engine/replica.h"
 
 namespace tributary::engine {
@@ -69,6 +75,10 @@ class GpuReplica : public Replica {
   // Into pinned_gradients_, which only gradient downloads write: the range stays there
   // until its next download, after the next pass's backward.
   absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) override;
+  // Into the same place as StageGradients, on the copy stream after the range's
+  // tensors' events; at most kPrefetchSlots outstanding (beyond them StageGradients
+  // downloads the range itself).
+  absl::Status PrefetchGradients(int64_t offset, int64_t length) override;
   // StageGradients downloads into `buffer` (the worker's node region, shared with the
   // local PS shards, so a push goes out from where the download put it) instead of its
   // own staging, once the driver page-locked it (RegisterHostMemory; false, and the
@@ -120,6 +130,7 @@ class GpuReplica : public Replica {
   absl::Status HarvestUpload(int slot, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
 
   static constexpr int kUploadSlots = 64;
+  static constexpr int kPrefetchSlots = 64;
 
   ModelDef model_;
   int device_;
@@ -145,6 +156,13 @@ class GpuReplica : public Replica {
   bool upload_untimed_[kUploadSlots] ABSL_GUARDED_BY(copy_mu_) = {};
   cudaEvent_t download_begin_ = nullptr;
   cudaEvent_t download_end_ = nullptr;
+  // Gradient downloads PrefetchGradients started, by pass (ForwardBackward counts them):
+  // slot i's copy lies between prefetch_begin_[i] and prefetch_end_[i]. An untaken
+  // download's time is not counted in copy_nanos_.
+  DownloadBook prefetches_ ABSL_GUARDED_BY(copy_mu_){kPrefetchSlots};
+  uint64_t pass_ ABSL_GUARDED_BY(copy_mu_) = 0;
+  cudaEvent_t prefetch_begin_[kPrefetchSlots] = {};
+  cudaEvent_t prefetch_end_[kPrefetchSlots] = {};
   // The inner optimizer's state (slots x num_parameters, allocated at the first
   // InnerUpdate, zeroed) and the event after the latest InnerUpdate's kernel.
   float* inner_state_ = nullptr;

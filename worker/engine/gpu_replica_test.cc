@@ -212,9 +212,10 @@ TEST_F(GpuReplicaTest, StagesGradientsIntoAGivenSharedBuffer) {
 }
 
 // Updates go up straight from page-locked host memory (the worker's parameter buffer),
-// and SetParameters returns only once the copy read it: the buffer may change then.
-// Where the driver refuses to page-lock, the replica stages, as from any other memory.
-TEST_F(GpuReplicaTest, UploadsFromPageLockedMemoryWithoutStagingAndFinishBeforeReturning) {
+// and SetParameters returns once the copy is enqueued: the buffer may change after a
+// later download returned (the copy stream runs in order). Where the driver refuses to
+// page-lock, the replica stages, as from any other memory.
+TEST_F(GpuReplicaTest, UploadsFromPageLockedMemoryWithoutStagingOrWaiting) {
   const ModelDef model = Models()[1];
   const int64_t n = model.num_parameters;
   std::vector<float> params;
@@ -229,10 +230,10 @@ TEST_F(GpuReplicaTest, UploadsFromPageLockedMemoryWithoutStagingAndFinishBeforeR
   const int64_t half = n / 2;
   ASSERT_TRUE((*gpu)->SetParameters(host.data(), half, n - half).ok());
   ASSERT_TRUE((*gpu)->SetParameters(host.data(), 0, half).ok());
-  std::fill(host.begin(), host.end(), -1.0f);  // Must not reach the device any more.
   std::vector<float> on_device(n);
   ASSERT_TRUE((*gpu)->CopyParameters(0, n, on_device.data()).ok());
   EXPECT_EQ(std::memcmp(on_device.data(), sent.data(), n * sizeof(float)), 0);
+  std::fill(host.begin(), host.end(), -1.0f);  // After a download: must not reach the device.
   // The pass computes on what went up: the CPU replica over the same values agrees.
   const OwnedBatch batch = RandomBatch(model, 16, 7);
   std::vector<float> cpu_params = sent;
@@ -246,6 +247,42 @@ TEST_F(GpuReplicaTest, UploadsFromPageLockedMemoryWithoutStagingAndFinishBeforeR
   ASSERT_TRUE((*gpu)->SetParameters(sent.data(), 0, n).ok());
   ASSERT_TRUE((*gpu)->CopyParameters(0, n, on_device.data()).ok());
   EXPECT_EQ(std::memcmp(on_device.data(), sent.data(), n * sizeof(float)), 0);
+}
+
+// Downloads started ahead (PrefetchGradients) are what StageGradients of the same
+// ranges returns in the same pass; one the pass did not take is never taken by the
+// next pass, whose gradients differ.
+TEST_F(GpuReplicaTest, PrefetchedDownloadsAreStagedInTheirPassOnly) {
+  const ModelDef model = Models()[1];
+  const int64_t n = model.num_parameters;
+  std::vector<float> params;
+  absl::StatusOr<std::unique_ptr<Replica>> gpu = ReplicaOnGpu(model, params);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int64_t half = n / 2;
+  std::vector<float> copied(n);
+  for (const uint64_t seed : {3, 4}) {
+    SCOPED_TRACE(seed);
+    const OwnedBatch batch = RandomBatch(model, 16, seed);
+    ASSERT_TRUE((*gpu)->ForwardBackward(batch.View(), {1, seed}, nullptr).ok());
+    ASSERT_TRUE((*gpu)->PrefetchGradients(half, n - half).ok());
+    ASSERT_TRUE((*gpu)->PrefetchGradients(0, half).ok());
+    ASSERT_TRUE((*gpu)->PrefetchGradients(0, half).ok()) << "a second start is a no-op";
+    absl::StatusOr<const float*> high = (*gpu)->StageGradients(half, n - half);
+    absl::StatusOr<const float*> low = (*gpu)->StageGradients(0, half);
+    ASSERT_TRUE(high.ok() && low.ok()) << high.status() << " " << low.status();
+    ASSERT_TRUE((*gpu)->CopyGradients(0, n, copied.data()).ok());
+    EXPECT_EQ(std::memcmp(*low, copied.data(), half * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(*high, copied.data() + half, (n - half) * sizeof(float)), 0);
+  }
+  // Started, never staged: the next pass downloads its own gradients.
+  ASSERT_TRUE((*gpu)->PrefetchGradients(0, n).ok());
+  const OwnedBatch other = RandomBatch(model, 16, 9);
+  ASSERT_TRUE((*gpu)->ForwardBackward(other.View(), {1, 9}, nullptr).ok());
+  absl::StatusOr<const float*> staged = (*gpu)->StageGradients(0, n);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  ASSERT_TRUE((*gpu)->CopyGradients(0, n, copied.data()).ok());
+  EXPECT_EQ(std::memcmp(*staged, copied.data(), n * sizeof(float)), 0);
+  EXPECT_FALSE((*gpu)->PrefetchGradients(0, n + 1).ok()) << "out of range";
 }
 
 TEST_F(GpuReplicaTest, SplitAcrossGpuReplicasEqualsWholeBatch) {

@@ -140,7 +140,12 @@ class Replica {
   // Makes [offset, offset + length) of the host parameter buffer `host` current on
   // this replica before the next ForwardBackward/Evaluate. CPU replicas that read a
   // shared host buffer copy nothing (host must be that buffer); GPU replicas copy the
-  // range to the device. The caller must not change the buffer while a call runs.
+  // range to the device. The caller must not change the buffer while a call runs; a
+  // GPU replica uploading from page-locked memory (RegisterHostMemory, the worker's
+  // parameter buffer) only enqueues the copy, so there the caller leaves the range
+  // unchanged until the replica's next gradient download of any range (CopyGradients,
+  // StageGradients: it follows the next pass's forward, which read the upload) or its
+  // destruction.
   virtual absl::Status SetParameters(const float* host, int64_t offset, int64_t length) = 0;
 
   // Forward and backward over `batch` with dropout keyed by `key`. Overwrites the
@@ -176,6 +181,16 @@ class Replica {
   virtual absl::StatusOr<const float*> StageGradients(int64_t offset, int64_t length) {
     if (host_gradients() != nullptr) return host_gradients() + offset;
     return absl::UnimplementedError(device() + ": no host memory of its own for gradients");
+  }
+  // Optional, in the pass that computed [offset, offset + length) and before that
+  // range's StageGradients: starts bringing it to the same place now, after the pass
+  // reported it ready, without waiting for it, so that the downloads of the ranges a
+  // pass finished run back to back on the device while the worker pushes the ones
+  // already down (a GPU replica's StageGradients then only waits for that download).
+  // A hint: OK with nothing done by default (CPU replicas, whose gradients already lie
+  // on the host), or when the replica cannot start it now.
+  virtual absl::Status PrefetchGradients(int64_t offset, int64_t length) {
+    return absl::OkStatus();
   }
 
   // Seconds spent copying parameters and gradients between host and device
