@@ -7,16 +7,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/thread_name.h"
+#include "common/thread_slice.h"
 
 namespace tributary {
 
-LanePool::LanePool(int lanes, absl::string_view name) {
+LanePool::LanePool(int lanes, absl::string_view name, Work work) {
   lanes_.reserve(std::max(0, lanes));
   for (int i = 0; i < lanes; ++i) {
     lanes_.push_back(std::make_unique<Lane>());
     Lane* lane = lanes_.back().get();
-    lane->thread = std::thread([lane, thread_name = absl::StrCat(name, "-", i)] {
-      NameThisThread(thread_name);
+    lane->thread = std::thread([lane, work, thread_name = absl::StrCat(name, "-", i)] {
+      if (work == Work::kHandoff) {
+        NameHandoffThread(thread_name);
+      } else {
+        NameThisThread(thread_name);
+      }
       Run(lane);
     });
   }

@@ -28,9 +28,14 @@ namespace tributary {
 
 class LanePool {
  public:
+  // What the lanes run: compute (matrix products, replicas), or hand-offs on a step's
+  // critical path that wake, work briefly and sleep (the PS's summation lanes), which
+  // ask for the process's short scheduler slice (common/thread_slice.h).
+  enum class Work { kCompute, kHandoff };
+
   // `lanes` >= 0 threads (0: every method runs its work on the caller), named
   // "<name>-<index>" (common/thread_name.h).
-  explicit LanePool(int lanes, absl::string_view name = "lane");
+  explicit LanePool(int lanes, absl::string_view name = "lane", Work work = Work::kCompute);
   // Runs every task already submitted, then joins the lanes.
   ~LanePool();
   LanePool(const LanePool&) = delete;

@@ -1,7 +1,6 @@
 #include "worker/training_session.h"
 
 #include <glog/logging.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +11,7 @@
 #include "common/batch_split.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
-#include "common/thread_name.h"
+#include "common/thread_slice.h"
 #include "common/wire_dtype.h"
 #include "worker/engine/job_model.h"
 #include "worker/engine/replica_factory.h"
@@ -121,7 +120,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     session->local_.resize(n);
   }
   session->comm_thread_ = std::thread([s = session.get()] {
-    NameThisThread("push");
+    NameHandoffThread("push");
     s->CommLoop();
   });
   LOG(INFO) << "generation " << assignment.generation() << ": " << assignment.replicas()

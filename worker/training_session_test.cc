@@ -17,6 +17,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -27,6 +30,7 @@
 #include "common/batch_split.h"
 #include "common/job_spec.h"
 #include "common/partition_plan.h"
+#include "common/thread_slice.h"
 #include "services/parameter_server/parameter_shard.h"
 #include "services/parameter_server/testing/in_memory_ps.h"
 #include "services/parameter_server/testing/in_process_shard.h"
@@ -751,7 +755,8 @@ v1::Assignment OneNodeOfOneReplica(v1::TrainingMode mode, v1::DeviceKind kind) {
 LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
                         v1::TrainingMode mode = v1::LOCAL_SGD, bool stages = false,
                         ps::testing::InProcessShard* real = nullptr, bool shared_memory = true,
-                        v1::DeviceKind kind = v1::CPU, bool record_reads = false) {
+                        v1::DeviceKind kind = v1::CPU, bool record_reads = false,
+                        const std::function<void()>& while_open = nullptr) {
   v1::Assignment a = OneNodeOfOneReplica(mode, kind);
   ps::ParameterShard shard(ps::ShardOptions{}, nullptr);
   SessionOptions options;
@@ -799,6 +804,7 @@ LocalSgdRun RunLocalSgd(const engine::Datasets& data, bool apart,
     if (!stats.ok()) return run;
   }
   EXPECT_TRUE((*session)->FinishUpdate().ok());
+  if (while_open) while_open();
   run.parameters = (*session)->parameters();
   if (run.apart != nullptr) {
     run.uploaded = run.apart->uploaded;
@@ -1006,6 +1012,53 @@ TEST(NodeRegionTest, ParametersAndGradientsSharedWithTheShardGiveTheSameBits) {
   ps::testing::InProcessShard shard;
   ASSERT_TRUE(shard.Start().ok());
   EXPECT_FALSE(RunLocalSgd(*data, false, v1::LOCAL_SGD, false, &shard, true).in_node_region);
+}
+
+// The threads on a step's chain of hand-offs, the session's and its PS client's and
+// the shard's, ask for the process's short scheduler slice (common/thread_slice.h);
+// the compute threads keep the kernel's.
+TEST(NodeRegionTest, TheStepsHandoffThreadsRunWithTheShortSliceAndComputeThreadsDoNot) {
+  absl::StatusOr<absl::Duration> kernel_default = ThreadSlice();
+  ASSERT_TRUE(kernel_default.ok()) << kernel_default.status();
+  if (*kernel_default == absl::ZeroDuration()) {
+    GTEST_SKIP() << "this kernel keeps no slice per thread (< 6.12)";
+  }
+  const absl::Duration slice = absl::Microseconds(100);
+  ASSERT_NE(*kernel_default, slice);
+  ASSERT_TRUE(SetHandoffSlice(slice).ok());
+  const v1::JobSpec spec = Spec();
+  absl::StatusOr<engine::Datasets> data = engine::LoadDatasets(spec.dataset(), spec.seed());
+  ASSERT_TRUE(data.ok()) << data.status();
+  ps::testing::InProcessShard shard;
+  ASSERT_TRUE(shard.Start().ok());
+  std::map<std::string, std::vector<absl::Duration>> slices;  // By thread name.
+  RunLocalSgd(
+      *data, /*apart=*/false, v1::SYNC, /*stages=*/false, &shard, /*shared_memory=*/true, v1::CPU,
+      /*record_reads=*/false, [&] {
+        std::error_code ignored;
+        for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ignored)) {
+          std::ifstream comm(task.path() / "comm");
+          std::string name;
+          std::getline(comm, name);
+          absl::StatusOr<absl::Duration> kept =
+              ThreadSlice(static_cast<pid_t>(std::stol(task.path().filename())));
+          if (kept.ok()) slices[name].push_back(*kept);
+        }
+      });
+  ASSERT_TRUE(SetHandoffSlice(absl::ZeroDuration()).ok());
+  for (const char* handoff : {"push", "lane-read", "shard-read", "shard-write", "ps-apply-0"}) {
+    SCOPED_TRACE(handoff);
+    ASSERT_FALSE(slices[handoff].empty()) << "no such thread while the session was open";
+    for (const absl::Duration kept : slices[handoff]) EXPECT_EQ(kept, slice);
+  }
+  // The replica's product threads (one per core beyond the first), and the test's own.
+  std::string main_name;
+  std::getline(std::ifstream("/proc/self/comm"), main_name);
+  for (const auto& [name, kept] : slices) {
+    if (name.rfind("matmul-", 0) != 0 && name != main_name) continue;
+    for (const absl::Duration k : kept) EXPECT_EQ(k, *kernel_default) << name;
+  }
+  EXPECT_FALSE(slices[main_name].empty()) << "the test's own threads are listed";
 }
 
 }  // namespace

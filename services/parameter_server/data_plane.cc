@@ -1,6 +1,7 @@
 #include "services/parameter_server/data_plane.h"
 
 #include <arpa/inet.h>
+#include <glog/logging.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,8 +10,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <glog/logging.h>
 
 #include <array>
 #include <cerrno>
@@ -27,6 +26,7 @@
 #include "common/secure_random.h"
 #include "common/shared_region.h"
 #include "common/thread_name.h"
+#include "common/thread_slice.h"
 #include "services/parameter_server/push_book.h"
 
 namespace tributary::ps {
@@ -63,7 +63,7 @@ class DataPlaneServer::Session final : public NodeSink {
 
   void Start() {
     reader_ = std::thread([this] {
-      NameThisThread("shard-read");
+      NameHandoffThread("shard-read");
       ReadLoop();
     });
   }
@@ -206,7 +206,7 @@ class DataPlaneServer::Session final : public NodeSink {
       }
     }
     writer_ = std::thread([this] {
-      NameThisThread("shard-write");
+      NameHandoffThread("shard-write");
       WriteLoop();
     });
     bool peer_closed = false;

@@ -16,9 +16,10 @@ class PartitionExecutor : public LanePool {
  public:
   // At least one lane, whatever `threads` says: the service relies on Submit running
   // the task later, off the shard's locks (a stream's completion re-enters the shard).
-  // The lanes are named "<name>-<index>" (`top -H`).
+  // The lanes are named "<name>-<index>" (`top -H`) and run as hand-off threads (a
+  // push handed to a lane is on its step's critical path: common/thread_slice.h).
   explicit PartitionExecutor(int threads, absl::string_view name = "ps-apply")
-      : LanePool(std::max(1, threads), name) {}
+      : LanePool(std::max(1, threads), name, Work::kHandoff) {}
 };
 
 }  // namespace tributary::ps

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/thread_name.h"
+#include "common/thread_slice.h"
 #include "worker/comm/grpc_lane.h"
 
 namespace tributary::worker {
@@ -306,7 +307,7 @@ absl::Status LaneKeeper::Open() {
     if (absl::Status s = ConnectLane(*slot); !s.ok() && !Retryable(s)) return s;
     Slot* raw = slot.get();
     slot->reader = std::thread([this, raw] {
-      NameThisThread("lane-read");
+      NameHandoffThread("lane-read");
       ReadLoop(raw);
     });
   }
