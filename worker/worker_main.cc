@@ -12,7 +12,7 @@
 #include "common/service_host.h"
 #include "common/shutdown.h"
 #include "common/thread_name.h"
-#include "common/thread_slice.h"
+#include "common/handoff_slice_flag.h"
 #include "worker/devices.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
@@ -82,14 +82,6 @@ ABSL_FLAG(bool, ps_shared_memory, true,
           "(native CPU, or a GPU whose driver page-locks the region; FLOAT32 pushes) keeps "
           "its parameters and gradients in that region itself: no copy at all on the "
           "worker's side. false: the bytes go through the socket. Default: true.");
-ABSL_FLAG(int64_t, handoff_slice_us, 100,
-          "Scheduler time slice, in microseconds, that this process's hand-off threads (push, "
-          "lane-read: the threads a step's chain of hand-offs wakes) ask Linux for, so that a "
-          "woken one preempts a compute thread at once instead of waiting up to that "
-          "thread's slice (the kernel's default: 1.4 ms on a 2-core machine under Linux "
-          "6.18). Honoured from Linux 6.12 (EEVDF's per-thread slice), kept without effect "
-          "before; the process logs what the kernel kept. 0 = the kernel's default; else in "
-          "[100, 100000]. Default: 100.");
 ABSL_FLAG(std::string, data_root, "/",
           "Every data path a job names (dataset directory, CSV and NPY files; relative ones "
           "from the working directory) must lie in this directory, symbolic links "
@@ -156,11 +148,8 @@ int main(int argc, char** argv) {
   }
   options.ps_transport = *transport;
   options.ps_shared_memory = absl::GetFlag(FLAGS_ps_shared_memory);
-  if (absl::Status slice =
-          tributary::SetHandoffSlice(absl::Microseconds(absl::GetFlag(FLAGS_handoff_slice_us)));
-      !slice.ok()) {
-    LOG(ERROR) << "--handoff_slice_us=" << absl::GetFlag(FLAGS_handoff_slice_us) << ": "
-               << slice.message();
+  if (absl::Status slice = tributary::ApplyHandoffSliceFlag(); !slice.ok()) {
+    LOG(ERROR) << slice.message();
     return 2;
   }
 

@@ -17,7 +17,7 @@
 #include "common/process.h"
 #include "common/service_host.h"
 #include "common/shutdown.h"
-#include "common/thread_slice.h"
+#include "common/handoff_slice_flag.h"
 #include "common/tls.h"
 #include "common/usable_cores.h"
 #include "services/parameter_server/coordinator_registration.h"
@@ -87,14 +87,6 @@ ABSL_FLAG(int, malloc_arena_max, 1,
 ABSL_FLAG(int, summation_threads, 0,
           "Threads that sum pushes and apply the optimizer; each partition always runs on "
           "the same thread. 0: one per CPU core. Default: 0.");
-ABSL_FLAG(int64_t, handoff_slice_us, 100,
-          "Scheduler time slice, in microseconds, that this process's hand-off threads "
-          "(shard-read, shard-write, ps-apply: the threads a step's chain of hand-offs wakes) "
-          "ask Linux for, so that a woken one preempts a compute thread at once instead of "
-          "waiting up to that thread's slice (the kernel's default: 1.4 ms on a 2-core "
-          "machine under Linux 6.18). Honoured from Linux 6.12 (EEVDF's per-thread slice), "
-          "kept without effect before; the process logs what the kernel kept. 0 = the "
-          "kernel's default; else in [100, 100000]. Default: 100.");
 
 namespace {
 
@@ -216,11 +208,8 @@ int main(int argc, char** argv) {
     LOG(ERROR) << valid.message();
     return 2;
   }
-  if (absl::Status slice =
-          tributary::SetHandoffSlice(absl::Microseconds(absl::GetFlag(FLAGS_handoff_slice_us)));
-      !slice.ok()) {
-    LOG(ERROR) << "--handoff_slice_us=" << absl::GetFlag(FLAGS_handoff_slice_us) << ": "
-               << slice.message();
+  if (absl::Status slice = tributary::ApplyHandoffSliceFlag(); !slice.ok()) {
+    LOG(ERROR) << slice.message();
     return 2;
   }
   const int64_t max_partition_bytes = absl::GetFlag(FLAGS_max_partition_bytes);
