@@ -494,20 +494,16 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
   // of the node group (collectives must match).
   for (int id = plan_.partitions_size() - 1; id >= 0; --id) {
     const v1::Partition& partition = plan_.partitions(id);
-    int64_t final_from = 0;  // Gradients [final_from, end) are final on every replica.
+    int64_t final_from;  // Gradients [final_from, end) are final on every replica.
     {
       absl::MutexLock lock(&mu_);
       auto final_here = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (stopping_ || comm_abort_) return true;
-        for (int64_t from : final_from_) {
-          if (from > partition.offset()) return false;
-        }
-        return true;
+        return stopping_ || comm_abort_ || FinalFromLocked() <= partition.offset();
       };
       mu_.Await(absl::Condition(&final_here));
       if (stopping_) return absl::CancelledError("session closing");
       if (comm_abort_) return absl::AbortedError("the replicas failed: nothing pushed");
-      for (int64_t from : final_from_) final_from = std::max(final_from, from);
+      final_from = FinalFromLocked();
     }
     for (; prefetch_next >= 0 && plan_.partitions(prefetch_next).offset() >= final_from;
          --prefetch_next) {
@@ -578,6 +574,12 @@ absl::Status TrainingSession::ReduceAndPush(uint64_t step) {
     round_samples_ = 0;
   }
   return absl::OkStatus();
+}
+
+int64_t TrainingSession::FinalFromLocked() const {
+  int64_t slowest = 0;
+  for (int64_t from : final_from_) slowest = std::max(slowest, from);
+  return slowest;
 }
 
 void TrainingSession::CountPush(absl::Time start) {

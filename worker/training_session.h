@@ -240,6 +240,8 @@ class TrainingSession {
   // LOCAL_SGD, leader, a round's end: the node's values of a parameter partition after
   // this step's inner update, into `local` (from the replica when it keeps them).
   absl::Status RoundEndValues(const v1::Partition& partition, const float* grad, float* local);
+  // Where the gradients final on every replica begin: the slowest replica's final_from_.
+  int64_t FinalFromLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Time spent in one Push, into push_seconds_.
   void CountPush(absl::Time start);
   // A step's times that the communication thread and the replicas kept (reduction

@@ -294,12 +294,8 @@ absl::Status GpuReplica::PrefetchGradients(int64_t offset, int64_t length) {
   if (!slot.has_value()) return absl::OkStatus();  // Started already, or no slot free.
   // After the pass computed the range (its tensors' events), not before.
   if (absl::Status s = WaitForTensors(copy_stream_, offset, length); !s.ok()) return s;
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_begin_[*slot], copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_into_ + offset, gradients_ + offset,
-                                       static_cast<size_t>(length) * sizeof(float),
-                                       cudaMemcpyDeviceToHost, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_end_[*slot], copy_stream_));
-  return absl::OkStatus();
+  return EnqueueDownload(gradients_, offset, length, stage_into_, prefetch_begin_[*slot],
+                         prefetch_end_[*slot]);
 }
 
 absl::StatusOr<const float*> GpuReplica::StageGradients(int64_t offset, int64_t length) {
@@ -308,11 +304,9 @@ absl::StatusOr<const float*> GpuReplica::StageGradients(int64_t offset, int64_t 
     if (const std::optional<int> slot = prefetches_.Take(offset, length, pass_)) {
       // This pass's download of exactly this range, started by PrefetchGradients.
       CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(prefetch_end_[*slot]));
-      float milliseconds = 0;
-      CUDA_RETURN_IF_ERROR(
-          cudaEventElapsedTime(&milliseconds, prefetch_begin_[*slot], prefetch_end_[*slot]));
-      copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
+      if (absl::Status s = FinishDownload(prefetch_begin_[*slot], prefetch_end_[*slot]); !s.ok()) {
+        return s;
+      }
       return stage_into_ + offset;
     }
   }
@@ -351,16 +345,33 @@ absl::Status GpuReplica::Download(const char* what, const float* device, int64_t
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   absl::MutexLock lock(&copy_mu_);
   if (absl::Status s = after(); !s.ok()) return s;
-  const size_t bytes = static_cast<size_t>(length) * sizeof(float);
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_begin_, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + offset, device + offset, bytes,
+  if (absl::Status s =
+          EnqueueDownload(device, offset, length, staging, download_begin_, download_end_);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = FinishDownload(download_begin_, download_end_); !s.ok()) return s;
+  if (dst != nullptr) {
+    std::memcpy(dst, staging + offset, static_cast<size_t>(length) * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::EnqueueDownload(const float* device, int64_t offset, int64_t length,
+                                         float* staging, cudaEvent_t begin, cudaEvent_t end) {
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, copy_stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + offset, device + offset,
+                                       static_cast<size_t>(length) * sizeof(float),
                                        cudaMemcpyDeviceToHost, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(download_end_, copy_stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(download_end_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(end, copy_stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuReplica::FinishDownload(cudaEvent_t begin, cudaEvent_t end) {
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end));
   float milliseconds = 0;
-  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, download_begin_, download_end_));
+  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, begin, end));
   copy_nanos_ += static_cast<int64_t>(milliseconds * 1e6);
-  if (dst != nullptr) std::memcpy(dst, staging + offset, bytes);
   return absl::OkStatus();
 }
 

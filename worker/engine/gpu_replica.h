@@ -121,6 +121,14 @@ class GpuReplica : public Replica {
   // and copies it on to dst unless dst is null; adds its time to copy_nanos_.
   absl::Status Download(const char* what, const float* device, int64_t offset, int64_t length,
                         float* staging, float* dst, const std::function<absl::Status()>& after);
+  // Download's halves, with copy_mu_ held: the copy on the copy stream between events
+  // `begin` and `end` (the caller enqueued the waits it needs), and the wait for it,
+  // its time added to copy_nanos_. PrefetchGradients and StageGradients use them apart.
+  absl::Status EnqueueDownload(const float* device, int64_t offset, int64_t length, float* staging,
+                               cudaEvent_t begin, cudaEvent_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
+  absl::Status FinishDownload(cudaEvent_t begin, cudaEvent_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
   // Makes stream_ wait for the latest upload over [offset, offset + length).
   absl::Status WaitForUploads(int64_t offset, int64_t length);
   // Records on stream_ that tensor `range` is done for this pass, then reports it ready.
